@@ -1,0 +1,131 @@
+"""Plain-PyTorch references for every fast path. The Triton kernels in this package must equal these.
+
+Letters: B batch, T position, D d_model, C channels, K gates per channel, N neurons per channel,
+U quantifier units, R index bits, F features (candidates) per token.
+"""
+
+from __future__ import annotations
+
+import torch
+from jaxtyping import Float, Int
+from torch import Tensor
+
+# --- sgatlin (seed 000, eq. 2 with channels, appendix A.1) ---------------------------------------------
+
+
+def sgatlin_combine(
+    z_BxTxD: Float[Tensor, "batch pos d_model"],
+    indices_BxTxCxK: Int[Tensor, "batch pos channel k"],
+    gates_BxTxCxK: Float[Tensor, "batch pos channel k"],
+    experts_2xCxNxD: Float[Tensor, "2 channel neuron d_model"],
+) -> Float[Tensor, "batch pos d_model"]:
+    """sum_c sum_k g * (w_in . z) * w_out, by gathering the chosen expert rows."""
+    n_channels = experts_2xCxNxD.shape[1]
+    channel_C = torch.arange(n_channels, device=indices_BxTxCxK.device)[:, None]
+    w_in_BxTxCxKxD = experts_2xCxNxD[0][channel_C, indices_BxTxCxK]
+    w_out_BxTxCxKxD = experts_2xCxNxD[1][channel_C, indices_BxTxCxK]
+    neuron_pre_BxTxCxK = torch.einsum("btd,btckd->btck", z_BxTxD, w_in_BxTxCxKxD)
+    return torch.einsum("btck,btckd->btd", neuron_pre_BxTxCxK * gates_BxTxCxK, w_out_BxTxCxKxD)
+
+
+# --- NC-FFN sequence quantifiers (DESIGN section 4) ----------------------------------------------------
+# Both recurrences are associative scans over (value a, decay g) pairs, composed left-to-right as
+#   existential: (a1, g1) then (a2, g2) -> (max(a2, g2 * a1), g1 * g2)
+#   proportion:  (a1, g1) then (a2, g2) -> (a2 + g2 * a1,      g1 * g2)
+# run here by recursive doubling (log2 T steps), so the reference is already parallel over the sequence.
+
+
+def _doubling_scan(values: Tensor, decay: Tensor, combine_max: bool) -> Tensor:
+    """values [..., T, U]; decay broadcastable to values (constant over T). Scan along dim -2."""
+    acc = values
+    gain = decay.expand_as(values)
+    n_pos = values.shape[-2]
+    shift = 1
+    while shift < n_pos:
+        earlier = torch.nn.functional.pad(acc[..., :-shift, :], (0, 0, shift, 0))
+        carried = gain * earlier
+        acc = torch.maximum(acc, carried) if combine_max else acc + carried
+        gain = gain * torch.nn.functional.pad(gain[..., :-shift, :], (0, 0, shift, 0), value=1.0)
+        shift *= 2
+    return acc
+
+
+def existential_scan(
+    membership_BxTxU: Float[Tensor, "batch pos unit"], decay_U: Float[Tensor, "unit"]
+) -> Float[Tensor, "batch pos unit"]:
+    """Soft existential E_t = max(M_t, gamma * E_(t-1)), E_(-1) = 0."""
+    return _doubling_scan(membership_BxTxU, decay_U, combine_max=True)
+
+
+def proportion_scan(
+    membership_BxTxU: Float[Tensor, "batch pos unit"], decay_U: Float[Tensor, "unit"]
+) -> Float[Tensor, "batch pos unit"]:
+    """Soft proportion P_t = (1 - lambda) M_t + lambda P_(t-1), P_(-1) = 0."""
+    return _doubling_scan((1 - decay_U) * membership_BxTxU, decay_U, combine_max=False)
+
+
+def existential_loop(membership_BxTxU: Tensor, decay_U: Tensor) -> Tensor:
+    """Step-by-step definition, for tests and benchmarks."""
+    out = torch.empty_like(membership_BxTxU)
+    state = torch.zeros_like(membership_BxTxU[..., 0, :])
+    for t in range(membership_BxTxU.shape[-2]):
+        state = torch.maximum(membership_BxTxU[..., t, :], decay_U * state)
+        out[..., t, :] = state
+    return out
+
+
+def proportion_loop(membership_BxTxU: Tensor, decay_U: Tensor) -> Tensor:
+    """Step-by-step definition, for tests and benchmarks."""
+    out = torch.empty_like(membership_BxTxU)
+    state = torch.zeros_like(membership_BxTxU[..., 0, :])
+    for t in range(membership_BxTxU.shape[-2]):
+        state = (1 - decay_U) * membership_BxTxU[..., t, :] + decay_U * state
+        out[..., t, :] = state
+    return out
+
+
+# --- parity dictionary (DESIGN section 5) ---------------------------------------------------------------
+# phi_i = e_i for i < d; phi_i = R(M bits(i)) / sqrt(d) for i >= d, R(0) = +1, R(1) = -1.
+
+
+def index_bits(indices: Int[Tensor, "..."], n_bits: int) -> Int[Tensor, "... n_bits"]:
+    shifts = torch.arange(n_bits, device=indices.device)
+    return (indices.long()[..., None] >> shifts) & 1
+
+
+def parity_signs(indices: Int[Tensor, "..."], code_DxR: Int[Tensor, "d_model n_bits"]) -> Float[Tensor, "... d_model"]:
+    """The +-1 pattern R(M bits(i)) of each index (meaningful for i >= d)."""
+    bits = index_bits(indices, code_DxR.shape[1])
+    parity = (bits.to(torch.int32) @ code_DxR.T.to(torch.int32)) & 1
+    return 1.0 - 2.0 * parity.float()
+
+
+def parity_directions(
+    indices: Int[Tensor, "..."], code_DxR: Int[Tensor, "d_model n_bits"], dtype: torch.dtype = torch.float32
+) -> Float[Tensor, "... d_model"]:
+    """phi_i for arbitrary indices, computed from the index bits (no dictionary is stored)."""
+    d_model = code_DxR.shape[0]
+    pattern = parity_signs(indices, code_DxR) / d_model**0.5
+    basis = torch.nn.functional.one_hot(indices.long().clamp(max=d_model - 1), d_model).to(pattern.dtype)
+    is_basis = (indices < d_model)[..., None]
+    return torch.where(is_basis, basis, pattern).to(dtype)
+
+
+def parity_scores(
+    x_BxTxD: Float[Tensor, "batch pos d_model"],
+    candidates_BxTxF: Int[Tensor, "batch pos cand"],
+    code_DxR: Int[Tensor, "d_model n_bits"],
+) -> Float[Tensor, "batch pos cand"]:
+    """<x, phi_i> for each candidate index i of each token."""
+    directions = parity_directions(candidates_BxTxF, code_DxR, dtype=x_BxTxD.dtype)
+    return torch.einsum("btd,btfd->btf", x_BxTxD, directions)
+
+
+def parity_decode(
+    indices_BxTxK: Int[Tensor, "batch pos k"],
+    values_BxTxK: Float[Tensor, "batch pos k"],
+    code_DxR: Int[Tensor, "d_model n_bits"],
+) -> Float[Tensor, "batch pos d_model"]:
+    """x_hat = sum_i a_i phi_i."""
+    directions = parity_directions(indices_BxTxK, code_DxR, dtype=values_BxTxK.dtype)
+    return torch.einsum("btk,btkd->btd", values_BxTxK, directions)
