@@ -1,0 +1,34 @@
+"""circuitlab: mechanistic interpretability for transformers that are interpretable by construction.
+
+Heavy parts import lazily: `import circuitlab.kernels` needs only torch; the model names below pull in
+TransformerLens on first use.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from circuitlab.codes import SparseCode
+from circuitlab.config import ModelConfig, ladder_config, scaling_ladder
+
+__version__ = "0.1.0"
+
+_LAZY = {
+    "CircuitTransformer": "circuitlab.architectures.transformer",
+    "ContextLengthError": "circuitlab.architectures.transformer",
+    "load_model": "circuitlab.architectures.checkpoint",
+    "CheckpointError": "circuitlab.architectures.checkpoint",
+    "from_official_sgatlin": "circuitlab.architectures.interop",
+    "CircuitDB": "circuitlab.analysis.circuitdb",
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        import importlib
+
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    raise AttributeError(f"module 'circuitlab' has no attribute {name!r}")
+
+
+__all__ = ["ModelConfig", "SparseCode", "ladder_config", "scaling_ladder", *_LAZY]

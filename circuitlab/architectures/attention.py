@@ -1,0 +1,112 @@
+"""Causal self-attention with the value modes of seed 002 (section 3).
+
+standard:   V = X W_v
+membership: V = sigmoid(X W_v) in [0, 1]                                  (seed 002, eq. 1)
+boolean:    A = sigmoid(X W_a), B = sigmoid(X W_b), V = [A*B ; A*(1-B)]    (seed 002, eq. 2)
+The first `n_special` heads use the bounded mode, the rest stay standard. W_O is always free.
+
+Letters: B batch, T/Q/K positions (query, key), H heads, S special heads, E d_head, D d_model.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from jaxtyping import Float
+from torch import Tensor, nn
+from transformer_lens.hook_points import HookPoint
+
+from circuitlab.architectures.components import RMSNorm, Rotary, is_hooked, selectivity_penalty
+from circuitlab.config import ModelConfig
+
+
+class Attention(nn.Module):
+    def __init__(self, config: ModelConfig):
+        super().__init__()
+        self.config = config
+        n_heads, d_model, d_head = config.n_heads, config.d_model, config.d_head
+        self.value_mode = config.attention.value_mode
+        self.n_special = config.attention.n_special if self.value_mode != "standard" else 0
+        self.W_Q = nn.Parameter(torch.empty(n_heads, d_model, d_head))
+        self.W_K = nn.Parameter(torch.empty(n_heads, d_model, d_head))
+        if self.value_mode == "boolean":
+            # two half-width operand projections replace the special heads' W_v: parameter-neutral
+            self.W_V = nn.Parameter(torch.empty(n_heads - self.n_special, d_model, d_head))
+            self.W_A = nn.Parameter(torch.empty(self.n_special, d_model, d_head // 2))
+            self.W_B = nn.Parameter(torch.empty(self.n_special, d_model, d_head // 2))
+        else:
+            self.W_V = nn.Parameter(torch.empty(n_heads, d_model, d_head))
+        self.W_O = nn.Parameter(torch.empty(n_heads, d_head, d_model))
+        self.q_norm = RMSNorm(d_head, config.norm_eps) if config.attention.qk_norm else None
+        self.k_norm = RMSNorm(d_head, config.norm_eps) if config.attention.qk_norm else None
+        self.rotary = Rotary(d_head, config.rope_base) if config.positional == "rope" else None
+
+        self.hook_q = HookPoint()  # [B, T, H, E]
+        self.hook_k = HookPoint()
+        self.hook_v = HookPoint()  # [B, T, H, E]; bounded in the first n_special heads
+        self.hook_operand_a = HookPoint()  # [B, T, S, E/2] boolean heads only
+        self.hook_operand_b = HookPoint()
+        self.hook_attn_scores = HookPoint()  # [B, H, Q, K]
+        self.hook_pattern = HookPoint()
+        self.hook_z = HookPoint()  # [B, T, H, E]
+        self.hook_result = HookPoint()  # [B, T, H, D] per-head write
+
+    def forward(self, x_BxTxD: Float[Tensor, "batch pos d_model"]) -> tuple[Tensor, Tensor | None]:
+        q_BxTxHxE = torch.einsum("btd,hde->bthe", x_BxTxD, self.W_Q)
+        k_BxTxHxE = torch.einsum("btd,hde->bthe", x_BxTxD, self.W_K)
+        if self.q_norm is not None:
+            q_BxTxHxE, k_BxTxHxE = self.q_norm(q_BxTxHxE), self.k_norm(k_BxTxHxE)
+        if self.rotary is not None:
+            q_BxTxHxE, k_BxTxHxE = self.rotary(q_BxTxHxE), self.rotary(k_BxTxHxE)
+        q_BxTxHxE, k_BxTxHxE = self.hook_q(q_BxTxHxE), self.hook_k(k_BxTxHxE)
+
+        v_BxTxHxE, operands = self._values(x_BxTxD)
+        v_BxTxHxE = self.hook_v(v_BxTxHxE)
+
+        if is_hooked(self.hook_attn_scores, self.hook_pattern):
+            scores_BxHxQxK = torch.einsum("bqhe,bkhe->bhqk", q_BxTxHxE.float(), k_BxTxHxE.float())
+            scores_BxHxQxK = scores_BxHxQxK / math.sqrt(self.config.d_head)
+            n_pos = scores_BxHxQxK.shape[-1]
+            future = torch.triu(torch.ones(n_pos, n_pos, dtype=torch.bool, device=x_BxTxD.device), 1)
+            scores_BxHxQxK = self.hook_attn_scores(scores_BxHxQxK.masked_fill(future, float("-inf")))
+            pattern_BxHxQxK = self.hook_pattern(scores_BxHxQxK.softmax(-1))
+            z_BxTxHxE = torch.einsum("bhqk,bkhe->bqhe", pattern_BxHxQxK, v_BxTxHxE.float()).to(v_BxTxHxE.dtype)
+        else:
+            # nobody observes the pattern: fused kernel, same softmax(QK^T / sqrt(E)) V
+            z_BxHxTxE = F.scaled_dot_product_attention(
+                q_BxTxHxE.transpose(1, 2), k_BxTxHxE.transpose(1, 2), v_BxTxHxE.transpose(1, 2), is_causal=True
+            )
+            z_BxTxHxE = z_BxHxTxE.transpose(1, 2)
+        z_BxTxHxE = self.hook_z(z_BxTxHxE)
+
+        if is_hooked(self.hook_result):
+            result_BxTxHxD = self.hook_result(torch.einsum("bthe,hed->bthd", z_BxTxHxE, self.W_O))
+            out_BxTxD = result_BxTxHxD.sum(2)
+        else:
+            out_BxTxD = torch.einsum("bthe,hed->btd", z_BxTxHxE, self.W_O)
+
+        selectivity = self.config.selectivity
+        penalty = selectivity_penalty(operands, selectivity.attn_sparsity, selectivity.attn_crispness)
+        return out_BxTxD, penalty
+
+    def _values(self, x_BxTxD: Tensor) -> tuple[Tensor, list[Tensor]]:
+        """The value of every head, and the bounded operands the selectivity pressures act on."""
+        if self.value_mode == "boolean" and self.n_special > 0:
+            a_BxTxSxE2 = self.hook_operand_a(torch.sigmoid(torch.einsum("btd,hde->bthe", x_BxTxD, self.W_A)))
+            b_BxTxSxE2 = self.hook_operand_b(torch.sigmoid(torch.einsum("btd,hde->bthe", x_BxTxD, self.W_B)))
+            special = torch.cat([a_BxTxSxE2 * b_BxTxSxE2, a_BxTxSxE2 * (1 - b_BxTxSxE2)], dim=-1)
+            standard = torch.einsum("btd,hde->bthe", x_BxTxD, self.W_V)
+            return torch.cat([special, standard], dim=2), [a_BxTxSxE2, b_BxTxSxE2]
+        v_BxTxHxE = torch.einsum("btd,hde->bthe", x_BxTxD, self.W_V)
+        if self.value_mode == "membership" and self.n_special > 0:
+            membership = torch.sigmoid(v_BxTxHxE[:, :, : self.n_special])
+            return torch.cat([membership, v_BxTxHxE[:, :, self.n_special :]], dim=2), [membership]
+        return v_BxTxHxE, []
+
+    def bounded_value_names(self) -> list[str]:
+        """Hook names (relative to this module) of the bounded channels, for legibility metrics."""
+        if self.n_special == 0:
+            return []
+        return ["hook_v", "hook_operand_a", "hook_operand_b"] if self.value_mode == "boolean" else ["hook_v"]

@@ -1,0 +1,96 @@
+"""Small parts shared by every architecture: norms, rotary positions, hook helpers.
+
+Letters: B batch, T position, H heads, E d_head, D d_model.
+"""
+
+from __future__ import annotations
+
+import torch
+from jaxtyping import Float
+from torch import Tensor, nn
+from transformer_lens.hook_points import HookPoint
+
+
+def is_hooked(*hook_points: HookPoint) -> bool:
+    """True when any of these hook points has a forward hook (e.g. while caching or patching).
+
+    Layers use it to take the fused fast path only when nobody observes the intermediate tensors.
+    """
+    return any(len(hp._forward_hooks) > 0 for hp in hook_points)
+
+
+class RMSNorm(nn.Module):
+    """x * rsqrt(mean(x^2) + eps) * scale, computed in float32 (scale initialised to 1)."""
+
+    def __init__(self, width: int, eps: float = 1e-6):
+        super().__init__()
+        self.eps = eps
+        self.w = nn.Parameter(torch.ones(width))
+        self.hook_scale = HookPoint()  # [..., 1]: the inverse rms, frozen by DLA
+        self.hook_normalized = HookPoint()
+
+    def forward(self, x: Float[Tensor, "... width"]) -> Float[Tensor, "... width"]:
+        x32 = x.float()
+        scale = self.hook_scale(torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + self.eps))
+        return self.hook_normalized((x32 * scale * self.w.float()).to(x.dtype))
+
+
+class LayerNorm(nn.Module):
+    """(x - mean) * rsqrt(var + eps) * w + b, computed in float32."""
+
+    def __init__(self, width: int, eps: float = 1e-6):
+        super().__init__()
+        self.eps = eps
+        self.w = nn.Parameter(torch.ones(width))
+        self.b = nn.Parameter(torch.zeros(width))
+        self.hook_scale = HookPoint()
+        self.hook_normalized = HookPoint()
+
+    def forward(self, x: Float[Tensor, "... width"]) -> Float[Tensor, "... width"]:
+        x32 = x.float()
+        centred = x32 - x32.mean(-1, keepdim=True)
+        scale = self.hook_scale(torch.rsqrt(centred.pow(2).mean(-1, keepdim=True) + self.eps))
+        return self.hook_normalized((centred * scale * self.w.float() + self.b.float()).to(x.dtype))
+
+
+def make_norm(kind: str, width: int, eps: float) -> nn.Module:
+    return RMSNorm(width, eps) if kind == "rmsnorm" else LayerNorm(width, eps)
+
+
+class Rotary(nn.Module):
+    """RoPE, half-split ("rotate_half") convention: pairs (x_i, x_(i + E/2)) rotate by t * base^(-2i/E)."""
+
+    def __init__(self, d_head: int, base: float = 10000.0):
+        super().__init__()
+        inv_freq = base ** (-torch.arange(0, d_head, 2, dtype=torch.float32) / d_head)
+        self.register_buffer("inv_freq", inv_freq, persistent=False)
+
+    def forward(self, x_BxTxHxE: Float[Tensor, "batch pos head d_head"]) -> Float[Tensor, "batch pos head d_head"]:
+        n_pos = x_BxTxHxE.shape[1]
+        angle_TxE2 = torch.arange(n_pos, device=x_BxTxHxE.device, dtype=torch.float32)[:, None] * self.inv_freq
+        cos = torch.cat([angle_TxE2.cos()] * 2, -1)[None, :, None, :]
+        sin = torch.cat([angle_TxE2.sin()] * 2, -1)[None, :, None, :]
+        x32 = x_BxTxHxE.float()
+        first, second = x32.chunk(2, dim=-1)
+        rotated = torch.cat([-second, first], dim=-1)
+        return (x32 * cos + rotated * sin).to(x_BxTxHxE.dtype)
+
+
+def selectivity_penalty(
+    operands: list[Tensor], sparsity: float, crispness: float
+) -> Tensor | None:
+    """seed 002, section 3.6: lambda_s * sum |v| + lambda_c * sum v (1 - v) over channels, mean over tokens.
+
+    Operands lie in [0, 1], so |v| = v. Returns None when both pressures are off (nothing to add).
+    """
+    if (sparsity == 0 and crispness == 0) or not operands:
+        return None
+    total = operands[0].new_zeros((), dtype=torch.float32)
+    for v in operands:
+        v32 = v.float()
+        tokens = v32.shape[0] * v32.shape[1]
+        if sparsity:
+            total = total + sparsity * v32.sum() / tokens
+        if crispness:
+            total = total + crispness * (v32 * (1 - v32)).sum() / tokens
+    return total

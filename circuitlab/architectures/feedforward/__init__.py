@@ -1,0 +1,1 @@
+"""FFN designs for the block's FFN slot, and the parity bottleneck stage."""

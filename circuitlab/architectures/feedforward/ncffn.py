@@ -1,0 +1,100 @@
+"""NC-FFN: a feed-forward layer of named fuzzy operators (DESIGN section 4; the companion paper's full
+text was not available, so this layout is circuitlab's design).
+
+Hidden pre-activations pre = z W_in are split [GELU | A | B | quantifiers]:
+  GELU units            gelu(pre)                                      (the rho fraction, for stability)
+  operator pairs (a,b)  A = sigmoid(a), B = sigmoid(b); outputs A*B (and) and A*(1-B) (and-not)
+  quantifiers           M_t = sigmoid(pre_t); first half soft existential E_t = max(M_t, g E_(t-1)),
+                        second half soft proportion P_t = (1 - g) M_t + g P_(t-1); g = sigmoid(theta)
+and W_out reads [gelu | and | and-not | exists | proportion]. Both weight matrices keep the dense MLP's
+shapes; the only extra parameters are one decay logit per quantifier unit.
+
+Letters: B batch, T position, D d_model, F hidden, P operator pairs, U quantifier units.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from jaxtyping import Float
+from torch import Tensor, nn
+from transformer_lens.hook_points import HookPoint
+
+from circuitlab import kernels
+from circuitlab.architectures.components import selectivity_penalty
+from circuitlab.config import ModelConfig, ncffn_partition
+
+# sticky start: decays spread over [0.9, 0.99], half-lives of about 7 to 69 tokens
+INITIAL_DECAY_RANGE = (0.9, 0.99)
+
+
+class NCFFN(nn.Module):
+    def __init__(self, config: ModelConfig):
+        super().__init__()
+        self.config = config
+        d_model, d_ffw = config.d_model, config.feedforward.d_ffw
+        self.n_gelu, self.n_pairs, self.n_quant = ncffn_partition(config.feedforward)
+        self.W_in = nn.Parameter(torch.empty(d_model, d_ffw))
+        self.W_out = nn.Parameter(torch.empty(d_ffw, d_model))
+        self.decay_logit = nn.Parameter(torch.empty(self.n_quant))
+        self.reset_decays()
+
+        self.hook_pre = HookPoint()  # [B, T, F]
+        self.hook_gelu = HookPoint()  # [B, T, F_gelu]
+        self.hook_operand_a = HookPoint()  # [B, T, P]
+        self.hook_operand_b = HookPoint()  # [B, T, P]
+        self.hook_and = HookPoint()  # [B, T, P]
+        self.hook_andnot = HookPoint()  # [B, T, P]
+        self.hook_quant_in = HookPoint()  # [B, T, U] memberships M_t
+        self.hook_exists = HookPoint()  # [B, T, U/2]
+        self.hook_proportion = HookPoint()  # [B, T, U/2]
+        self.hook_post = HookPoint()  # [B, T, F]: [gelu | and | and-not | exists | proportion]
+
+    def reset_decays(self) -> None:
+        low, high = INITIAL_DECAY_RANGE
+        decays = torch.linspace(low, high, self.n_quant) if self.n_quant > 1 else torch.full((self.n_quant,), high)
+        with torch.no_grad():
+            self.decay_logit.copy_(torch.logit(decays))
+
+    @property
+    def decay(self) -> Float[Tensor, "unit"]:
+        return torch.sigmoid(self.decay_logit)
+
+    def half_lives(self) -> Float[Tensor, "unit"]:
+        """Tokens until a quantifier's memory halves: ln(1/2) / ln(decay)."""
+        return math.log(0.5) / torch.log(self.decay.detach())
+
+    def forward(self, z_BxTxD: Float[Tensor, "batch pos d_model"]) -> tuple[Tensor, Tensor | None]:
+        pre_BxTxF = self.hook_pre(z_BxTxD @ self.W_in)
+        g, p, u = self.n_gelu, self.n_pairs, self.n_quant
+        gelu = self.hook_gelu(F.gelu(pre_BxTxF[..., :g]))
+        a_BxTxP = self.hook_operand_a(torch.sigmoid(pre_BxTxF[..., g : g + p]))
+        b_BxTxP = self.hook_operand_b(torch.sigmoid(pre_BxTxF[..., g + p : g + 2 * p]))
+        conj = self.hook_and(a_BxTxP * b_BxTxP)
+        andnot = self.hook_andnot(a_BxTxP * (1 - b_BxTxP))
+        parts = [gelu, conj, andnot]
+        if u:
+            membership_BxTxU = self.hook_quant_in(torch.sigmoid(pre_BxTxF[..., g + 2 * p :].float()))
+            decay_U = self.decay.float()
+            half = u // 2
+            exists = self.hook_exists(kernels.existential_scan(membership_BxTxU[..., :half], decay_U[:half]))
+            proportion = self.hook_proportion(kernels.proportion_scan(membership_BxTxU[..., half:], decay_U[half:]))
+            parts += [exists.to(pre_BxTxF.dtype), proportion.to(pre_BxTxF.dtype)]
+        post_BxTxF = self.hook_post(torch.cat(parts, dim=-1))
+        selectivity = self.config.selectivity
+        penalty = selectivity_penalty([a_BxTxP, b_BxTxP], selectivity.ffn_sparsity, selectivity.ffn_crispness)
+        return post_BxTxF @ self.W_out, penalty
+
+    def unit_kinds(self) -> list[str]:
+        """The operation of each hidden unit, in hook_post / W_out order."""
+        half = self.n_quant // 2
+        return (
+            ["gelu"] * self.n_gelu + ["and"] * self.n_pairs + ["andnot"] * self.n_pairs
+            + ["exists"] * half + ["proportion"] * (self.n_quant - half)
+        )
+
+    def operator_slice(self) -> slice:
+        """Columns of hook_post that hold named operators (everything but GELU)."""
+        return slice(self.n_gelu, self.W_out.shape[0])

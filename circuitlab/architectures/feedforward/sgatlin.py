@@ -1,0 +1,86 @@
+"""sgatlin: sparsely gated linear neurons (seed 000, section 2 and appendix A.1).
+
+Per token z and channel c: query q = W_query z (shared by channels), subkey scores s = q W_key reshaped to
+[2, C, n]; product top-k picks k of the n*n = N neurons (i = i1 * n + i2) with gate g = s1[i1] + s2[i2]
+(raw scores, no softmax); out = sum_c sum_i g_ci (w_in_ci . z) w_out_ci (eq. 2). Given the gates the layer
+is linear in z: a rank <= C*k matrix per token.
+
+Letters: B batch, T position, D d_model, Q d_key, C channels, n keys per half, N = n*n neurons, K gates.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from jaxtyping import Float, Int
+from torch import Tensor, nn
+from transformer_lens.hook_points import HookPoint
+
+from circuitlab import kernels
+from circuitlab.architectures.components import is_hooked
+from circuitlab.config import ModelConfig
+
+
+def product_topk(
+    subkey_scores_BxTx2xCxn: Float[Tensor, "batch pos 2 channel n_keys"], k: int
+) -> tuple[Float[Tensor, "batch pos channel k"], Int[Tensor, "batch pos channel k"]]:
+    """Top-k of the n*n sums s1[i1] + s2[i2]; exact, because every member of the top-k of the sums has
+    both of its parts in the top-k of their halves. Returns (gate values, neuron indices i1 * n + i2),
+    sorted by decreasing gate value."""
+    n_keys = subkey_scores_BxTx2xCxn.shape[-1]
+    first_BxTxCxK, first_index = subkey_scores_BxTx2xCxn[:, :, 0].topk(k, dim=-1)
+    second_BxTxCxK, second_index = subkey_scores_BxTx2xCxn[:, :, 1].topk(k, dim=-1)
+    sums_BxTxCxKxK = first_BxTxCxK[..., :, None] + second_BxTxCxK[..., None, :]
+    gates_BxTxCxK, flat = sums_BxTxCxKxK.flatten(-2).topk(k, dim=-1)
+    neuron = first_index.gather(-1, flat // k) * n_keys + second_index.gather(-1, flat % k)
+    return gates_BxTxCxK, neuron
+
+
+class Sgatlin(nn.Module):
+    unit_kind = "neuron"
+
+    def __init__(self, config: ModelConfig):
+        super().__init__()
+        ffn = config.feedforward
+        self.n_channels, self.k, self.d_ffw = ffn.n_channels, ffn.k, ffn.d_ffw
+        self.n_keys = math.isqrt(ffn.d_ffw)
+        self.W_query = nn.Parameter(torch.empty(config.d_model, ffn.d_key))
+        self.W_key = nn.Parameter(torch.empty(ffn.d_key, 2, ffn.n_channels, self.n_keys))
+        self.experts = nn.Parameter(torch.empty(2, ffn.n_channels, ffn.d_ffw, config.d_model))  # [w_in; w_out]
+
+        self.hook_query = HookPoint()  # [B, T, Q]
+        self.hook_subkey_scores = HookPoint()  # [B, T, 2, C, n]
+        self.hook_gate_indices = HookPoint()  # [B, T, C, K] neuron id within its channel
+        self.hook_gate_values = HookPoint()  # [B, T, C, K]
+        self.hook_neuron_pre = HookPoint()  # [B, T, C, K] w_in . z
+        self.hook_neuron_post = HookPoint()  # [B, T, C, K] g * (w_in . z)
+
+    def forward(self, z_BxTxD: Float[Tensor, "batch pos d_model"]) -> tuple[Tensor, None]:
+        query_BxTxQ = self.hook_query(z_BxTxD @ self.W_query)
+        subkey_BxTx2xCxn = self.hook_subkey_scores(torch.einsum("btq,qscn->btscn", query_BxTxQ, self.W_key))
+        gates_BxTxCxK, indices_BxTxCxK = product_topk(subkey_BxTx2xCxn, self.k)
+        indices_BxTxCxK = self.hook_gate_indices(indices_BxTxCxK)
+        gates_BxTxCxK = self.hook_gate_values(gates_BxTxCxK)
+        if not is_hooked(self.hook_neuron_pre, self.hook_neuron_post):
+            return kernels.sgatlin_combine(z_BxTxD, indices_BxTxCxK, gates_BxTxCxK, self.experts), None
+        channel_C = torch.arange(self.n_channels, device=z_BxTxD.device)[:, None]
+        w_in_BxTxCxKxD = self.experts[0][channel_C, indices_BxTxCxK]
+        w_out_BxTxCxKxD = self.experts[1][channel_C, indices_BxTxCxK]
+        neuron_pre = self.hook_neuron_pre(torch.einsum("btd,btckd->btck", z_BxTxD, w_in_BxTxCxKxD))
+        neuron_post = self.hook_neuron_post(neuron_pre * gates_BxTxCxK)
+        return torch.einsum("btck,btckd->btd", neuron_post, w_out_BxTxCxKxD), None
+
+    def circuit_matrix(
+        self, indices_CxK: Int[Tensor, "channel k"], gates_CxK: Float[Tensor, "channel k"]
+    ) -> Float[Tensor, "d_model d_model"]:
+        """W_circuit = sum_c sum_i g_ci w_out_ci w_in_ci^T: the linear map one token's gates select."""
+        channel_C = torch.arange(self.n_channels, device=indices_CxK.device)[:, None]
+        w_in_CxKxD = self.experts[0][channel_C, indices_CxK]
+        w_out_CxKxD = self.experts[1][channel_C, indices_CxK]
+        return torch.einsum("ck,cko,cki->oi", gates_CxK, w_out_CxKxD, w_in_CxKxD)
+
+    def neuron_out_rows(self, indices_BxTxCxK: Int[Tensor, "batch pos channel k"]) -> Tensor:
+        """w_out rows of the selected neurons [B, T, C, K, D] (for direct logit attribution)."""
+        channel_C = torch.arange(self.n_channels, device=indices_BxTxCxK.device)[:, None]
+        return self.experts[1][channel_C, indices_BxTxCxK]

@@ -1,0 +1,337 @@
+"""CircuitTransformer: the one decoder-only skeleton every circuitlab architecture shares.
+
+    h = embed(tokens) (+ learned positions)
+    for each block:  h = h + attn(norm1(h));  h = h + [bottleneck](ffn(norm2(h)))
+    logits = norm_final(h) @ W_U        (W_U = W_E^T when tied)
+
+Every named quantity passes through a TransformerLens HookPoint (DESIGN section 6), so run_with_cache,
+run_with_hooks and TransformerLens' patching utilities work unchanged.
+
+Letters: B batch, T position, D d_model, V vocabulary.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from jaxtyping import Float, Int
+from torch import Tensor, nn
+from transformer_lens import ActivationCache, HookedRootModule
+from transformer_lens.hook_points import HookPoint
+
+from circuitlab.architectures.attention import Attention
+from circuitlab.architectures.components import make_norm
+from circuitlab.architectures.feedforward.dense import MLP, SwiGLU
+from circuitlab.architectures.feedforward.ncffn import NCFFN
+from circuitlab.architectures.feedforward.parity import ParityBottleneck
+from circuitlab.architectures.feedforward.sgatlin import Sgatlin
+from circuitlab.codes import SparseCode
+from circuitlab.config import ModelConfig
+
+FFN_CLASSES = {"mlp": MLP, "swiglu": SwiGLU, "sgatlin": Sgatlin, "ncffn": NCFFN}
+
+
+class ContextLengthError(ValueError):
+    """A prompt longer than the model's context."""
+
+
+class Block(nn.Module):
+    def __init__(self, config: ModelConfig):
+        super().__init__()
+        self.ln1 = make_norm(config.norm, config.d_model, config.norm_eps)
+        self.attn = Attention(config)
+        self.ln2 = make_norm(config.norm, config.d_model, config.norm_eps)
+        self.mlp = FFN_CLASSES[config.feedforward.type](config)
+        self.bottleneck = ParityBottleneck(config) if config.bottleneck is not None else None
+        self.hook_resid_pre = HookPoint()
+        self.hook_attn_out = HookPoint()
+        self.hook_resid_mid = HookPoint()
+        self.hook_mlp_out = HookPoint()  # the FFN output (before the bottleneck, when there is one)
+        self.hook_resid_post = HookPoint()
+
+    def forward(self, h_BxTxD: Float[Tensor, "batch pos d_model"]) -> tuple[Tensor, list[Tensor]]:
+        penalties = []
+        h_BxTxD = self.hook_resid_pre(h_BxTxD)
+        attn_out, penalty = self.attn(self.ln1(h_BxTxD))
+        penalties.append(penalty)
+        h_BxTxD = self.hook_resid_mid(h_BxTxD + self.hook_attn_out(attn_out))
+        ffn_out, penalty = self.mlp(self.ln2(h_BxTxD))
+        penalties.append(penalty)
+        write_BxTxD = self.hook_mlp_out(ffn_out)
+        if self.bottleneck is not None:
+            write_BxTxD = self.bottleneck(write_BxTxD)
+        h_BxTxD = self.hook_resid_post(h_BxTxD + write_BxTxD)
+        return h_BxTxD, [p for p in penalties if p is not None]
+
+
+@dataclass
+class LensConfig:
+    """What TransformerLens' tools read from `model.cfg` (a view of the circuitlab ModelConfig)."""
+
+    n_layers: int
+    n_heads: int
+    d_model: int
+    d_head: int
+    d_vocab: int
+    d_vocab_out: int
+    n_ctx: int
+    d_mlp: int
+    normalization_type: str
+    positional_embedding_type: str
+    device: Any = "cpu"
+    n_key_value_heads: int | None = None
+    attn_only: bool = False
+    use_split_qkv_input: bool = False
+    use_attn_in: bool = False
+    use_attn_result: bool = True
+    use_hook_mlp_in: bool = False
+    default_prepend_bos: bool = False
+    tokenizer_prepends_bos: bool = False
+    original_architecture: str = "CircuitTransformer"
+    model_name: str = "circuitlab"
+    act_fn: str = "gelu"
+    final_rms: bool = False
+    gated_mlp: bool = False
+
+
+class CircuitTransformer(HookedRootModule):
+    def __init__(self, config: ModelConfig, tokenizer: Any = None):
+        super().__init__()
+        config.validate()
+        self.config = config
+        self.tokenizer = tokenizer
+        self.W_E = nn.Parameter(torch.empty(config.d_vocab, config.d_model))
+        self.W_pos = nn.Parameter(torch.empty(config.n_ctx, config.d_model)) if config.positional == "learned" else None
+        self.blocks = nn.ModuleList([Block(config) for _ in range(config.n_layers)])
+        self.ln_final = make_norm(config.norm, config.d_model, config.norm_eps)
+        self.W_U_untied = None if config.tied_embeddings else nn.Parameter(torch.empty(config.d_model, config.d_vocab))
+        self.hook_embed = HookPoint()
+        self.hook_pos_embed = HookPoint()
+        self.reset_parameters()
+        self.setup()
+
+    # --- parameters ------------------------------------------------------------------------------------
+
+    def reset_parameters(self, seed: int | None = None) -> None:
+        """GPT-2-style init: weights N(0, init_std), residual writes scaled by 1/sqrt(2 n_layers); the
+        sgatlin router N(0, 1/fan_in) so its subkey scores start O(1) and the top-k is not a tie."""
+        generator = torch.Generator().manual_seed(seed) if seed is not None else None
+        std = self.config.init_std
+        write_std = std / math.sqrt(2 * self.config.n_layers)
+
+        def normal_(tensor: Tensor, scale: float) -> None:
+            with torch.no_grad():
+                tensor.copy_(torch.randn(tensor.shape, generator=generator) * scale)
+
+        for name, param in self.named_parameters():
+            leaf = name.rsplit(".", 1)[-1]
+            if leaf == "w":
+                nn.init.ones_(param)
+            elif leaf in ("b",):
+                nn.init.zeros_(param)
+            elif leaf == "decay_logit":
+                continue
+            elif leaf in ("W_O", "W_out"):
+                normal_(param, write_std)
+            elif leaf == "experts":
+                normal_(param[0], std)
+                normal_(param[1], write_std)
+            elif leaf == "W_query":
+                normal_(param, 1 / math.sqrt(param.shape[0]))
+            elif leaf == "W_key":
+                normal_(param, 1 / math.sqrt(param.shape[0]))
+            else:
+                normal_(param, std)
+        for block in self.blocks:
+            if isinstance(block.mlp, NCFFN):
+                block.mlp.reset_decays()
+
+    @property
+    def W_U(self) -> Float[Tensor, "d_model d_vocab"]:
+        """Unembedding (the embedding's transpose when tied), the accessor DLA reads."""
+        return self.W_E.T if self.W_U_untied is None else self.W_U_untied
+
+    @property
+    def cfg(self) -> LensConfig:
+        c = self.config
+        return LensConfig(
+            n_layers=c.n_layers, n_heads=c.n_heads, d_model=c.d_model, d_head=c.d_head, d_vocab=c.d_vocab,
+            d_vocab_out=c.d_vocab, n_ctx=c.n_ctx, d_mlp=c.feedforward.d_ffw,
+            normalization_type="RMS" if c.norm == "rmsnorm" else "LN",
+            positional_embedding_type="rotary" if c.positional == "rope" else "standard",
+            device=self.W_E.device, gated_mlp=c.feedforward.type == "swiglu",
+        )
+
+    # --- forward ---------------------------------------------------------------------------------------
+
+    def forward(
+        self, tokens: Int[Tensor, "batch pos"], return_aux: bool = False
+    ) -> Float[Tensor, "batch pos d_vocab"] | tuple[Tensor, dict[str, Tensor]]:
+        tokens = self._check_tokens(tokens)
+        h_BxTxD = self.hook_embed(self.W_E[tokens])
+        if self.W_pos is not None:
+            h_BxTxD = h_BxTxD + self.hook_pos_embed(self.W_pos[: tokens.shape[1]])[None]
+        penalties: list[Tensor] = []
+        for block in self.blocks:
+            h_BxTxD, block_penalties = block(h_BxTxD)
+            penalties += block_penalties
+        logits_BxTxV = (self.ln_final(h_BxTxD) @ self.W_U).float()
+        if not return_aux:
+            return logits_BxTxV
+        selectivity = torch.stack(penalties).sum() if penalties else logits_BxTxV.new_zeros(())
+        return logits_BxTxV, {"selectivity": selectivity}
+
+    def _check_tokens(self, tokens: Tensor) -> Tensor:
+        if not isinstance(tokens, Tensor):
+            tokens = torch.as_tensor(tokens)
+        if tokens.dim() == 1:
+            tokens = tokens[None]
+        if tokens.dim() != 2 or tokens.dtype not in (torch.int64, torch.int32, torch.int16, torch.uint8):
+            raise ValueError(
+                f"tokens must be an integer tensor [batch, pos], got {tuple(tokens.shape)} {tokens.dtype}"
+                " (use model.to_tokens(text) for strings)"
+            )
+        if tokens.shape[1] > self.config.n_ctx:
+            raise ContextLengthError(
+                f"prompt of {tokens.shape[1]} tokens is longer than the model's context n_ctx={self.config.n_ctx};"
+                " shorten it or split it into windows"
+            )
+        if tokens.numel() and (int(tokens.min()) < 0 or int(tokens.max()) >= self.config.d_vocab):
+            raise ValueError(
+                f"token ids must lie in [0, d_vocab={self.config.d_vocab}), got [{int(tokens.min())}, "
+                f"{int(tokens.max())}] (was the text tokenized with another tokenizer?)"
+            )
+        return tokens.to(self.W_E.device).long()
+
+    def run_with_cache(self, *model_args: Any, **kwargs: Any) -> tuple[Any, ActivationCache]:
+        """Like TransformerLens: returns (output, ActivationCache) indexable by hook name."""
+        remove_batch_dim = kwargs.get("remove_batch_dim", False)
+        output, cache_dict = super().run_with_cache(*model_args, **kwargs)
+        return output, ActivationCache(cache_dict, self, has_batch_dim=not remove_batch_dim)
+
+    # --- TransformerLens conveniences ------------------------------------------------------------------
+
+    def tokens_to_residual_directions(self, tokens: int | str | Tensor) -> Float[Tensor, "... d_model"]:
+        """The unembedding column(s) of token(s): the residual direction that raises their logit."""
+        if isinstance(tokens, str):
+            ids = self.to_tokens(tokens)[0]
+            if ids.numel() != 1:
+                raise ValueError(f"{tokens!r} is {ids.numel()} tokens; pass a single-token string or token ids")
+            tokens = ids[0]
+        tokens = torch.as_tensor(tokens, device=self.W_E.device)
+        return self.W_U[:, tokens].movedim(0, -1)
+
+    def _require_tokenizer(self) -> Any:
+        if self.tokenizer is None:
+            raise ValueError(
+                "this model has no tokenizer: load it from a folder with tokenizer.json, or set model.tokenizer"
+            )
+        return self.tokenizer
+
+    def to_tokens(self, text: str | list[str]) -> Int[Tensor, "batch pos"]:
+        """Tokenize text (no special tokens added). A list of strings is right-padded with the separator."""
+        tokenizer = self._require_tokenizer()
+        texts = [text] if isinstance(text, str) else list(text)
+        ids = [tokenizer.encode(t) for t in texts]
+        if any(len(seq) == 0 for seq in ids):
+            raise ValueError("cannot run the model on empty text: give at least one character")
+        width = max(len(seq) for seq in ids)
+        pad = getattr(tokenizer, "eos_id", 0)
+        batch = torch.full((len(ids), width), pad, dtype=torch.long)
+        for row, seq in enumerate(ids):
+            batch[row, : len(seq)] = torch.tensor(seq)
+        return batch.to(self.W_E.device)
+
+    def to_str_tokens(self, text: str | Tensor) -> list[str]:
+        tokenizer = self._require_tokenizer()
+        ids = self.to_tokens(text)[0] if isinstance(text, str) else torch.as_tensor(text).flatten()
+        return [tokenizer.token_str(int(i)) for i in ids]
+
+    # --- circuits ---------------------------------------------------------------------------------------
+
+    def sparse_code_hooks(self, layers: list[int] | None = None) -> list[str]:
+        """The hook names `sparse_codes` reads (cache only these to collect codes cheaply)."""
+        names = []
+        for layer in range(self.config.n_layers) if layers is None else layers:
+            block = self.blocks[layer]
+            if block.bottleneck is not None:
+                names += [f"blocks.{layer}.bottleneck.hook_code_indices", f"blocks.{layer}.bottleneck.hook_code_values"]
+            elif isinstance(block.mlp, Sgatlin):
+                names += [f"blocks.{layer}.mlp.hook_gate_indices", f"blocks.{layer}.mlp.hook_gate_values"]
+            else:
+                names.append(f"blocks.{layer}.mlp.hook_post")
+        return names
+
+    def sparse_codes(self, cache: ActivationCache | dict[str, Tensor], layers: list[int] | None = None) -> dict[int, SparseCode]:
+        """Per-token codes per layer: parity codes where there is a bottleneck, else sgatlin gates (ids
+        offset by channel: c * N + i), else NC-FFN's top-`code_k` operator outputs, else the dense FFN's
+        top-`code_k` |activations| (a baseline, not a circuit)."""
+        codes = {}
+        for layer in range(self.config.n_layers) if layers is None else layers:
+            block = self.blocks[layer]
+            try:
+                if block.bottleneck is not None:
+                    prefix = f"blocks.{layer}.bottleneck"
+                    codes[layer] = SparseCode(
+                        cache[f"{prefix}.hook_code_indices"].long(), cache[f"{prefix}.hook_code_values"].float(),
+                        block.bottleneck.n_features,
+                    )
+                elif isinstance(block.mlp, Sgatlin):
+                    indices = cache[f"blocks.{layer}.mlp.hook_gate_indices"].long()
+                    offsets = torch.arange(block.mlp.n_channels, device=indices.device)[:, None] * block.mlp.d_ffw
+                    codes[layer] = SparseCode(
+                        (indices + offsets).flatten(-2), cache[f"blocks.{layer}.mlp.hook_gate_values"].float().flatten(-2),
+                        block.mlp.n_channels * block.mlp.d_ffw,
+                    )
+                else:
+                    post = cache[f"blocks.{layer}.mlp.hook_post"].float()
+                    code_k = self.config.feedforward.code_k
+                    if isinstance(block.mlp, NCFFN):
+                        operators = post[..., block.mlp.operator_slice()]
+                        values, indices = operators.topk(min(code_k, operators.shape[-1]), dim=-1)
+                        codes[layer] = SparseCode(indices, values, operators.shape[-1])
+                    else:
+                        top = post.abs().topk(min(code_k, post.shape[-1]), dim=-1).indices
+                        codes[layer] = SparseCode(top, post.gather(-1, top), post.shape[-1])
+            except KeyError as error:
+                raise KeyError(
+                    f"the cache lacks {error} needed for layer {layer}'s code; cache model.sparse_code_hooks()"
+                ) from None
+        return codes
+
+    # --- parameters per part ----------------------------------------------------------------------------
+
+    def parameter_counts(self) -> dict[str, int]:
+        counts: dict[str, int] = {}
+        for name, param in self.named_parameters():
+            parts = name.split(".")
+            part = f"{parts[2]}" if parts[0] == "blocks" else parts[0]
+            counts[part] = counts.get(part, 0) + param.numel()
+        counts["total"] = sum(p.numel() for p in self.parameters())
+        return counts
+
+    def active_parameters_per_token(self) -> int:
+        """Parameters one token touches: one embedding row, the whole unembedding, and for sgatlin only
+        the router and the C*k chosen neurons (2 * C * k * d_model expert weights per layer)."""
+        ffn = self.config.feedforward
+        total = 0
+        for name, param in self.named_parameters():
+            if name.endswith("mlp.experts"):
+                total += 2 * ffn.n_channels * ffn.k * self.config.d_model
+            elif name == "W_E":
+                total += self.config.d_model + (param.numel() if self.config.tied_embeddings else 0)
+            elif name == "W_pos":
+                total += self.config.d_model
+            else:
+                total += param.numel()
+        return total
+
+    # --- persistence (see circuitlab.architectures.checkpoint) ------------------------------------------
+
+    def save(self, folder: Any, dtype: torch.dtype | None = None) -> None:
+        from circuitlab.architectures.checkpoint import save_model
+
+        save_model(self, folder, dtype=dtype)
