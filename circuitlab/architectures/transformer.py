@@ -322,7 +322,8 @@ class CircuitTransformer(HookedRootModule):
             if name.endswith("mlp.experts"):
                 total += 2 * ffn.n_channels * ffn.k * self.config.d_model
             elif name == "W_E":
-                total += self.config.d_model + (param.numel() if self.config.tied_embeddings else 0)
+                # tied: the unembedding reads every row (the embedded one included)
+                total += param.numel() if self.config.tied_embeddings else self.config.d_model
             elif name == "W_pos":
                 total += self.config.d_model
             else:

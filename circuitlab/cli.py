@@ -1,0 +1,63 @@
+"""`circuitlab <verb>`: one entry point; each part of the library registers its own verbs.
+
+User errors (bad arguments, missing files, mismatched models) print one line and exit with status 2;
+they never show a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+# module -> it defines register(subparsers), adding verbs with set_defaults(func=...) (func(args) -> int)
+VERB_MODULES = (
+    "circuitlab.architectures.summary",
+    "circuitlab.data.cli",
+    "circuitlab.training.cli",
+    "circuitlab.analysis.cli_db",
+    "circuitlab.analysis.cli_causal",
+    "circuitlab.demo",
+)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="circuitlab",
+        description="Mechanistic interpretability for transformers that are interpretable by construction.",
+    )
+    subparsers = parser.add_subparsers(dest="verb", metavar="<verb>")
+    for module_name in VERB_MODULES:
+        try:
+            module = importlib.import_module(module_name)
+        except ModuleNotFoundError as error:
+            if error.name == module_name:  # that part of the library is not installed in this build
+                continue
+            raise
+        module.register(subparsers)
+    return parser
+
+
+class UserError(Exception):
+    """An error caused by the user's input: printed as one line, exit status 2."""
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not getattr(args, "func", None):
+        parser.print_help()
+        return 0
+    try:
+        return int(args.func(args) or 0)
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+    except (UserError, ValueError, FileNotFoundError, KeyError, PermissionError, IsADirectoryError) as error:
+        message = error.args[0] if isinstance(error, KeyError) and error.args else error
+        print(f"circuitlab {args.verb}: error: {message}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())
