@@ -127,4 +127,5 @@ def load_model(
         if tensor.is_floating_point() and not torch.isfinite(tensor).all():
             raise CheckpointError(f"{weights}: tensor {name!r} holds NaN or infinite values (corrupted?)")
     model.load_state_dict({k: v.to(expected[k].dtype) for k, v in state.items()})
-    return model.to(device=device, dtype=dtype)
+    # loaded models are for analysis: evaluation mode (TransformerLens' tools insist on it); train() to train
+    return model.to(device=device, dtype=dtype).eval()
