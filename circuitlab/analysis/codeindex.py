@@ -1,0 +1,546 @@
+"""Sparse code storage and nearest-neighbour search by cosine distance.
+
+A circuit is identified by its sparse code (seed 000, section 4: the gate vector of a token fixes the linear
+circuit sgatlin applies to it), and two circuits are compared by the cosine distance of their codes
+(DESIGN section 7). This module holds the codes of one layer and searches them two ways:
+
+- exact: inverted lists over code indices (for each neuron, the rows that use it). A query touches only the
+  rows that share at least one neuron with it, and every other row has cosine 0 exactly, so the result is
+  the brute-force result (ties broken by the smaller row id) at a fraction of the cost.
+- approximate: every code is compressed to a dense sketch of `dim` floats (a sparse signed random
+  projection, seeded, so it needs no stored matrix whatever the code size), the normalised sketches go
+  into a FAISS inner-product index, FAISS proposes candidates and those are re-ranked with the exact
+  sparse cosine distance. Densified sgatlin codes (8192 dims) would take 32 GB per million rows; sketches
+  of 256 floats take 1 GB.
+
+Shape letters: R stored rows (circuits), Q queries, K non-zeros per code, D sketch dimensions, M candidates
+per query.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+from jaxtyping import Float, Int
+
+from circuitlab.codes import SparseCode
+
+_CHUNK_ROWS = 65536
+
+
+def _as_numpy(array) -> np.ndarray:
+    if isinstance(array, torch.Tensor):
+        return array.detach().to("cpu").numpy()
+    return np.asarray(array)
+
+
+class CodeMatrix:
+    """The sparse codes of one layer, one row per circuit, in canonical form.
+
+    Canonical form: int32 indices sorted ascending within each row; an index that occurs more than once in
+    a row keeps its first slot with the summed value and its other slots carry value 0 (so the row still
+    densifies to the same vector, as `SparseCode.to_dense` adds duplicates up). Values are float32 or float16.
+    The arrays may be read-only memory maps of a saved database.
+    """
+
+    def __init__(
+        self,
+        indices: Int[np.ndarray, "R K"],
+        values: Float[np.ndarray, "R K"],
+        size: int,
+        *,
+        canonical: bool = False,
+        value_dtype: str | np.dtype | None = None,
+    ) -> None:
+        indices = _as_numpy(indices)
+        values = _as_numpy(values)
+        if indices.ndim != 2 or indices.shape != values.shape:
+            raise ValueError(
+                f"codes need indices and values of one shape [rows, nnz]; got {indices.shape} and {values.shape}"
+            )
+        if size <= 0:
+            raise ValueError(f"code size must be positive, got {size}")
+        if value_dtype is not None:
+            values = values.astype(np.dtype(value_dtype), copy=False)
+        elif values.dtype not in (np.float16, np.float32):
+            values = values.astype(np.float32)
+        if not canonical:
+            indices, values = _canonicalise(indices, values, size)
+        self.indices = indices
+        self.values = values
+        self.size = int(size)
+        self._norms: np.ndarray | None = None
+
+    @classmethod
+    def from_sparse_code(cls, code: SparseCode, value_dtype: str | np.dtype = np.float32) -> "CodeMatrix":
+        """Flatten a `SparseCode` of any leading shape into rows."""
+        flat = code.indices.reshape(-1, code.nnz), code.values.reshape(-1, code.nnz)
+        values = _as_numpy(flat[1].float())
+        return cls(_as_numpy(flat[0]), values, code.size, value_dtype=value_dtype)
+
+    @classmethod
+    def concatenate(cls, parts: list["CodeMatrix"]) -> "CodeMatrix":
+        if not parts:
+            raise ValueError("cannot concatenate an empty list of code matrices")
+        sizes = {part.size for part in parts}
+        if len(sizes) != 1:
+            raise ValueError(f"code matrices of different sizes {sorted(sizes)} cannot be concatenated")
+        return cls(
+            np.concatenate([part.indices for part in parts]),
+            np.concatenate([part.values for part in parts]),
+            parts[0].size,
+            canonical=True,
+        )
+
+    def __len__(self) -> int:
+        return self.indices.shape[0]
+
+    @property
+    def nnz(self) -> int:
+        return self.indices.shape[1]
+
+    @property
+    def norms(self) -> Float[np.ndarray, " R"]:
+        """Euclidean norms in float64 (canonical rows have no repeated index, so this is the dense norm)."""
+        if self._norms is None:
+            norms = np.empty(len(self), dtype=np.float64)
+            for start in range(0, len(self), _CHUNK_ROWS):
+                block = self.values[start : start + _CHUNK_ROWS].astype(np.float64)
+                norms[start : start + _CHUNK_ROWS] = np.sqrt(np.einsum("rk,rk->r", block, block))
+            self._norms = norms
+        return self._norms
+
+    def rows(self, row_ids) -> "CodeMatrix":
+        row_ids = np.asarray(row_ids, dtype=np.int64)
+        return CodeMatrix(
+            np.ascontiguousarray(self.indices[row_ids]),
+            np.ascontiguousarray(self.values[row_ids]),
+            self.size,
+            canonical=True,
+        )
+
+    def to_sparse_code(self) -> SparseCode:
+        return SparseCode(
+            torch.from_numpy(self.indices.astype(np.int64)),
+            torch.from_numpy(self.values.astype(np.float32)),
+            self.size,
+        )
+
+    def to_dense(self) -> Float[np.ndarray, "R size"]:
+        """Dense float32 rows. Memory R * size * 4 bytes: for tests and small subsets only."""
+        dense = np.zeros((len(self), self.size), dtype=np.float32)
+        rows = np.repeat(np.arange(len(self)), self.nnz)
+        np.add.at(dense, (rows, self.indices.ravel()), self.values.astype(np.float32).ravel())
+        return dense
+
+    def to_csr(self):
+        """A scipy.sparse CSR matrix [R, size] (zero-valued slots dropped)."""
+        from scipy import sparse
+
+        values = self.values.astype(np.float32).ravel()
+        matrix = sparse.csr_matrix(
+            (values, self.indices.ravel().astype(np.int64), np.arange(0, values.size + 1, self.nnz)),
+            shape=(len(self), self.size),
+        )
+        matrix.eliminate_zeros()
+        return matrix
+
+
+def _canonicalise(
+    indices: Int[np.ndarray, "R K"], values: Float[np.ndarray, "R K"], size: int
+) -> tuple[Int[np.ndarray, "R K"], Float[np.ndarray, "R K"]]:
+    if indices.size:
+        lowest, highest = int(indices.min()), int(indices.max())
+        if lowest < 0 or highest >= size:
+            raise ValueError(f"code indices must lie in [0, {size}); found values in [{lowest}, {highest}]")
+    order = np.argsort(indices, axis=1, kind="stable")
+    indices = np.take_along_axis(indices, order, axis=1).astype(np.int32)
+    values = np.take_along_axis(values, order, axis=1).copy()
+    repeated = indices[:, 1:] == indices[:, :-1]
+    for row in np.flatnonzero(repeated.any(axis=1)):
+        first_slot = np.concatenate([[True], ~repeated[row]])
+        group = np.cumsum(first_slot) - 1
+        sums = np.bincount(group, weights=values[row].astype(np.float64))
+        merged = np.zeros_like(values[row])
+        merged[first_slot] = sums
+        values[row] = merged
+    return indices, values
+
+
+# ----------------------------------------------------------------------------------------------- exact
+
+
+class InvertedLists:
+    """For each code index, the rows whose code contains it, with the value they carry there."""
+
+    def __init__(self, codes: CodeMatrix) -> None:
+        flat_indices = codes.indices.ravel()
+        order = np.argsort(flat_indices, kind="stable")
+        self.rows = (order // codes.nnz).astype(np.int32)
+        self.values = codes.values.ravel()[order].astype(np.float32)
+        counts = np.bincount(flat_indices, minlength=codes.size)
+        self.offsets = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
+
+    def gather(
+        self, query_indices: np.ndarray, query_values: np.ndarray, query_slots: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The posting entries of many (query slot, index, value) triples at once.
+
+        Returns (row ids, weight = posting value * query value, query slot) per posting entry.
+        """
+        starts = self.offsets[query_indices]
+        lengths = self.offsets[query_indices + 1] - starts
+        total = int(lengths.sum())
+        run_starts = np.cumsum(lengths) - lengths
+        positions = np.arange(total, dtype=np.int64) - np.repeat(run_starts - starts, lengths)
+        weights = self.values[positions].astype(np.float64) * np.repeat(query_values.astype(np.float64), lengths)
+        return self.rows[positions], weights, np.repeat(query_slots, lengths)
+
+
+def cosine_distance_from_dots(
+    dots: Float[np.ndarray, "Q R"], query_norms: Float[np.ndarray, " Q"], row_norms: Float[np.ndarray, " R"]
+) -> Float[np.ndarray, "Q R"]:
+    """1 - cos, where a zero vector has cosine 0 with everything (distance 1); clipped to [0, 2]."""
+    denominator = query_norms[:, None] * row_norms[None, :]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        cosine = np.where(denominator > 0, dots / np.where(denominator > 0, denominator, 1.0), 0.0)
+    return np.clip(1.0 - cosine, 0.0, 2.0)
+
+
+def smallest_k(distances: Float[np.ndarray, " R"], k: int) -> Int[np.ndarray, " k"]:
+    """Ids of the k smallest distances, ordered by (distance, id): the deterministic brute-force answer."""
+    k = min(k, distances.size)
+    if k == 0:
+        return np.zeros(0, dtype=np.int64)
+    kth = np.partition(distances, k - 1)[k - 1]
+    below = np.flatnonzero(distances < kth)
+    tied = np.flatnonzero(distances == kth)[: k - below.size]
+    chosen = np.concatenate([below, tied])
+    return chosen[np.lexsort((chosen, distances[chosen]))]
+
+
+def exact_search(
+    codes: CodeMatrix,
+    lists: InvertedLists,
+    queries: CodeMatrix,
+    k: int,
+    exclude: Int[np.ndarray, " Q"] | None = None,
+) -> tuple[Int[np.ndarray, "Q k"], Float[np.ndarray, "Q k"]]:
+    """The k rows nearest each query by cosine distance, exactly as brute force over dense vectors gives them.
+
+    `exclude[q]` (a row id, or -1) is left out of query q's answer (a row searching for its own neighbours).
+    Returns ids (int64, -1 where fewer than k rows exist) and distances (float64, inf there).
+    """
+    if queries.size != codes.size:
+        raise ValueError(f"query codes have size {queries.size} but the stored codes have size {codes.size}")
+    n_rows, n_queries = len(codes), len(queries)
+    k_out = min(k, n_rows - (0 if exclude is None else 1)) if n_rows else 0
+    ids = np.full((n_queries, k), -1, dtype=np.int64)
+    distances = np.full((n_queries, k), np.inf, dtype=np.float64)
+    if n_rows == 0 or k_out <= 0:
+        return ids, distances
+    # Bound the dense score block to about 2^22 float64 entries per chunk.
+    chunk = max(1, (1 << 22) // n_rows)
+    for start in range(0, n_queries, chunk):
+        block = queries.rows(np.arange(start, min(start + chunk, n_queries)))
+        slots = np.repeat(np.arange(len(block)), block.nnz)
+        flat_values = block.values.ravel()
+        used = flat_values != 0
+        rows, weights, query_slots = lists.gather(
+            block.indices.ravel()[used].astype(np.int64), flat_values[used], slots[used]
+        )
+        dots = np.bincount(
+            query_slots * n_rows + rows, weights=weights, minlength=len(block) * n_rows
+        ).reshape(len(block), n_rows)
+        block_distances = cosine_distance_from_dots(dots, block.norms, codes.norms)
+        for slot in range(len(block)):
+            row_distances = block_distances[slot]
+            if exclude is not None and exclude[start + slot] >= 0:
+                row_distances[exclude[start + slot]] = np.inf
+            nearest = smallest_k(row_distances, k_out)
+            ids[start + slot, : nearest.size] = nearest
+            distances[start + slot, : nearest.size] = row_distances[nearest]
+    return ids, distances
+
+
+def brute_force_search(
+    codes: CodeMatrix, queries: CodeMatrix, k: int
+) -> tuple[Int[np.ndarray, "Q k"], Float[np.ndarray, "Q k"]]:
+    """Dense reference: densify everything, compute every cosine distance. For tests on small sizes only."""
+    dense_rows = codes.to_dense().astype(np.float64)
+    dense_queries = queries.to_dense().astype(np.float64)
+    distances = cosine_distance_from_dots(
+        dense_queries @ dense_rows.T, np.linalg.norm(dense_queries, axis=1), np.linalg.norm(dense_rows, axis=1)
+    )
+    ids = np.stack([smallest_k(row, k) for row in distances])
+    return ids, np.take_along_axis(distances, ids, axis=1)
+
+
+# ----------------------------------------------------------------------------------------- approximate
+
+
+@dataclass(frozen=True)
+class SketchSpec:
+    """A sparse signed random projection: code index i adds +-value/sqrt(hashes) to `hashes` of `dim` buckets.
+
+    Inner products of sketches estimate inner products of codes without bias (a count sketch with several
+    hashes; standard deviation about |x||y|/sqrt(dim)); the buckets and signs come from a seeded integer
+    hash of (seed, hash number, index), so no projection matrix is stored whatever the code size.
+    """
+
+    dim: int = 256
+    hashes: int = 4
+    seed: int = 0
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+_MASK64 = np.uint64(0xFFFFFFFFFFFFFFFF)
+
+
+def _mix64(values: np.ndarray) -> np.ndarray:
+    # splitmix64 finaliser: a bijective avalanche mix of 64-bit integers (wrapping arithmetic is intended).
+    with np.errstate(over="ignore"):
+        values = values ^ (values >> np.uint64(30))
+        values = values * np.uint64(0xBF58476D1CE4E5B9)
+        values = values ^ (values >> np.uint64(27))
+        values = values * np.uint64(0x94D049BB133111EB)
+        return values ^ (values >> np.uint64(31))
+
+
+def sketch(codes: CodeMatrix, spec: SketchSpec) -> Float[np.ndarray, "R D"]:
+    """L2-normalised float32 sketches of every row (a zero row gets a zero sketch)."""
+    out = np.zeros((len(codes), spec.dim), dtype=np.float32)
+    scale = 1.0 / math.sqrt(spec.hashes)
+    for start in range(0, len(codes), _CHUNK_ROWS):
+        indices = codes.indices[start : start + _CHUNK_ROWS].astype(np.uint64)
+        values = codes.values[start : start + _CHUNK_ROWS].astype(np.float64) * scale
+        n_block = indices.shape[0]
+        row_offsets = (np.arange(n_block, dtype=np.int64) * spec.dim)[:, None]
+        accumulated = np.zeros(n_block * spec.dim, dtype=np.float64)
+        for hash_number in range(spec.hashes):
+            with np.errstate(over="ignore"):
+                salt = np.uint64((spec.seed * 0x9E3779B1 + hash_number * 0x85EBCA77 + 1) & 0xFFFFFFFFFFFFFFFF)
+                mixed = _mix64(indices * np.uint64(0x9E3779B97F4A7C15) + salt)
+            buckets = (mixed % np.uint64(spec.dim)).astype(np.int64)
+            signs = np.where((mixed >> np.uint64(63)) == 1, -1.0, 1.0)
+            accumulated += np.bincount(
+                (row_offsets + buckets).ravel(), weights=(values * signs).ravel(), minlength=n_block * spec.dim
+            )
+        block = accumulated.reshape(n_block, spec.dim)
+        lengths = np.linalg.norm(block, axis=1, keepdims=True)
+        out[start : start + n_block] = np.where(lengths > 0, block / np.where(lengths > 0, lengths, 1.0), 0.0)
+    return out
+
+
+class ApproximateIndex:
+    """Sketches of one layer's codes in a FAISS inner-product index, proposing candidates for exact re-ranking.
+
+    kind "flat" scans every sketch (small stores), "ivf" an inverted-file index over k-means cells
+    (`nlist` cells, `nprobe` visited per query), "hnsw" a graph index. "auto" picks flat below 100k rows and
+    ivf above.
+    """
+
+    def __init__(self, faiss_index, spec: SketchSpec, kind: str, params: dict) -> None:
+        self.faiss_index = faiss_index
+        self.spec = spec
+        self.kind = kind
+        self.params = dict(params)
+        self._apply_search_params()
+
+    @classmethod
+    def build(
+        cls,
+        codes: CodeMatrix,
+        spec: SketchSpec | None = None,
+        kind: str = "auto",
+        *,
+        nlist: int | None = None,
+        nprobe: int | None = None,
+        hnsw_m: int = 32,
+        ef_search: int = 256,
+        seed: int = 0,
+        progress: bool = False,
+    ) -> "ApproximateIndex":
+        import faiss
+        from tqdm.auto import tqdm
+
+        spec = spec or SketchSpec()
+        n_rows = len(codes)
+        if kind == "auto":
+            kind = "flat" if n_rows < 100_000 else "ivf"
+        if kind == "flat":
+            index = faiss.IndexFlatIP(spec.dim)
+            params: dict = {}
+        elif kind == "ivf":
+            nlist = nlist or max(1, min(int(4 * math.sqrt(n_rows)), n_rows // 39))
+            nprobe = nprobe or max(1, min(nlist, nlist // 32 + 8))
+            quantizer = faiss.IndexFlatIP(spec.dim)
+            index = faiss.IndexIVFFlat(quantizer, spec.dim, nlist, faiss.METRIC_INNER_PRODUCT)
+            # k-means on a sample: 40 points per cell is FAISS's own lower bound for a stable clustering.
+            sample_size = min(n_rows, 64 * nlist)
+            sample = np.sort(np.random.default_rng(seed).choice(n_rows, sample_size, replace=False))
+            index.train(sketch(codes.rows(sample), spec))
+            params = {"nlist": nlist, "nprobe": nprobe}
+        elif kind == "hnsw":
+            index = faiss.IndexHNSWFlat(spec.dim, hnsw_m, faiss.METRIC_INNER_PRODUCT)
+            params = {"hnsw_m": hnsw_m, "ef_search": ef_search}
+        else:
+            raise ValueError(f"unknown approximate index kind {kind!r}; expected 'auto', 'flat', 'ivf' or 'hnsw'")
+        chunk = 8 * _CHUNK_ROWS
+        for start in tqdm(range(0, n_rows, chunk), desc=f"sketch index ({kind})", disable=not progress):
+            index.add(sketch(codes.rows(np.arange(start, min(start + chunk, n_rows))), spec))
+        return cls(index, spec, kind, params)
+
+    def _apply_search_params(self) -> None:
+        if self.kind == "ivf":
+            self.faiss_index.nprobe = int(self.params["nprobe"])
+        elif self.kind == "hnsw":
+            self.faiss_index.hnsw.efSearch = int(self.params["ef_search"])
+
+    def __len__(self) -> int:
+        return int(self.faiss_index.ntotal)
+
+    def candidates(self, queries: CodeMatrix, n_candidates: int) -> Int[np.ndarray, "Q M"]:
+        """Row ids whose sketches have the largest inner product with each query's sketch (-1 = none)."""
+        if self.kind == "hnsw":
+            self.faiss_index.hnsw.efSearch = max(int(self.params["ef_search"]), n_candidates)
+        _, ids = self.faiss_index.search(sketch(queries, self.spec), min(n_candidates, max(1, len(self))))
+        return ids.astype(np.int64)
+
+    def save(self, path: str | Path) -> None:
+        import faiss
+
+        faiss.write_index(self.faiss_index, str(path))
+
+    @classmethod
+    def load(cls, path: str | Path, spec: SketchSpec, kind: str, params: dict) -> "ApproximateIndex":
+        import faiss
+
+        return cls(faiss.read_index(str(path)), spec, kind, params)
+
+
+def rerank(
+    codes: CodeMatrix,
+    queries: CodeMatrix,
+    candidates: Int[np.ndarray, "Q M"],
+    k: int,
+    exclude: Int[np.ndarray, " Q"] | None = None,
+) -> tuple[Int[np.ndarray, "Q k"], Float[np.ndarray, "Q k"]]:
+    """Exact cosine distances of each query to its candidate rows; the k best by (distance, id)."""
+    n_queries = len(queries)
+    ids = np.full((n_queries, k), -1, dtype=np.int64)
+    distances = np.full((n_queries, k), np.inf, dtype=np.float64)
+    if n_queries == 0 or candidates.shape[1] == 0:
+        return ids, distances
+    size = np.int64(codes.size)
+    chunk = max(1, (1 << 20) // max(1, candidates.shape[1] * codes.nnz))
+    for start in range(0, n_queries, chunk):
+        stop = min(start + chunk, n_queries)
+        block_queries = queries.rows(np.arange(start, stop))
+        block_candidates = candidates[start:stop]
+        valid = block_candidates >= 0
+        safe = np.where(valid, block_candidates, 0)
+        slot = np.arange(stop - start, dtype=np.int64)
+        # Offsetting every query's sorted indices by slot * size gives one globally sorted array to search.
+        query_keys = (block_queries.indices.astype(np.int64) + slot[:, None] * size).ravel()
+        query_values = block_queries.values.astype(np.float64).ravel()
+        candidate_keys = codes.indices[safe].astype(np.int64) + (slot * size)[:, None, None]
+        where = np.minimum(np.searchsorted(query_keys, candidate_keys), query_keys.size - 1)
+        matched = query_keys[where] == candidate_keys
+        dots = (query_values[where] * codes.values[safe].astype(np.float64) * matched).sum(axis=-1)
+        denominator = block_queries.norms[:, None] * codes.norms[safe]
+        with np.errstate(divide="ignore", invalid="ignore"):
+            cosine = np.where(denominator > 0, dots / np.where(denominator > 0, denominator, 1.0), 0.0)
+        block_distances = np.where(valid, np.clip(1.0 - cosine, 0.0, 2.0), np.inf)
+        if exclude is not None:
+            block_distances[block_candidates == exclude[start:stop, None]] = np.inf
+        for row in range(stop - start):
+            order = np.lexsort((block_candidates[row], block_distances[row]))[:k]
+            keep = order[np.isfinite(block_distances[row, order])]
+            ids[start + row, : keep.size] = block_candidates[row, keep]
+            distances[start + row, : keep.size] = block_distances[row, keep]
+    return ids, distances
+
+
+def recall_at_k(
+    exact_distances: Float[np.ndarray, "Q k"], approximate_distances: Float[np.ndarray, "Q k"], tolerance: float = 1e-9
+) -> float:
+    """Mean fraction of the k true neighbours recovered, counting ties fairly.
+
+    A returned row counts as a true neighbour when its exact distance is at most the k-th exact distance (+
+    tolerance): with duplicate codes several rows are equally correct answers. Both arrays hold exact
+    cosine distances (approximate search re-ranks exactly), sorted ascending, inf for missing entries.
+    """
+    kth = exact_distances[:, -1:]
+    found = (approximate_distances <= kth + tolerance) & np.isfinite(approximate_distances)
+    wanted = np.isfinite(exact_distances).sum(axis=1)
+    return float(np.mean(np.minimum(found.sum(axis=1), wanted) / np.maximum(wanted, 1)))
+
+
+@dataclass
+class SearchTiming:
+    """Queries per second of one search mode, measured on `n_queries` queries."""
+
+    queries_per_second: float
+    n_queries: int
+
+
+def timed(function, n_queries: int):
+    start = time.perf_counter()
+    result = function()
+    elapsed = time.perf_counter() - start
+    return result, SearchTiming(n_queries / max(elapsed, 1e-12), n_queries)
+
+
+# ------------------------------------------------------------------------------------- synthetic codes
+
+
+def structured_synthetic_codes(
+    n_rows: int,
+    *,
+    channels: int = 8,
+    k: int = 8,
+    neurons: int = 1024,
+    n_prototypes: int | None = None,
+    replace_probability: float = 0.3,
+    duplicate_fraction: float = 0.1,
+    seed: int = 0,
+    prototypes_seed: int | None = None,
+) -> CodeMatrix:
+    """Codes of the sgatlin shape with the structure of real ones, for tests and benchmarks.
+
+    Each code picks one of `n_prototypes` prototype circuits (Zipf-distributed, as token frequencies are),
+    keeps each of its `channels * k` neurons with probability 1 - `replace_probability` (a replaced slot
+    takes a random neuron of its channel), and scales the values by log-normal noise;
+    `duplicate_fraction` of the rows then copy an earlier row exactly (real databases hold many identical
+    circuits). Neuron ids carry the channel offset c * neurons + i. Pass the same `prototypes_seed` to draw
+    queries from the prototypes of a stored set.
+    """
+    rng = np.random.default_rng(seed)
+    prototype_rng = np.random.default_rng(seed if prototypes_seed is None else prototypes_seed)
+    n_prototypes = n_prototypes or max(16, n_rows // 500)
+    prototype_indices = np.argsort(prototype_rng.random((n_prototypes, channels, neurons)), axis=2)[:, :, :k]
+    prototype_values = prototype_rng.gamma(2.0, 1.0, size=(n_prototypes, channels, k))
+    weights = 1.0 / np.arange(1, n_prototypes + 1) ** 0.8
+    chosen = rng.choice(n_prototypes, n_rows, p=weights / weights.sum())
+    indices = prototype_indices[chosen].copy()
+    values = prototype_values[chosen] * rng.lognormal(0.0, 0.3, size=(n_rows, channels, k))
+    replaced = rng.random((n_rows, channels, k)) < replace_probability
+    indices[replaced] = rng.integers(0, neurons, int(replaced.sum()))
+    values[replaced] = rng.gamma(2.0, 0.5, int(replaced.sum()))
+    indices = indices + (np.arange(channels) * neurons)[None, :, None]
+    indices = indices.reshape(n_rows, channels * k)
+    values = values.reshape(n_rows, channels * k).astype(np.float32)
+    copies = np.flatnonzero(rng.random(n_rows) < duplicate_fraction)
+    copies = copies[copies > 0]
+    sources = (rng.random(copies.size) * copies).astype(np.int64)
+    indices[copies] = indices[sources]
+    values[copies] = values[sources]
+    return CodeMatrix(indices, values, channels * neurons)

@@ -1,0 +1,193 @@
+"""Circuit search on synthetic codes: exact search equals brute force, approximate recall has a floor."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from circuitlab.analysis.circuitdb import CircuitDB, CircuitDBError, format_hits, mark_token, neighbour_heatmap
+from circuitlab.analysis.codeindex import (
+    ApproximateIndex,
+    CodeMatrix,
+    InvertedLists,
+    SketchSpec,
+    brute_force_search,
+    exact_search,
+    recall_at_k,
+    rerank,
+    sketch,
+    structured_synthetic_codes,
+)
+from circuitlab.codes import SparseCode
+
+
+def awkward_codes(n_rows: int, size: int, nnz: int, seed: int) -> CodeMatrix:
+    """Small-integer values (so float sums are exact and ties are real), negative values, repeated indices
+    within a row, duplicated rows and an all-zero row: every case the search must get right."""
+    rng = np.random.default_rng(seed)
+    indices = rng.integers(0, size, (n_rows, nnz))
+    values = rng.choice(np.array([-2.0, -1.0, 1.0, 2.0, 3.0], dtype=np.float32), (n_rows, nnz))
+    indices[1::7] = indices[0::7][: len(indices[1::7])]
+    values[1::7] = values[0::7][: len(values[1::7])]
+    indices[3, :2] = indices[3, 2]  # a repeated index: its values add up
+    values[5] = 0.0
+    return CodeMatrix(indices, values, size)
+
+
+def test_canonical_rows_densify_like_sparse_code():
+    indices = torch.tensor([[[4, 1, 4, 0]], [[2, 2, 2, 3]]])
+    values = torch.tensor([[[1.0, 2.0, 3.0, -1.0]], [[0.5, 0.5, 1.0, 2.0]]])
+    code = SparseCode(indices, values, size=6)
+    matrix = CodeMatrix.from_sparse_code(code)
+    np.testing.assert_array_equal(matrix.to_dense(), code.to_dense().reshape(2, 6).numpy())
+    assert matrix.indices.tolist() == [[0, 1, 4, 4], [2, 2, 2, 3]]
+    np.testing.assert_allclose(matrix.norms, np.linalg.norm(code.to_dense().reshape(2, 6).numpy(), axis=1))
+
+
+def test_indices_out_of_range_are_refused():
+    with pytest.raises(ValueError, match=r"\[0, 8\)"):
+        CodeMatrix(np.array([[1, 8]]), np.ones((1, 2), np.float32), 8)
+
+
+@pytest.mark.parametrize("k", [1, 10, 40])
+def test_exact_search_equals_dense_brute_force(k):
+    stored = awkward_codes(600, size=50, nnz=6, seed=0)
+    queries = CodeMatrix.concatenate([awkward_codes(40, size=50, nnz=6, seed=1), stored.rows([0, 1, 5, 3])])
+    ids, distances = exact_search(stored, InvertedLists(stored), queries, k)
+    reference_ids, reference_distances = brute_force_search(stored, queries, k)
+    np.testing.assert_allclose(distances, reference_distances, rtol=0, atol=1e-12)
+    # Integer values make every distance exact, so ties are true ties and both break them by the smaller id.
+    np.testing.assert_array_equal(ids, reference_ids)
+    assert np.all(np.diff(distances, axis=1) >= 0)
+    # A stored row finds itself (or an identical copy) at distance 0; the zero row is at distance 1 from all.
+    assert distances[40, 0] == pytest.approx(0.0, abs=1e-12)
+    np.testing.assert_allclose(distances[42], 1.0)
+
+
+def test_exact_search_excludes_the_query_row_and_handles_small_stores():
+    stored = awkward_codes(30, size=20, nnz=4, seed=2)
+    query_ids = np.array([0, 4, 9])
+    ids, distances = exact_search(stored, InvertedLists(stored), stored.rows(query_ids), k=50, exclude=query_ids)
+    assert ids.shape == (3, 50)
+    assert (ids[:, :29] >= 0).all() and (ids[:, 29:] == -1).all() and np.isinf(distances[:, 29:]).all()
+    for row, query in enumerate(query_ids):
+        assert query not in ids[row]
+        reference_ids, reference_distances = brute_force_search(stored, stored.rows([query]), 30)
+        keep = reference_ids[0] != query
+        np.testing.assert_array_equal(ids[row, :29], reference_ids[0][keep])
+        np.testing.assert_allclose(distances[row, :29], reference_distances[0][keep], atol=1e-12)
+
+
+def test_sketch_inner_products_track_cosine():
+    codes = structured_synthetic_codes(400, seed=3)
+    sketches = sketch(codes, SketchSpec(dim=256))
+    dense = codes.to_dense().astype(np.float64)
+    dense /= np.linalg.norm(dense, axis=1, keepdims=True)
+    true_cosine = (dense[:200] @ dense[200:].T).ravel()
+    sketch_cosine = (sketches[:200] @ sketches[200:].T).ravel()
+    np.testing.assert_allclose(np.linalg.norm(sketches, axis=1), 1.0, rtol=1e-5)
+    # A count sketch of 256 buckets estimates a cosine with standard deviation about 1/sqrt(256) = 0.06.
+    assert np.std(sketch_cosine - true_cosine) < 0.09
+    assert abs(np.mean(sketch_cosine - true_cosine)) < 0.01
+    assert np.corrcoef(true_cosine, sketch_cosine)[0, 1] > 0.9
+    # Deterministic: the same seed gives the same sketch, another seed another one.
+    np.testing.assert_array_equal(sketches, sketch(codes, SketchSpec(dim=256)))
+    assert not np.allclose(sketches, sketch(codes, SketchSpec(dim=256, seed=1)))
+
+
+@pytest.mark.parametrize("kind, floor", [("flat", 0.98), ("ivf", 0.95), ("hnsw", 0.95)])
+def test_approximate_recall_on_structured_codes(kind, floor):
+    stored = structured_synthetic_codes(20000, seed=0)
+    stored_queries = np.random.default_rng(1).choice(len(stored), 150, replace=False)
+    fresh = structured_synthetic_codes(150, seed=2, prototypes_seed=0)
+    lists = InvertedLists(stored)
+    index = ApproximateIndex.build(stored, SketchSpec(), kind, nlist=64, nprobe=16)
+    for queries, exclude in ((stored.rows(stored_queries), stored_queries), (fresh, None)):
+        exact_ids, exact_distances = exact_search(stored, lists, queries, 10, exclude)
+        approx_ids, approx_distances = rerank(stored, queries, index.candidates(queries, 257), 10, exclude)
+        recall = recall_at_k(exact_distances, approx_distances)
+        assert recall >= floor, f"{kind} recall@10 {recall:.3f} below {floor}"
+        # Re-ranking is exact: whatever approximate search returns carries its true distance.
+        dense_distance = brute_force_search(stored.rows(approx_ids[0]), queries.rows([0]), 10)[1]
+        np.testing.assert_allclose(np.sort(dense_distance[0]), approx_distances[0], atol=1e-9)
+
+
+def test_recall_counts_ties_fairly():
+    exact = np.array([[0.0, 0.0, 0.5]])
+    assert recall_at_k(exact, np.array([[0.0, 0.0, 0.5]])) == 1.0
+    assert recall_at_k(exact, np.array([[0.0, 0.5, 0.6]])) == pytest.approx(2 / 3)
+    assert recall_at_k(exact, np.array([[0.0, np.inf, np.inf]])) == pytest.approx(1 / 3)
+
+
+def test_database_search_table():
+    codes = structured_synthetic_codes(3000, seed=4)
+    metadata = _synthetic_metadata(len(codes))
+    db = CircuitDB.from_codes({2: codes}, metadata)
+    queries = codes.rows([10, 20]).to_sparse_code()
+    hits = db.search(queries, layer=2, k=5)
+    assert list(hits.columns[:8]) == [
+        "query_position", "query_token", "rank", "distance", "circuit_id", "token", "context", "top_predictions"
+    ]
+    assert len(hits) == 10 and hits["rank"].tolist() == [1, 2, 3, 4, 5] * 2
+    ids, distances = exact_search(codes, InvertedLists(codes), codes.rows([10, 20]), 5)
+    np.testing.assert_array_equal(hits["circuit_id"].to_numpy().reshape(2, 5), ids)
+    np.testing.assert_allclose(hits["distance"].to_numpy().reshape(2, 5), distances)
+    first = hits.iloc[0]
+    assert first["token"] == metadata["token"][first["circuit_id"]]
+    assert first["context"] == mark_token(*metadata.loc[first["circuit_id"], ["context", "token_start", "token_end"]])
+    assert first["top_predictions"] == " | ".join(metadata["top_predictions"][first["circuit_id"]])
+    approximate = db.search(queries, layer=2, k=5, exact=False)  # builds the missing index on demand
+    assert approximate["distance"].iloc[0] == pytest.approx(0.0, abs=1e-9)
+    text = format_hits(hits)
+    assert text.count("\n") == 10 and "«" in text
+    figure = neighbour_heatmap(hits)
+    assert np.array(figure.data[0].z).shape == (5, 2)
+    with pytest.raises(CircuitDBError, match="layer 0 is not in this database"):
+        db.search(queries, layer=0)
+    with pytest.raises(CircuitDBError, match="size"):
+        db.search(SparseCode(torch.zeros(1, 3, dtype=torch.long), torch.ones(1, 3), 99), layer=2)
+    with pytest.raises(CircuitDBError, match="text queries"):
+        db.search("hello", layer=2)
+
+
+def test_mark_token_keeps_leading_space_outside():
+    assert mark_token("there was a big farm", 11, 15) == "there was a «big» farm"
+
+
+def test_semantic_score_separates_clustered_labels_from_shuffled():
+    # Two prototype families with their own labels: neighbours share labels far above the shuffled rate.
+    first = structured_synthetic_codes(800, n_prototypes=4, seed=5, replace_probability=0.2)
+    second = structured_synthetic_codes(800, n_prototypes=4, seed=6, replace_probability=0.2)
+    codes = CodeMatrix.concatenate([first, second])
+    metadata = _synthetic_metadata(len(codes))
+    metadata["category"] = ["A"] * 800 + ["B"] * 800
+    db = CircuitDB.from_codes({0: codes}, metadata)
+    score = db.semantic_score(0, k=10, n_queries=300, n_shuffles=5)
+    assert score["score"] > 0.95
+    assert 0.4 < score["baseline"] < 0.6
+    # A labelling unrelated to the codes scores like the shuffled baseline.
+    metadata["category"] = np.where(np.random.default_rng(0).random(len(codes)) < 0.5, "A", "B")
+    unrelated = CircuitDB.from_codes({0: codes}, metadata).semantic_score(0, k=10, n_queries=300, n_shuffles=5)
+    assert abs(unrelated["score"] - unrelated["baseline"]) < 0.05
+
+
+def _synthetic_metadata(n_rows: int):
+    import pandas as pd
+
+    rng = np.random.default_rng(0)
+    words = np.array(["dog", " cat", " Max", " he", "."])
+    token_ids = rng.integers(0, len(words), n_rows)
+    return pd.DataFrame(
+        {
+            "sequence_id": np.arange(n_rows) // 50,
+            "position": np.arange(n_rows) % 50,
+            "token_id": token_ids,
+            "token": words[token_ids],
+            "category": None,
+            "context": [f"a story about{words[t]} today" for t in token_ids],
+            "token_start": np.full(n_rows, 13),
+            "token_end": [13 + len(words[t]) for t in token_ids],
+            "top_predictions": [["x", "y", "z", "w", "v"]] * n_rows,
+        }
+    )
