@@ -1,22 +1,161 @@
 """Fast paths. Layers call the functions exported here; each has a plain-PyTorch reference in
-`reference.py` that it must equal."""
+`reference.py` that it must equal, and a Triton implementation that runs on CUDA tensors when triton is
+installed (rules in `dispatch.py`; override with `use_backend(...)` or $CIRCUITLAB_KERNELS).
 
+Letters: B batch, T position, D d_model, C channels, K gates per channel, N neurons per channel,
+U quantifier units, R index bits, F features (candidates) per token, n subkeys per half.
+"""
+
+from __future__ import annotations
+
+import torch
+from jaxtyping import Float, Int
+from torch import Tensor
+
+from circuitlab.kernels import reference
+from circuitlab.kernels.dispatch import (
+    BACKENDS,
+    ENV_VAR,
+    backend_for,
+    fast_module,
+    requested_backend,
+    triton_installed,
+    triton_interpreting,
+    use_backend,
+)
 from circuitlab.kernels.reference import (
-    existential_scan,
-    parity_decode,
+    existential_loop,
+    index_bits,
     parity_directions,
-    parity_scores,
     parity_signs,
-    proportion_scan,
-    sgatlin_combine,
+    proportion_loop,
 )
 
+
+def sgatlin_combine(
+    z_BxTxD: Float[Tensor, "batch pos d_model"],
+    indices_BxTxCxK: Int[Tensor, "batch pos channel k"],
+    gates_BxTxCxK: Float[Tensor, "batch pos channel k"],
+    experts_2xCxNxD: Float[Tensor, "2 channel neuron d_model"],
+) -> Float[Tensor, "batch pos d_model"]:
+    """sum_c sum_k g * (w_in . z) * w_out (seed 000, eq. 2 with channels). The fast path never builds the
+    gathered [tokens, C, K, D] expert tensors, and its backward gives z, gates and experts their gradients."""
+    tensors = (z_BxTxD, indices_BxTxCxK, gates_BxTxCxK, experts_2xCxNxD)
+    if backend_for(*tensors) == "triton" and (fast := fast_module("sgatlin_triton")) is not None:
+        return fast.sgatlin_combine(*tensors)
+    return reference.sgatlin_combine(*tensors)
+
+
+def sgatlin_route(
+    subkey_scores_BxTx2xCxn: Float[Tensor, "batch pos 2 channel n_subkeys"], k: int
+) -> tuple[Int[Tensor, "batch pos channel k"], Float[Tensor, "batch pos channel k"]]:
+    """Product top-k router: (neuron indices i1 * n + i2 as long, gate values = summed subkey scores),
+    each channel's k gates in descending order. Gradients flow from the gate values to the scores."""
+    n_subkeys = subkey_scores_BxTx2xCxn.shape[-1]
+    unsupported = None
+    if k > n_subkeys:
+        unsupported = f"k={k} > {n_subkeys} subkeys per half"
+    elif subkey_scores_BxTx2xCxn.dim() < 3 or subkey_scores_BxTx2xCxn.shape[-3] != 2:
+        unsupported = f"subkey scores must end in [2, C, n], got shape {tuple(subkey_scores_BxTx2xCxn.shape)}"
+    elif k > 64 or n_subkeys > 4096:
+        unsupported = f"the fused router takes k <= 64 and n <= 4096 (got k={k}, n={n_subkeys})"
+    if backend_for(subkey_scores_BxTx2xCxn, unsupported=unsupported) == "triton":
+        if (fast := fast_module("sgatlin_triton")) is not None:
+            return fast.sgatlin_route(subkey_scores_BxTx2xCxn, k)
+    return reference.sgatlin_route(subkey_scores_BxTx2xCxn, k)
+
+
+def _scan_unsupported(membership: Tensor, decay: Tensor) -> str | None:
+    if membership.dim() < 2:
+        return f"membership must be [..., T, U], got shape {tuple(membership.shape)}"
+    n_units = membership.shape[-1]
+    if decay.numel() != n_units or (decay.dim() > 0 and decay.shape[-1] != n_units):
+        return f"the fast scans take one decay per unit (shape [U] = [{n_units}]), got {tuple(decay.shape)}"
+    return None
+
+
+def existential_scan(
+    membership_BxTxU: Float[Tensor, "batch pos unit"], decay_U: Float[Tensor, "unit"]
+) -> Float[Tensor, "batch pos unit"]:
+    """Soft existential E_t = max(M_t, gamma * E_(t-1)), E_(-1) = 0, as a parallel scan over positions.
+    On an exact tie M_t = gamma * E_(t-1) the fast path's gradient goes to M_t."""
+    unsupported = _scan_unsupported(membership_BxTxU, decay_U)
+    if backend_for(membership_BxTxU, decay_U, unsupported=unsupported) == "triton":
+        if (fast := fast_module("scans_triton")) is not None:
+            return fast.existential_scan(membership_BxTxU, decay_U)
+    return reference.existential_scan(membership_BxTxU, decay_U)
+
+
+def proportion_scan(
+    membership_BxTxU: Float[Tensor, "batch pos unit"], decay_U: Float[Tensor, "unit"]
+) -> Float[Tensor, "batch pos unit"]:
+    """Soft proportion P_t = (1 - lambda) M_t + lambda P_(t-1), P_(-1) = 0, as a parallel scan."""
+    unsupported = _scan_unsupported(membership_BxTxU, decay_U)
+    if backend_for(membership_BxTxU, decay_U, unsupported=unsupported) == "triton":
+        if (fast := fast_module("scans_triton")) is not None:
+            return fast.proportion_scan(membership_BxTxU, decay_U)
+    return reference.proportion_scan(membership_BxTxU, decay_U)
+
+
+def _parity_unsupported(d_model: int, code_DxR: Tensor) -> str | None:
+    if code_DxR.dim() != 2 or code_DxR.shape[0] != d_model:
+        return f"code must be [d_model={d_model}, n_bits], got {tuple(code_DxR.shape)}"
+    if code_DxR.shape[1] > 63:
+        return f"the fast path takes at most 63 index bits, got {code_DxR.shape[1]}"
+    return None
+
+
+def parity_scores(
+    x_BxTxD: Float[Tensor, "batch pos d_model"],
+    candidates_BxTxF: Int[Tensor, "batch pos cand"],
+    code_DxR: Int[Tensor, "d_model n_bits"],
+) -> Float[Tensor, "batch pos cand"]:
+    """<x, phi_i> for each candidate index i of each token; the fast path computes each phi_i's +-1 pattern
+    from the bits of i on chip (no dictionary in memory)."""
+    unsupported = _parity_unsupported(x_BxTxD.shape[-1], code_DxR)
+    if backend_for(x_BxTxD, candidates_BxTxF, code_DxR, unsupported=unsupported) == "triton":
+        if (fast := fast_module("parity_triton")) is not None:
+            return fast.parity_scores(x_BxTxD, candidates_BxTxF, code_DxR)
+    return reference.parity_scores(x_BxTxD, candidates_BxTxF, code_DxR)
+
+
+def parity_decode(
+    indices_BxTxK: Int[Tensor, "batch pos k"],
+    values_BxTxK: Float[Tensor, "batch pos k"],
+    code_DxR: Int[Tensor, "d_model n_bits"],
+) -> Float[Tensor, "batch pos d_model"]:
+    """x_hat = sum_i a_i phi_i, with each phi_i computed from the bits of i (no dictionary in memory)."""
+    unsupported = _parity_unsupported(code_DxR.shape[0], code_DxR)
+    if backend_for(indices_BxTxK, values_BxTxK, code_DxR, unsupported=unsupported) == "triton":
+        if (fast := fast_module("parity_triton")) is not None:
+            return fast.parity_decode(indices_BxTxK, values_BxTxK, code_DxR)
+    return reference.parity_decode(indices_BxTxK, values_BxTxK, code_DxR)
+
+
+def kernel_backend(*tensors: torch.Tensor) -> str:
+    """The backend ("triton" or "reference") a kernel call on these tensors would run now."""
+    return backend_for(*tensors)
+
+
 __all__ = [
+    "BACKENDS",
+    "ENV_VAR",
+    "backend_for",
+    "existential_loop",
     "existential_scan",
+    "index_bits",
+    "kernel_backend",
     "parity_decode",
     "parity_directions",
     "parity_scores",
     "parity_signs",
+    "proportion_loop",
     "proportion_scan",
+    "reference",
+    "requested_backend",
     "sgatlin_combine",
+    "sgatlin_route",
+    "triton_installed",
+    "triton_interpreting",
+    "use_backend",
 ]

@@ -1,7 +1,7 @@
 """Plain-PyTorch references for every fast path. The Triton kernels in this package must equal these.
 
 Letters: B batch, T position, D d_model, C channels, K gates per channel, N neurons per channel,
-U quantifier units, R index bits, F features (candidates) per token.
+U quantifier units, R index bits, F features (candidates) per token, n subkeys per half (n * n = N).
 """
 
 from __future__ import annotations
@@ -26,6 +26,26 @@ def sgatlin_combine(
     w_out_BxTxCxKxD = experts_2xCxNxD[1][channel_C, indices_BxTxCxK]
     neuron_pre_BxTxCxK = torch.einsum("btd,btckd->btck", z_BxTxD, w_in_BxTxCxKxD)
     return torch.einsum("btck,btckd->btd", neuron_pre_BxTxCxK * gates_BxTxCxK, w_out_BxTxCxKxD)
+
+
+def sgatlin_route(
+    subkey_scores_BxTx2xCxn: Float[Tensor, "batch pos 2 channel n_subkeys"], k: int
+) -> tuple[Int[Tensor, "batch pos channel k"], Float[Tensor, "batch pos channel k"]]:
+    """Product top-k (seed 000, eq. 1; DESIGN section 3): per channel, the top-k of each half of the subkey
+    scores, the k*k sums of the two candidate lists, and the top-k of those. Returns neuron indices
+    i1 * n + i2 (long) and gate values, the raw summed scores (gradients flow to the subkey scores)."""
+    n_subkeys = subkey_scores_BxTx2xCxn.shape[-1]
+    if k > n_subkeys:
+        raise ValueError(f"product top-k needs k <= subkeys per half, got k={k} > n={n_subkeys}")
+    first_BxTxCxn = subkey_scores_BxTx2xCxn[..., 0, :, :]
+    second_BxTxCxn = subkey_scores_BxTx2xCxn[..., 1, :, :]
+    first_top_BxTxCxK, first_idx_BxTxCxK = first_BxTxCxn.topk(k, dim=-1)
+    second_top_BxTxCxK, second_idx_BxTxCxK = second_BxTxCxn.topk(k, dim=-1)
+    pair_sums_BxTxCxKK = (first_top_BxTxCxK[..., :, None] + second_top_BxTxCxK[..., None, :]).flatten(-2)
+    gates_BxTxCxK, pair_BxTxCxK = pair_sums_BxTxCxKK.topk(k, dim=-1)
+    first_BxTxCxK = first_idx_BxTxCxK.gather(-1, pair_BxTxCxK // k)
+    second_BxTxCxK = second_idx_BxTxCxK.gather(-1, pair_BxTxCxK % k)
+    return first_BxTxCxK * n_subkeys + second_BxTxCxK, gates_BxTxCxK
 
 
 # --- NC-FFN sequence quantifiers (DESIGN section 4) ----------------------------------------------------

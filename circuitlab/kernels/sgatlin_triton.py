@@ -1,0 +1,380 @@
+"""Triton fast paths for the sgatlin layer (seed 000): the fused combine and the product top-k router.
+
+Letters: M tokens (batch * pos flattened), D d_model, C channels, K gates per channel, N neurons per
+channel, n subkeys per half, A = M * C * K gate assignments.
+
+Combine, forward: one program per token walks its C * K assignments in tiles of rows, gathers the chosen
+w_in and w_out rows straight from the experts tensor, and keeps sum_ck g (w_in . z) w_out in registers, so
+the [M, C, K, D] gathered tensors never exist. It also writes neuron_pre = w_in . z [M, C*K] (fp32) for the
+backward.
+Combine, backward: (1) one program per token gathers the rows again: back = w_out . dy, the gate gradient
+neuron_pre * back, dz = sum g * back * w_in, and keeps g * back per assignment; (2) the assignments are
+sorted by expert row (c, i) and one program per expert row sums its own assignments' contributions,
+dw_in = sum g * back * z and dw_out = sum g * neuron_pre * dy: every expert-gradient row is written exactly
+once, so duplicate indices need no atomics and the result does not depend on scheduling.
+Router: one program per (token tile, channel) does both top-k selections and the top-k of the k * k pair
+sums in registers; its backward scatters the gate gradients back onto the two subkeys of each gate.
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from circuitlab.kernels._triton_common import next_power_of_2, tuning_configs
+from circuitlab.kernels.dispatch import autocast_dtype
+
+MAX_D_MODEL = 4096  # a token's z, dy and accumulators live in registers
+
+
+def _row_tile_configs(name: str) -> list[triton.Config]:
+    """Tiles of `name` rows x BLOCK_D columns; the first (4 rows) fits any d_model and is the one used
+    without tuning. Pruned per call to tiles of 2K-8K elements, 8 warps for the largest."""
+    first = triton.Config({name: 4}, num_warps=4)
+    others = [
+        triton.Config({name: rows}, num_warps=warps)
+        for rows in (1, 2, 4, 8, 16, 32)
+        for warps in (4, 8)
+        if (rows, warps) != (4, 4)
+    ]
+    return tuning_configs([first, *others], first)
+
+
+def _pruner(name: str):
+    def prune(configs: list[triton.Config], named_args: dict, **kwargs) -> list[triton.Config]:
+        block_d = kwargs.get("BLOCK_D", named_args.get("BLOCK_D"))
+        kept = []
+        for config in configs:
+            elements = config.kwargs[name] * block_d
+            wanted_warps = 8 if elements > 4096 else 4
+            if 2048 <= elements <= 8192 and config.num_warps == wanted_warps:
+                kept.append(config)
+        return kept or [min(configs, key=lambda config: abs(config.kwargs[name] * block_d - 4096))]
+
+    return prune
+
+
+_ROW_TILE_CONFIGS = _row_tile_configs("BLOCK_R")
+_ROW_TILE_CONFIGS_S = _row_tile_configs("BLOCK_S")
+_prune_row_tiles = _pruner("BLOCK_R")
+_prune_row_tiles_s = _pruner("BLOCK_S")
+
+
+# --- combine, forward -----------------------------------------------------------------------------------
+
+
+@triton.autotune(configs=_ROW_TILE_CONFIGS, key=["D", "CK"], prune_configs_by={"early_config_prune": _prune_row_tiles})
+@triton.jit
+def _combine_fwd_kernel(
+    z_ptr, idx_ptr, gate_ptr, experts_ptr, out_ptr, pre_ptr,
+    D, N, CK, K, OUT_OFFSET,
+    BLOCK_D: tl.constexpr, BLOCK_R: tl.constexpr,
+):
+    token = tl.program_id(0).to(tl.int64)
+    d = tl.arange(0, BLOCK_D)
+    d_ok = d < D
+    z = tl.load(z_ptr + token * D + d, mask=d_ok, other=0.0).to(tl.float32)
+    acc = tl.zeros([BLOCK_R, BLOCK_D], dtype=tl.float32)
+    for r0 in range(0, CK, BLOCK_R):
+        r = r0 + tl.arange(0, BLOCK_R)
+        r_ok = r < CK
+        neuron = tl.load(idx_ptr + token * CK + r, mask=r_ok, other=0).to(tl.int64)
+        gate = tl.load(gate_ptr + token * CK + r, mask=r_ok, other=0.0).to(tl.float32)
+        row = ((r // K).to(tl.int64) * N + neuron) * D
+        tile_ok = r_ok[:, None] & d_ok[None, :]
+        w_in = tl.load(experts_ptr + row[:, None] + d[None, :], mask=tile_ok, other=0.0).to(tl.float32)
+        w_out = tl.load(experts_ptr + OUT_OFFSET + row[:, None] + d[None, :], mask=tile_ok, other=0.0).to(tl.float32)
+        neuron_pre = tl.sum(w_in * z[None, :], axis=1)
+        tl.store(pre_ptr + token * CK + r, neuron_pre, mask=r_ok)
+        acc += (neuron_pre * gate)[:, None] * w_out
+    out = tl.sum(acc, axis=0)
+    tl.store(out_ptr + token * D + d, out.to(out_ptr.dtype.element_ty), mask=d_ok)
+
+
+# --- combine, backward per token --------------------------------------------------------------------------
+
+
+@triton.autotune(configs=_ROW_TILE_CONFIGS, key=["D", "CK"], prune_configs_by={"early_config_prune": _prune_row_tiles})
+@triton.jit
+def _combine_bwd_token_kernel(
+    dy_ptr, idx_ptr, gate_ptr, pre_ptr, experts_ptr, dz_ptr, dgate_ptr, gback_ptr,
+    D, N, CK, K, OUT_OFFSET,
+    BLOCK_D: tl.constexpr, BLOCK_R: tl.constexpr,
+):
+    token = tl.program_id(0).to(tl.int64)
+    d = tl.arange(0, BLOCK_D)
+    d_ok = d < D
+    dy = tl.load(dy_ptr + token * D + d, mask=d_ok, other=0.0).to(tl.float32)
+    acc = tl.zeros([BLOCK_R, BLOCK_D], dtype=tl.float32)
+    for r0 in range(0, CK, BLOCK_R):
+        r = r0 + tl.arange(0, BLOCK_R)
+        r_ok = r < CK
+        neuron = tl.load(idx_ptr + token * CK + r, mask=r_ok, other=0).to(tl.int64)
+        gate = tl.load(gate_ptr + token * CK + r, mask=r_ok, other=0.0).to(tl.float32)
+        neuron_pre = tl.load(pre_ptr + token * CK + r, mask=r_ok, other=0.0)
+        row = ((r // K).to(tl.int64) * N + neuron) * D
+        tile_ok = r_ok[:, None] & d_ok[None, :]
+        w_in = tl.load(experts_ptr + row[:, None] + d[None, :], mask=tile_ok, other=0.0).to(tl.float32)
+        w_out = tl.load(experts_ptr + OUT_OFFSET + row[:, None] + d[None, :], mask=tile_ok, other=0.0).to(tl.float32)
+        back = tl.sum(w_out * dy[None, :], axis=1)
+        tl.store(dgate_ptr + token * CK + r, (neuron_pre * back).to(dgate_ptr.dtype.element_ty), mask=r_ok)
+        gate_back = gate * back
+        tl.store(gback_ptr + token * CK + r, gate_back, mask=r_ok)
+        acc += gate_back[:, None] * w_in
+    dz = tl.sum(acc, axis=0)
+    tl.store(dz_ptr + token * D + d, dz.to(dz_ptr.dtype.element_ty), mask=d_ok)
+
+
+# --- combine, backward per expert row ---------------------------------------------------------------------
+
+
+@triton.autotune(configs=_ROW_TILE_CONFIGS_S, key=["D", "CK"], prune_configs_by={"early_config_prune": _prune_row_tiles_s})
+@triton.jit
+def _combine_bwd_expert_kernel(
+    z_ptr, dy_ptr, order_ptr, offsets_ptr, gback_ptr, gate_ptr, pre_ptr, dexperts_ptr,
+    D, CK, OUT_OFFSET,
+    BLOCK_D: tl.constexpr, BLOCK_S: tl.constexpr,
+):
+    expert_row = tl.program_id(0).to(tl.int64)  # c * N + i
+    start = tl.load(offsets_ptr + expert_row)
+    end = tl.load(offsets_ptr + expert_row + 1)
+    d = tl.arange(0, BLOCK_D)
+    d_ok = d < D
+    acc_in = tl.zeros([BLOCK_S, BLOCK_D], dtype=tl.float32)
+    acc_out = tl.zeros([BLOCK_S, BLOCK_D], dtype=tl.float32)
+    for s0 in range(start, end, BLOCK_S):
+        s = s0 + tl.arange(0, BLOCK_S)
+        s_ok = s < end
+        assignment = tl.load(order_ptr + s, mask=s_ok, other=0).to(tl.int64)
+        token = assignment // CK
+        coef_in = tl.load(gback_ptr + assignment, mask=s_ok, other=0.0)
+        coef_out = tl.load(gate_ptr + assignment, mask=s_ok, other=0.0).to(tl.float32) * tl.load(
+            pre_ptr + assignment, mask=s_ok, other=0.0
+        )
+        tile_ok = s_ok[:, None] & d_ok[None, :]
+        z = tl.load(z_ptr + token[:, None] * D + d[None, :], mask=tile_ok, other=0.0).to(tl.float32)
+        dy = tl.load(dy_ptr + token[:, None] * D + d[None, :], mask=tile_ok, other=0.0).to(tl.float32)
+        acc_in += coef_in[:, None] * z
+        acc_out += coef_out[:, None] * dy
+    out_ty = dexperts_ptr.dtype.element_ty
+    tl.store(dexperts_ptr + expert_row * D + d, tl.sum(acc_in, axis=0).to(out_ty), mask=d_ok)
+    tl.store(dexperts_ptr + OUT_OFFSET + expert_row * D + d, tl.sum(acc_out, axis=0).to(out_ty), mask=d_ok)
+
+
+def _check_combine_shapes(z: torch.Tensor, indices: torch.Tensor, gates: torch.Tensor, experts: torch.Tensor) -> None:
+    if experts.dim() != 4 or experts.shape[0] != 2:
+        raise ValueError(f"experts must be [2, C, N, D] (w_in, w_out), got {tuple(experts.shape)}")
+    _, n_channels, _, d_model = experts.shape
+    if z.shape[-1] != d_model:
+        raise ValueError(f"z has d_model {z.shape[-1]} but experts have {d_model}")
+    if indices.shape != gates.shape or indices.dim() < 2 or indices.shape[-2] != n_channels:
+        raise ValueError(
+            f"indices {tuple(indices.shape)} and gates {tuple(gates.shape)} must both be [..., C={n_channels}, K]"
+        )
+    if indices.shape[:-2] != z.shape[:-1]:
+        raise ValueError(f"indices lead with {tuple(indices.shape[:-2])} but z with {tuple(z.shape[:-1])}")
+    if indices.dtype.is_floating_point or indices.dtype == torch.bool:
+        raise ValueError(f"indices must be an integer tensor, got {indices.dtype}")
+    if d_model > MAX_D_MODEL:
+        raise ValueError(f"the fused combine keeps a token's d_model in registers: d_model <= {MAX_D_MODEL}")
+
+
+class _SgatlinCombine(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, z, indices, gates, experts):  # type: ignore[override]
+        _, n_channels, n_neurons, d_model = experts.shape
+        k = indices.shape[-1]
+        n_tokens = z.numel() // d_model
+        z_MxD = z.reshape(n_tokens, d_model).contiguous()
+        indices_MxCK = indices.reshape(n_tokens, n_channels * k).contiguous()
+        gates_MxCK = gates.reshape(n_tokens, n_channels * k).contiguous()
+        experts = experts.contiguous()
+        out_dtype = torch.promote_types(z.dtype, experts.dtype)
+        out_MxD = torch.empty((n_tokens, d_model), dtype=out_dtype, device=z.device)
+        neuron_pre_MxCK = torch.empty((n_tokens, n_channels * k), dtype=torch.float32, device=z.device)
+        if n_tokens > 0:
+            _combine_fwd_kernel[(n_tokens,)](
+                z_MxD, indices_MxCK, gates_MxCK, experts, out_MxD, neuron_pre_MxCK,
+                d_model, n_neurons, n_channels * k, k, n_channels * n_neurons * d_model,
+                BLOCK_D=next_power_of_2(d_model),
+            )
+        ctx.save_for_backward(z_MxD, indices_MxCK, gates_MxCK, experts, neuron_pre_MxCK)
+        ctx.shapes = (z.shape, gates.shape)
+        return out_MxD.view(z.shape)
+
+    @staticmethod
+    def backward(ctx, dout):  # type: ignore[override]
+        z_MxD, indices_MxCK, gates_MxCK, experts, neuron_pre_MxCK = ctx.saved_tensors
+        z_shape, gates_shape = ctx.shapes
+        n_tokens, d_model = z_MxD.shape
+        _, n_channels, n_neurons, _ = experts.shape
+        ck = indices_MxCK.shape[1]
+        k = ck // n_channels
+        out_offset = n_channels * n_neurons * d_model
+        block_d = next_power_of_2(d_model)
+        dy_MxD = dout.reshape(n_tokens, d_model).contiguous()
+        dz_MxD = torch.empty_like(z_MxD)
+        dgates_MxCK = torch.empty_like(gates_MxCK)
+        gate_back_MxCK = torch.empty((n_tokens, ck), dtype=torch.float32, device=z_MxD.device)
+        if n_tokens > 0:
+            _combine_bwd_token_kernel[(n_tokens,)](
+                dy_MxD, indices_MxCK, gates_MxCK, neuron_pre_MxCK, experts, dz_MxD, dgates_MxCK, gate_back_MxCK,
+                d_model, n_neurons, ck, k, out_offset,
+                BLOCK_D=block_d,
+            )
+        dexperts = None
+        if ctx.needs_input_grad[3]:
+            # sort the assignments by expert row: a segmented reduction, exact under duplicate indices
+            channel_offset_CK = torch.arange(n_channels, device=z_MxD.device, dtype=torch.int64).repeat_interleave(k)
+            key_dtype = torch.int32 if n_channels * n_neurons < 2**31 else torch.int64
+            keys_A = (indices_MxCK.to(torch.int64) + channel_offset_CK * n_neurons).to(key_dtype).reshape(-1)
+            sorted_keys_A, order_A = torch.sort(keys_A, stable=True)
+            row_ids = torch.arange(n_channels * n_neurons + 1, device=z_MxD.device, dtype=key_dtype)
+            offsets = torch.searchsorted(sorted_keys_A, row_ids)
+            dexperts = torch.empty_like(experts)
+            _combine_bwd_expert_kernel[(n_channels * n_neurons,)](
+                z_MxD, dy_MxD, order_A, offsets, gate_back_MxCK, gates_MxCK, neuron_pre_MxCK, dexperts,
+                d_model, ck, out_offset,
+                BLOCK_D=block_d,
+            )
+        return dz_MxD.view(z_shape), None, dgates_MxCK.view(gates_shape), dexperts
+
+
+def sgatlin_combine(z: torch.Tensor, indices: torch.Tensor, gates: torch.Tensor, experts: torch.Tensor) -> torch.Tensor:
+    """Same contract as `reference.sgatlin_combine`. Under autocast z and experts are read in the autocast
+    dtype (as the reference's einsums read them); gates keep their own dtype."""
+    _check_combine_shapes(z, indices, gates, experts)
+    cast = autocast_dtype(z.device.type)
+    if cast is not None:
+        z, experts = z.to(cast), experts.to(cast)
+    with torch.autocast(device_type=z.device.type, enabled=False):
+        return _SgatlinCombine.apply(z, indices, gates, experts)
+
+
+# --- product top-k router --------------------------------------------------------------------------------
+
+
+@triton.jit
+def _top_k_of_rows(values, cols, K: tl.constexpr, BLOCK_K: tl.constexpr):
+    """Per row: the K largest entries (descending) and their column ids; ties go to the lower column."""
+    slot = tl.arange(0, BLOCK_K)
+    top = tl.full([values.shape[0], BLOCK_K], float("-inf"), tl.float32)
+    top_id = tl.zeros([values.shape[0], BLOCK_K], dtype=tl.int32)
+    for j in tl.static_range(K):
+        best = tl.max(values, axis=1)
+        best_id = tl.argmax(values, axis=1).to(tl.int32)
+        top = tl.where(slot[None, :] == j, best[:, None], top)
+        top_id = tl.where(slot[None, :] == j, best_id[:, None], top_id)
+        values = tl.where(cols[None, :] == best_id[:, None], float("-inf"), values)
+    return top, top_id
+
+
+@triton.jit
+def _route_fwd_kernel(
+    scores_ptr, idx_ptr, gate_ptr,
+    M, C, n,
+    K: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+):
+    channel = tl.program_id(1)
+    rows = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
+    row_ok = rows < M
+    cols = tl.arange(0, BLOCK_N)
+    first_ptrs = scores_ptr + rows.to(tl.int64)[:, None] * (2 * C * n) + channel * n + cols[None, :]
+    tile_ok = row_ok[:, None] & (cols[None, :] < n)
+    first = tl.load(first_ptrs, mask=tile_ok, other=float("-inf")).to(tl.float32)
+    second = tl.load(first_ptrs + C * n, mask=tile_ok, other=float("-inf")).to(tl.float32)
+    first_top, first_id = _top_k_of_rows(first, cols, K, BLOCK_K)
+    second_top, second_id = _top_k_of_rows(second, cols, K, BLOCK_K)
+    pair = tl.reshape(first_top[:, :, None] + second_top[:, None, :], [BLOCK_M, BLOCK_K * BLOCK_K])
+    pair_cols = tl.arange(0, BLOCK_K * BLOCK_K)
+    gate, pair_id = _top_k_of_rows(pair, pair_cols, K, BLOCK_K)
+    slot = tl.arange(0, BLOCK_K)
+    neuron = tl.zeros([BLOCK_M, BLOCK_K], dtype=tl.int64)
+    for j in tl.static_range(K):
+        chosen = tl.sum(tl.where(slot[None, :] == j, pair_id, 0), axis=1)
+        i1 = tl.sum(tl.where(slot[None, :] == chosen[:, None] // BLOCK_K, first_id, 0), axis=1)
+        i2 = tl.sum(tl.where(slot[None, :] == chosen[:, None] % BLOCK_K, second_id, 0), axis=1)
+        neuron = tl.where(slot[None, :] == j, (i1.to(tl.int64) * n + i2)[:, None], neuron)
+    out_offsets = rows.to(tl.int64)[:, None] * (C * K) + channel * K + slot[None, :]
+    out_ok = row_ok[:, None] & (slot[None, :] < K)
+    tl.store(idx_ptr + out_offsets, neuron, mask=out_ok)
+    tl.store(gate_ptr + out_offsets, gate.to(gate_ptr.dtype.element_ty), mask=out_ok)
+
+
+@triton.jit
+def _route_bwd_kernel(
+    dgate_ptr, idx_ptr, dscores_ptr,
+    M, C, n,
+    K: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+):
+    channel = tl.program_id(1)
+    rows = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
+    row_ok = rows < M
+    slot = tl.arange(0, BLOCK_K)
+    gate_offsets = rows.to(tl.int64)[:, None] * (C * K) + channel * K + slot[None, :]
+    gate_ok = row_ok[:, None] & (slot[None, :] < K)
+    dgate = tl.load(dgate_ptr + gate_offsets, mask=gate_ok, other=0.0).to(tl.float32)
+    neuron = tl.load(idx_ptr + gate_offsets, mask=gate_ok, other=0)
+    first = tl.where(gate_ok, neuron // n, -1)
+    second = tl.where(gate_ok, neuron % n, -1)
+    cols = tl.arange(0, BLOCK_N)
+    # gate = first_score[i1] + second_score[i2]: each gate's gradient lands on both of its subkeys
+    dfirst = tl.sum(tl.where(first[:, :, None] == cols[None, None, :], dgate[:, :, None], 0.0), axis=1)
+    dsecond = tl.sum(tl.where(second[:, :, None] == cols[None, None, :], dgate[:, :, None], 0.0), axis=1)
+    out_ptrs = dscores_ptr + rows.to(tl.int64)[:, None] * (2 * C * n) + channel * n + cols[None, :]
+    tile_ok = row_ok[:, None] & (cols[None, :] < n)
+    out_ty = dscores_ptr.dtype.element_ty
+    tl.store(out_ptrs, dfirst.to(out_ty), mask=tile_ok)
+    tl.store(out_ptrs + C * n, dsecond.to(out_ty), mask=tile_ok)
+
+
+def _route_blocks(n_subkeys: int, k: int) -> tuple[int, int, int]:
+    block_n = max(16, next_power_of_2(n_subkeys))
+    block_k = max(2, next_power_of_2(k))
+    # the widest temporaries are [BLOCK_M, BLOCK_K * BLOCK_K] and [BLOCK_M, BLOCK_K, BLOCK_N]
+    block_m = max(1, min(64, 8192 // max(block_k * block_k, block_k * block_n, block_n)))
+    return block_m, block_n, block_k
+
+
+class _SgatlinRoute(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, scores, k):  # type: ignore[override]
+        *lead, two, n_channels, n_subkeys = scores.shape
+        n_tokens = scores.numel() // (two * n_channels * n_subkeys)
+        scores_M = scores.reshape(n_tokens, 2 * n_channels * n_subkeys).contiguous()
+        indices = torch.empty((*lead, n_channels, k), dtype=torch.int64, device=scores.device)
+        gates = torch.empty((*lead, n_channels, k), dtype=scores.dtype, device=scores.device)
+        block_m, block_n, block_k = _route_blocks(n_subkeys, k)
+        if n_tokens > 0:
+            grid = (triton.cdiv(n_tokens, block_m), n_channels)
+            _route_fwd_kernel[grid](
+                scores_M, indices, gates, n_tokens, n_channels, n_subkeys,
+                K=k, BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k, num_warps=4,
+            )
+        ctx.mark_non_differentiable(indices)
+        ctx.save_for_backward(indices)
+        ctx.scores_meta = (scores.shape, scores.dtype, n_tokens, n_channels, n_subkeys, k)
+        return indices, gates
+
+    @staticmethod
+    def backward(ctx, dindices, dgates):  # type: ignore[override]
+        (indices,) = ctx.saved_tensors
+        shape, dtype, n_tokens, n_channels, n_subkeys, k = ctx.scores_meta
+        dscores = torch.empty((n_tokens, 2 * n_channels * n_subkeys), dtype=dtype, device=indices.device)
+        if dgates is None:
+            dscores.zero_()
+        elif n_tokens > 0:
+            block_m, block_n, block_k = _route_blocks(n_subkeys, k)
+            grid = (triton.cdiv(n_tokens, block_m), n_channels)
+            _route_bwd_kernel[grid](
+                dgates.contiguous(), indices, dscores, n_tokens, n_channels, n_subkeys,
+                K=k, BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k, num_warps=4,
+            )
+        return dscores.view(shape), None
+
+
+def sgatlin_route(scores: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Same contract as `reference.sgatlin_route`: (indices long [..., C, k], gates [..., C, k] in the scores'
+    dtype, descending per channel). On exactly equal scores the lower subkey / pair wins."""
+    return _SgatlinRoute.apply(scores, k)
