@@ -1,0 +1,310 @@
+"""The Triton fast paths against their plain-PyTorch references, forward and backward.
+
+On a machine without CUDA the kernels run in Triton's CPU interpreter (TRITON_INTERPRET=1, set here before
+triton is imported); with CUDA the same tests run the compiled kernels on the GPU (and on the CPU too when
+the interpreter is on). Sizes are small and awkward on purpose: non-powers of two, duplicate indices, T = 1,
+blocks that do not divide the sizes.
+
+Tolerances, as ||fast - ref|| / ||ref|| with the reference in float64 on the same (rounded) inputs:
+float32 1e-5; bfloat16 1.5e-2 (outputs and gradients are rounded to bfloat16, relative step 2^-8).
+"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+import torch
+
+CUDA = torch.cuda.is_available()
+if not CUDA:
+    os.environ.setdefault("TRITON_INTERPRET", "1")
+# one compiled config per kernel in tests; the benchmark tunes and checks the tuned configs itself
+os.environ.setdefault("CIRCUITLAB_KERNELS_TUNE", "0")
+
+pytest.importorskip("triton", reason="triton is not installed: the kernel tests need it (pip install 'circuitlab[triton]')")
+
+import circuitlab.kernels as kernels  # noqa: E402
+from circuitlab.kernels import reference  # noqa: E402
+
+DEVICES = (["cpu"] if kernels.triton_interpreting() else []) + (["cuda"] if CUDA else [])
+DTYPES = [torch.float32, torch.bfloat16]
+TOLERANCE = {torch.float32: 1e-5, torch.bfloat16: 1.5e-2}
+
+pytestmark = pytest.mark.skipif(not DEVICES, reason="no CUDA device and TRITON_INTERPRET is off: nowhere to run Triton")
+
+
+def relative_error(fast: torch.Tensor, ref: torch.Tensor) -> float:
+    assert fast.shape == ref.shape, (fast.shape, ref.shape)
+    assert torch.isfinite(fast).all(), "fast path produced non-finite values"
+    return ((fast.double() - ref.double()).norm() / ref.double().norm().clamp_min(1e-30)).item()
+
+
+def leaf(tensor: torch.Tensor, dtype: torch.dtype, device: str) -> torch.Tensor:
+    return tensor.to(device=device, dtype=dtype).requires_grad_(True)
+
+
+def float64_twin(tensor: torch.Tensor) -> torch.Tensor:
+    """The same (already rounded) values in float64, as a fresh leaf."""
+    return tensor.detach().double().requires_grad_(True)
+
+
+def grads(out: torch.Tensor, inputs: list[torch.Tensor], upstream: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    return torch.autograd.grad(out, inputs, upstream.to(out.dtype))
+
+
+# --- sgatlin combine ---------------------------------------------------------------------------------------
+
+# (batch, pos, channels, k, neurons, d_model): T = 1; K > N forces repeats inside a channel; odd d_model
+COMBINE_SHAPES = [(2, 3, 3, 3, 5, 20), (1, 1, 2, 5, 3, 7), (3, 2, 1, 7, 11, 33)]
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("shape", COMBINE_SHAPES)
+@pytest.mark.parametrize("index_dtype", [torch.int64, torch.int32])
+def test_sgatlin_combine_matches_reference(device, dtype, shape, index_dtype):
+    batch, pos, channels, k, neurons, d_model = shape
+    gen = torch.Generator().manual_seed(hash(shape) % 2**31)
+    indices = torch.randint(0, neurons, (batch, pos, channels, k), generator=gen)
+    indices[0, 0, 0, -1] = indices[0, 0, 0, 0]  # a repeat inside one token's channel
+    flat = indices.reshape(-1, channels, k)[:, 0, :].reshape(-1)
+    assert flat.unique().numel() < flat.numel(), "the test must contain duplicate expert rows"
+    z = leaf(torch.randn(batch, pos, d_model, generator=gen), dtype, device)
+    gates = leaf(torch.randn(batch, pos, channels, k, generator=gen), dtype, device)
+    experts = leaf(torch.randn(2, channels, neurons, d_model, generator=gen) / d_model**0.5, dtype, device)
+    indices = indices.to(device=device, dtype=index_dtype)
+    upstream = torch.randn(batch, pos, d_model, generator=gen).to(device)
+
+    with kernels.use_backend("triton"):
+        out = kernels.sgatlin_combine(z, indices, gates, experts)
+    assert type(out.grad_fn).__name__ == "_SgatlinCombineBackward"
+    twins = [float64_twin(t) for t in (z, gates, experts)]
+    ref = reference.sgatlin_combine(twins[0], indices.long(), twins[1], twins[2])
+
+    tol = TOLERANCE[dtype]
+    assert out.dtype == dtype
+    assert relative_error(out, ref) < tol
+    fast_grads = grads(out, [z, gates, experts], upstream)
+    ref_grads = grads(ref, twins, upstream)
+    for name, fast, slow in zip(("z", "gates", "experts"), fast_grads, ref_grads):
+        assert fast.dtype == dtype, name
+        assert relative_error(fast, slow) < tol, name
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_sgatlin_combine_untouched_expert_rows_get_zero_gradient(device):
+    gen = torch.Generator().manual_seed(3)
+    indices = torch.tensor([[[[0, 0], [2, 2]]]], device=device)  # channel 0 uses row 0 only, channel 1 row 2
+    z = torch.randn(1, 1, 6, generator=gen).to(device)
+    gates = torch.randn(1, 1, 2, 2, generator=gen).to(device)
+    experts = torch.randn(2, 2, 3, 6, generator=gen).to(device).requires_grad_(True)
+    with kernels.use_backend("triton"):
+        out = kernels.sgatlin_combine(z, indices, gates, experts)
+    (dexperts,) = torch.autograd.grad(out.sum(), [experts])
+    used = torch.zeros(2, 3, dtype=torch.bool)
+    used[0, 0] = used[1, 2] = True
+    assert (dexperts[:, ~used] == 0).all()
+    assert (dexperts[:, used].abs().sum(-1) > 0).all()
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_sgatlin_combine_under_autocast_reads_bf16_like_the_reference(device):
+    gen = torch.Generator().manual_seed(5)
+    z = torch.randn(2, 3, 16, generator=gen).to(device)
+    indices = torch.randint(0, 4, (2, 3, 2, 3), generator=gen).to(device)
+    gates = torch.randn(2, 3, 2, 3, generator=gen).to(device)
+    experts = torch.randn(2, 2, 4, 16, generator=gen).to(device)
+    with torch.autocast(device_type=device, dtype=torch.bfloat16):
+        with kernels.use_backend("triton"):
+            out = kernels.sgatlin_combine(z, indices, gates, experts)
+        ref = reference.sgatlin_combine(z, indices, gates, experts)
+    assert out.dtype == ref.dtype == torch.bfloat16
+    exact = reference.sgatlin_combine(z.double(), indices, gates.double(), experts.double())
+    assert relative_error(out, exact) < TOLERANCE[torch.bfloat16]
+
+
+# --- sgatlin router ----------------------------------------------------------------------------------------
+
+# (batch, pos, channels, subkeys per half, k): k == n, k odd, n not a power of two, T = 1
+ROUTE_SHAPES = [(2, 5, 3, 6, 4), (1, 1, 2, 3, 3), (2, 3, 1, 17, 5)]
+
+
+def brute_force_top_gates(scores: torch.Tensor, k: int) -> torch.Tensor:
+    """Top-k of all n * n subkey-score sums per channel, descending (what the product top-k must equal)."""
+    sums = scores[..., 0, :, :, None] + scores[..., 1, :, None, :]
+    return sums.flatten(-2).topk(k, dim=-1).values
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("shape", ROUTE_SHAPES)
+def test_sgatlin_route_matches_reference_and_brute_force(device, dtype, shape):
+    batch, pos, channels, n_subkeys, k = shape
+    gen = torch.Generator().manual_seed(sum(shape))
+    scores = leaf(torch.randn(batch, pos, 2, channels, n_subkeys, generator=gen), dtype, device)
+    with kernels.use_backend("triton"):
+        indices, gates = kernels.sgatlin_route(scores, k)
+    assert type(gates.grad_fn).__name__ == "_SgatlinRouteBackward"
+    assert indices.dtype == torch.int64 and gates.dtype == dtype
+    assert indices.shape == gates.shape == (batch, pos, channels, k)
+
+    exact = scores.detach().double()
+    first, second = indices // n_subkeys, indices % n_subkeys
+    # each gate is the (rounded) sum of the two subkey scores its index names
+    named = exact[..., 0, :, :].gather(-1, first) + exact[..., 1, :, :].gather(-1, second)
+    # exact on the GPU; one bf16 step on the CPU interpreter, which truncates float32 -> bf16
+    # where the GPU (and torch) round to nearest
+    ulps = 2.0**-7 if (device == "cpu" and dtype == torch.bfloat16) else 0.0
+    torch.testing.assert_close(gates.double(), named.to(dtype).double(), rtol=ulps, atol=0.0)
+    # the chosen neurons are distinct and their gates are the k best of all n * n sums, descending
+    assert (indices.sort(-1).values.diff(dim=-1) > 0).all()
+    torch.testing.assert_close(gates.double(), brute_force_top_gates(exact, k).to(dtype).double(), rtol=ulps, atol=0.0)
+    if dtype == torch.float32:  # no ties among random float32 sums: the very same neurons as the reference
+        ref_indices, _ = reference.sgatlin_route(scores, k)
+        assert torch.equal(indices, ref_indices)
+
+    # backward: each gate's gradient lands on its two subkeys (summed where gates share a subkey)
+    upstream = torch.randn(gates.shape, generator=gen).to(device=device, dtype=dtype)
+    (dscores,) = torch.autograd.grad(gates, [scores], upstream)
+    expected = torch.zeros_like(exact)
+    expected[..., 0, :, :].scatter_add_(-1, first, upstream.double())
+    expected[..., 1, :, :].scatter_add_(-1, second, upstream.double())
+    assert relative_error(dscores, expected) < TOLERANCE[dtype]
+    if dtype == torch.float32:
+        (ref_dscores,) = torch.autograd.grad(reference.sgatlin_route(scores, k)[1], [scores], upstream)
+        assert relative_error(dscores, ref_dscores) < TOLERANCE[dtype]
+
+
+# --- quantifier scans ----------------------------------------------------------------------------------------
+
+# membership shapes [..., T, U]: several chunks (the interpreter's blocks are 16 x 16), T = 1, extra lead dims
+SCAN_SHAPES = [(2, 37, 5), (3, 1, 4), (2, 2, 18, 3)]
+SCANS = {
+    "existential": (kernels.existential_scan, reference.existential_loop),
+    "proportion": (kernels.proportion_scan, reference.proportion_loop),
+}
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("shape", SCAN_SHAPES)
+@pytest.mark.parametrize("which", sorted(SCANS))
+def test_scans_match_the_step_by_step_loop(device, dtype, shape, which):
+    """Forward and both gradients equal the autograd of the step-by-step definition. (On an exact tie
+    M_t = gamma E_(t-1) the loop's torch.maximum splits the gradient in half while the fast path gives it to
+    M_t; random float32 inputs have no ties.)"""
+    fast_scan, loop = SCANS[which]
+    gen = torch.Generator().manual_seed(len(shape) * 100 + shape[-2])
+    n_units = shape[-1]
+    # memberships in (0, 1) with some negatives (the scans are defined on any reals); decays in [0, 1]
+    member = leaf(torch.rand(shape, generator=gen) * 1.2 - 0.1, dtype, device)
+    decay_values = torch.rand(n_units, generator=gen)
+    if dtype == torch.float32:  # (in bf16 a membership can equal the running max exactly: a tie, see below)
+        decay_values[0] = 1.0
+    if n_units > 2:
+        decay_values[1] = 0.0
+    decay = leaf(decay_values, torch.float32, device)
+    upstream = torch.randn(shape, generator=gen).to(device)
+
+    with kernels.use_backend("triton"):
+        out = fast_scan(member, decay)
+    assert type(out.grad_fn).__name__ == "_QuantifierScanBackward"
+    twins = [float64_twin(member), float64_twin(decay)]
+    ref = loop(*twins)
+    tol = TOLERANCE[dtype]
+    assert relative_error(out, ref) < tol
+    dmember, ddecay = grads(out, [member, decay], upstream)
+    ref_dmember, ref_ddecay = grads(ref, twins, upstream)
+    assert dmember.dtype == dtype and ddecay.dtype == torch.float32
+    assert relative_error(dmember, ref_dmember) < tol
+    assert relative_error(ddecay, ref_ddecay) < tol
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_scans_equal_the_parallel_reference(device):
+    gen = torch.Generator().manual_seed(11)
+    member = torch.rand(2, 40, 6, generator=gen).to(device)
+    decay = torch.rand(6, generator=gen).to(device)
+    for fast_scan, ref_scan in ((kernels.existential_scan, reference.existential_scan),
+                                (kernels.proportion_scan, reference.proportion_scan)):
+        with kernels.use_backend("triton"):
+            out = fast_scan(member, decay)
+        assert relative_error(out, ref_scan(member, decay)) < TOLERANCE[torch.float32]
+
+
+# --- parity dictionary -----------------------------------------------------------------------------------
+
+# (batch, pos, d_model, n_bits, features per token): odd d_model, several 16-wide blocks, T = 1
+PARITY_SHAPES = [(2, 3, 24, 7, 5), (1, 1, 40, 9, 19), (3, 2, 17, 5, 6)]
+
+
+def parity_case(shape, gen):
+    batch, pos, d_model, n_bits, n_features = shape
+    code = torch.randint(0, 2, (d_model, n_bits), generator=gen)
+    indices = torch.randint(0, 2**n_bits, (batch, pos, n_features), generator=gen)
+    indices[0, 0, 0] = 1  # a basis feature e_1
+    indices[0, 0, 1] = 1  # ... twice in one token
+    indices[-1, -1, -1] = indices[-1, -1, 0] = 2**n_bits - 1  # a repeated pattern feature
+    assert (indices < d_model).any() and (indices >= d_model).any()
+    return code, indices
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("shape", PARITY_SHAPES)
+def test_parity_decode_matches_reference(device, dtype, shape):
+    gen = torch.Generator().manual_seed(sum(shape) + 1)
+    code, indices = parity_case(shape, gen)
+    values = leaf(torch.randn(indices.shape, generator=gen), dtype, device)
+    code, indices = code.to(device), indices.to(device)
+    upstream = torch.randn(*indices.shape[:-1], shape[2], generator=gen).to(device)
+    with kernels.use_backend("triton"):
+        out = kernels.parity_decode(indices, values, code)
+    assert type(out.grad_fn).__name__ == "_ParityDecodeBackward"
+    twin = float64_twin(values)
+    ref = reference.parity_decode(indices, twin, code)
+    tol = TOLERANCE[dtype]
+    assert out.dtype == dtype
+    assert relative_error(out, ref) < tol
+    (dvalues,) = grads(out, [values], upstream)
+    (ref_dvalues,) = grads(ref, [twin], upstream)
+    assert relative_error(dvalues, ref_dvalues) < tol
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("shape", PARITY_SHAPES)
+def test_parity_scores_match_reference(device, dtype, shape):
+    gen = torch.Generator().manual_seed(sum(shape) + 2)
+    code, candidates = parity_case(shape, gen)
+    batch, pos, d_model = shape[:3]
+    x = leaf(torch.randn(batch, pos, d_model, generator=gen), dtype, device)
+    code, candidates = code.to(device), candidates.to(device)
+    upstream = torch.randn(candidates.shape, generator=gen).to(device)
+    with kernels.use_backend("triton"):
+        scores = kernels.parity_scores(x, candidates, code)
+    assert type(scores.grad_fn).__name__ == "_ParityScoresBackward"
+    twin = float64_twin(x)
+    ref = reference.parity_scores(twin, candidates, code)
+    tol = TOLERANCE[dtype]
+    assert scores.dtype == dtype
+    assert relative_error(scores, ref) < tol
+    (dx,) = grads(scores, [x], upstream)
+    (ref_dx,) = grads(ref, [twin], upstream)
+    assert relative_error(dx, ref_dx) < tol
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_parity_decode_of_one_pattern_is_its_direction(device):
+    """Decoding a single unit coefficient reproduces phi_i exactly (+-1/sqrt(d) entries, no rounding drift)."""
+    gen = torch.Generator().manual_seed(4)
+    d_model, n_bits = 20, 10
+    code = torch.randint(0, 2, (d_model, n_bits), generator=gen).to(device)
+    indices = torch.arange(d_model - 2, d_model + 30, device=device).reshape(1, 32, 1)
+    values = torch.ones(1, 32, 1, device=device)
+    with kernels.use_backend("triton"):
+        out = kernels.parity_decode(indices, values, code)
+    expected = reference.parity_directions(indices[..., 0], code)
+    assert (expected[..., :].abs().max(-1).values > 0).all()
+    torch.testing.assert_close(out, expected, rtol=1e-6, atol=0.0)  # 1/sqrt(d) is multiplied, not divided
