@@ -1,0 +1,471 @@
+"""Causal patching: the normalized indirect effect (NIE) of seed 000, section 4.3, on any hook.
+
+For a clean prompt x_clean with answer y_clean and a counterfactual x_patch with answer y_patch,
+
+    m(x)  = logit(y_clean | x) - logit(y_patch | x)            read at the prompt's final position
+    NIE   = (m(x_clean | do(g = g_patch)) - m(x_clean)) / (m(x_patch) - m(x_clean))
+
+where do(g = g_patch) overwrites the activation g of the clean run, at chosen layers and positions, with
+the value it had in the patch run. The default g is each architecture's natural code: sgatlin gate indices
+and gate values together (the circuit of seed 000), the parity bottleneck's code indices and coefficients,
+and otherwise the FFN unit activations `mlp.hook_post` (NC-FFN operators, dense units). Any other hook with a
+[batch, pos, ...] layout can be named instead (residual stream, per-head outputs, ...). NIE 0 means the
+intervention changed nothing; NIE 1 means it moved the clean run all the way to the patch run's answer.
+
+Positions pair up by role (noun -> noun, final -> final), so prompts of different lengths can be patched;
+"all" needs equal lengths or an explicit alignment. Interventions are batched: each one is a copy of the
+clean prompt in one batch row, patched only in its own row, so one forward pass evaluates many.
+
+Shape letters: B batch (one row per intervention), T position, V vocabulary, M patched entries.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import torch
+from jaxtyping import Float, Int
+from torch import Tensor
+
+if TYPE_CHECKING:
+    import pandas
+    import plotly.graph_objects
+
+POSITION_ROLES = ("noun", "final", "all")
+# hooks whose axis 1 is not the token position cannot be patched by position
+_NOT_POSITIONAL = ("hook_attn_scores", "hook_pattern")
+
+
+# --- inputs ----------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class PatchPair:
+    """A clean prompt and a counterfactual prompt, their answers, and where each position role sits.
+
+    `roles` maps a role name to (clean position, patch position); "final" is where m(x) is read and
+    defaults to the last token of each prompt. `alignment` lists (clean position, patch position) pairs
+    that make up the role "all" when the prompts have different lengths.
+    """
+
+    clean_tokens: tuple[int, ...]
+    patch_tokens: tuple[int, ...]
+    clean_answer_id: int
+    patch_answer_id: int
+    roles: Mapping[str, tuple[int, int]] = field(default_factory=dict)
+    alignment: tuple[tuple[int, int], ...] | None = None
+    name: str = ""
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "clean_tokens", tuple(int(t) for t in self.clean_tokens))
+        object.__setattr__(self, "patch_tokens", tuple(int(t) for t in self.patch_tokens))
+        if not self.clean_tokens or not self.patch_tokens:
+            raise ValueError("a patch pair needs non-empty clean and patch token lists")
+        roles = {name: (int(c), int(p)) for name, (c, p) in dict(self.roles).items()}
+        roles.setdefault("final", (len(self.clean_tokens) - 1, len(self.patch_tokens) - 1))
+        for role, (clean_pos, patch_pos) in roles.items():
+            if not (0 <= clean_pos < len(self.clean_tokens) and 0 <= patch_pos < len(self.patch_tokens)):
+                raise ValueError(
+                    f"{self.name or 'pair'}: role {role!r} at positions ({clean_pos}, {patch_pos}) lies outside "
+                    f"the prompts of {len(self.clean_tokens)} and {len(self.patch_tokens)} tokens"
+                )
+        object.__setattr__(self, "roles", roles)
+        if self.alignment is not None:
+            object.__setattr__(self, "alignment", tuple((int(c), int(p)) for c, p in self.alignment))
+
+    @property
+    def clean_final(self) -> int:
+        return self.roles["final"][0]
+
+    @property
+    def patch_final(self) -> int:
+        return self.roles["final"][1]
+
+    def aligned_positions(self, position: str | int) -> list[tuple[int, int]]:
+        """(clean position, patch position) pairs that a position spec selects."""
+        n_clean, n_patch = len(self.clean_tokens), len(self.patch_tokens)
+        if isinstance(position, str) and position == "all":
+            if self.alignment is not None:
+                return list(self.alignment)
+            if n_clean != n_patch:
+                raise ValueError(
+                    f"{self.name or 'pair'}: position 'all' needs prompts of equal length, got {n_clean} and "
+                    f"{n_patch} tokens; give the pair an explicit alignment [(clean_pos, patch_pos), ...] or "
+                    "patch by role only (positions=('noun', 'final'))"
+                )
+            return [(t, t) for t in range(n_clean)]
+        if isinstance(position, str):
+            if position not in self.roles:
+                raise ValueError(
+                    f"{self.name or 'pair'} has no position role {position!r}; it has {sorted(self.roles)} "
+                    "(and 'all'), or pass integer positions"
+                )
+            return [self.roles[position]]
+        index = int(position)
+        if n_clean != n_patch:
+            raise ValueError(
+                f"{self.name or 'pair'}: integer position {index} is ambiguous for prompts of {n_clean} and "
+                f"{n_patch} tokens; patch by role instead"
+            )
+        if not -n_clean <= index < n_clean:
+            raise ValueError(f"position {index} is outside a prompt of {n_clean} tokens")
+        return [(index % n_clean, index % n_clean)]
+
+
+def as_patch_pair(pair: Any, index: int = 0) -> PatchPair:
+    """A PatchPair from a PatchPair, a fact pair (circuitlab.data.facts.FactPair) or a mapping with the same
+    fields: clean_tokens, patch_tokens, clean_answer_id, patch_answer_id and optionally noun_position,
+    final_position, patch_noun_position, patch_final_position, alignment, name."""
+    if isinstance(pair, PatchPair):
+        return pair
+    get = pair.get if isinstance(pair, Mapping) else (lambda key, default=None: getattr(pair, key, default))
+    missing = [key for key in ("clean_tokens", "patch_tokens", "clean_answer_id", "patch_answer_id") if get(key) is None]
+    if missing:
+        raise ValueError(
+            f"pair {index} lacks {missing}: a pair needs clean_tokens, patch_tokens, clean_answer_id and "
+            "patch_answer_id (see circuitlab.data.facts.build_fact_pairs or PatchPair)"
+        )
+    clean_tokens, patch_tokens = list(get("clean_tokens")), list(get("patch_tokens"))
+    roles = dict(get("roles") or {})
+    for role in ("noun", "final"):
+        clean_pos = get(f"{role}_position")
+        if clean_pos is None:
+            continue
+        patch_pos = get(f"patch_{role}_position")
+        roles[role] = (int(clean_pos), int(clean_pos if patch_pos is None else patch_pos))
+    name = get("name") or ""
+    if not name and get("clean_noun") is not None:
+        name = f"{get('clean_noun')}->{get('patch_noun')}"
+    return PatchPair(
+        clean_tokens=tuple(clean_tokens), patch_tokens=tuple(patch_tokens),
+        clean_answer_id=int(get("clean_answer_id")), patch_answer_id=int(get("patch_answer_id")),
+        roles=roles, alignment=get("alignment"), name=str(name) or f"pair {index}",
+    )
+
+
+# --- interventions ---------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Patch:
+    """Overwrite `hook` at the clean run's `positions` with the patch run's values at `source_positions`.
+
+    `index` restricts the patch to one entry of the hook's third axis (a head of attn.hook_result, a channel
+    of sgatlin gates, a unit of mlp.hook_post); None patches the whole slice.
+    """
+
+    hook: str
+    positions: tuple[int, ...]
+    source_positions: tuple[int, ...]
+    index: int | None = None
+
+
+Intervention = tuple[Patch, ...]
+
+
+def natural_code_hooks(model: Any, layer: int) -> list[str]:
+    """The hooks that carry layer `layer`'s circuit code: do(g = g_patch) patches these together."""
+    names = model.hook_dict
+    prefix = f"blocks.{layer}"
+    if f"{prefix}.bottleneck.hook_code_indices" in names:
+        return [f"{prefix}.bottleneck.hook_code_indices", f"{prefix}.bottleneck.hook_code_values"]
+    if f"{prefix}.mlp.hook_gate_indices" in names:
+        return [f"{prefix}.mlp.hook_gate_indices", f"{prefix}.mlp.hook_gate_values"]
+    if f"{prefix}.mlp.hook_post" in names:
+        return [f"{prefix}.mlp.hook_post"]
+    raise ValueError(f"layer {layer} has no FFN code hook; name the hooks to patch with hooks=[...]")
+
+
+def _check_hook(model: Any, name: str) -> None:
+    if name not in model.hook_dict:
+        stem = name.rsplit(".", 1)[-1]
+        similar = sorted(h for h in model.hook_dict if h.endswith(stem))[:6]
+        raise ValueError(
+            f"the model has no hook {name!r}"
+            + (f"; hooks with that ending: {similar}" if similar else "; list them with `circuitlab summary`")
+        )
+    if name.endswith(_NOT_POSITIONAL):
+        raise ValueError(
+            f"{name} is laid out [batch, head, query, key], not [batch, pos, ...]; patch attn.hook_z or "
+            "attn.hook_result per head instead"
+        )
+
+
+def _layer_hooks(model: Any, hooks: str | Sequence[str] | Callable[[int], list[str]] | None, layer: int) -> list[str]:
+    if hooks is None:
+        names = natural_code_hooks(model, layer)
+    elif callable(hooks):
+        names = list(hooks(layer))
+    else:
+        templates = [hooks] if isinstance(hooks, str) else list(hooks)
+        for template in templates:
+            if "{layer}" not in template:
+                raise ValueError(
+                    f"hook template {template!r} has no '{{layer}}' placeholder; write e.g. "
+                    "'blocks.{layer}.hook_resid_pre' (patch a single hook with layers=[l])"
+                )
+        names = [template.format(layer=layer) for template in templates]
+    for name in names:
+        _check_hook(model, name)
+    return names
+
+
+def _hooks_label(model: Any, hooks: Any) -> str:
+    if hooks is None:
+        return "natural code: " + ", ".join(h.split(".", 2)[-1] for h in natural_code_hooks(model, 0))
+    if callable(hooks):
+        return getattr(hooks, "__name__", "custom")
+    return ", ".join([hooks] if isinstance(hooks, str) else list(hooks))
+
+
+# --- the batched engine ----------------------------------------------------------------------------------
+
+
+def run_interventions(
+    model: Any,
+    pairs: Sequence[PatchPair],
+    rows: Sequence[tuple[int, Intervention]],
+    batch_size: int = 64,
+    progress: bool = True,
+) -> tuple[Float[Tensor, "rows"], Float[Tensor, "pairs"]]:
+    """m(x_clean | do(...)) for each (pair index, intervention) row, and m(x_patch) for each pair.
+
+    Each row is one copy of its pair's clean prompt, patched in its own batch row only; rows of equal prompt
+    length share forward passes of up to `batch_size` rows. An empty intervention gives the unpatched
+    m(x_clean). The patch prompts run once, caching only the hooks the interventions read."""
+    from tqdm.auto import tqdm
+
+    if batch_size < 1:
+        raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+    device = model.W_E.device
+    needed = sorted({patch.hook for _, intervention in rows for patch in intervention})
+    sources = _patch_activations(model, pairs, needed, batch_size)
+
+    by_length: dict[int, list[int]] = {}
+    for row, (pair_index, _) in enumerate(rows):
+        by_length.setdefault(len(pairs[pair_index].clean_tokens), []).append(row)
+    chunks = [group[start : start + batch_size] for group in by_length.values() for start in range(0, len(group), batch_size)]
+    metric = torch.empty(len(rows), dtype=torch.float64)
+    with torch.no_grad():
+        for chunk in tqdm(chunks, desc="patching", disable=not progress or len(chunks) < 2, leave=False):
+            tokens_BxT = torch.tensor([pairs[rows[r][0]].clean_tokens for r in chunk], dtype=torch.long, device=device)
+            fwd_hooks = _batched_patch_hooks([rows[r] for r in chunk], sources)
+            logits_BxTxV = model.run_with_hooks(tokens_BxT, fwd_hooks=fwd_hooks)
+            metric[chunk] = _logit_difference(logits_BxTxV, [pairs[rows[r][0]] for r in chunk], patched_side=False)
+    return metric, sources.metric
+
+
+def _logit_difference(logits_BxTxV: Tensor, pairs: Sequence[PatchPair], patched_side: bool) -> Tensor:
+    """m(x) = logit(y_clean) - logit(y_patch) at each row's final position (seed 000, section 4.3)."""
+    rows = torch.arange(len(pairs), device=logits_BxTxV.device)
+    final = torch.tensor([p.patch_final if patched_side else p.clean_final for p in pairs], device=logits_BxTxV.device)
+    final_BxV = logits_BxTxV[rows, final].double()
+    clean_ids = torch.tensor([p.clean_answer_id for p in pairs], device=logits_BxTxV.device)
+    patch_ids = torch.tensor([p.patch_answer_id for p in pairs], device=logits_BxTxV.device)
+    return (final_BxV[rows, clean_ids] - final_BxV[rows, patch_ids]).cpu()
+
+
+@dataclass
+class _PatchSources:
+    """Per pair: the patch run's activations at the needed hooks ([T_patch, ...] each) and m(x_patch)."""
+
+    activations: list[dict[str, Tensor]]
+    metric: Tensor
+
+
+def _patch_activations(model: Any, pairs: Sequence[PatchPair], hooks: list[str], batch_size: int) -> _PatchSources:
+    device = model.W_E.device
+    activations: list[dict[str, Tensor]] = [{} for _ in pairs]
+    metric = torch.empty(len(pairs), dtype=torch.float64)
+    by_length: dict[int, list[int]] = {}
+    for index, pair in enumerate(pairs):
+        by_length.setdefault(len(pair.patch_tokens), []).append(index)
+    wanted = set(hooks)
+    with torch.no_grad():
+        for group in by_length.values():
+            for start in range(0, len(group), batch_size):
+                chunk = group[start : start + batch_size]
+                tokens_BxT = torch.tensor([pairs[i].patch_tokens for i in chunk], dtype=torch.long, device=device)
+                logits_BxTxV, cache = model.run_with_cache(tokens_BxT, names_filter=lambda name: name in wanted)
+                metric[chunk] = _logit_difference(logits_BxTxV, [pairs[i] for i in chunk], patched_side=True)
+                for row, pair_index in enumerate(chunk):
+                    activations[pair_index] = {name: cache[name][row] for name in hooks}
+    return _PatchSources(activations, metric)
+
+
+def _batched_patch_hooks(chunk_rows: Sequence[tuple[int, Intervention]], sources: _PatchSources) -> list[tuple[str, Callable]]:
+    """Forward hooks writing every row's patches into that batch row only: one per (hook, whole-slice or
+    single-index) combination, each a single indexed assignment."""
+    entries: dict[tuple[str, bool], dict[str, list]] = {}
+    for batch_row, (pair_index, intervention) in enumerate(chunk_rows):
+        for patch in intervention:
+            source = sources.activations[pair_index][patch.hook][list(patch.source_positions)]
+            entry = entries.setdefault((patch.hook, patch.index is not None), {"rows": [], "positions": [], "units": [], "values": []})
+            entry["rows"] += [batch_row] * len(patch.positions)
+            entry["positions"] += list(patch.positions)
+            if patch.index is None:
+                entry["values"].append(source)
+            else:
+                entry["units"] += [patch.index] * len(patch.positions)
+                entry["values"].append(source[:, patch.index])
+    return [
+        (name, _slice_writer(entry["rows"], entry["positions"], entry["units"] if by_index else None, torch.cat(entry["values"])))
+        for (name, by_index), entry in entries.items()
+    ]
+
+
+def _slice_writer(rows: list[int], positions: list[int], units: list[int] | None, values_MxRest: Tensor) -> Callable:
+    def write(activation: Tensor, hook: Any) -> Tensor:
+        patched = activation.clone()
+        row_index = torch.tensor(rows, device=activation.device)
+        position_index = torch.tensor(positions, device=activation.device)
+        values = values_MxRest.to(activation.device, activation.dtype)
+        if units is None:
+            patched[row_index, position_index] = values
+        else:
+            patched[row_index, position_index, torch.tensor(units, device=activation.device)] = values
+        return patched
+
+    return write
+
+
+# --- the NIE grid ----------------------------------------------------------------------------------------
+
+
+def nie_grid(
+    model: Any,
+    pairs: Iterable[Any],
+    layers: Sequence[int | str] | None = None,
+    positions: Sequence[str | int] = POSITION_ROLES,
+    hooks: str | Sequence[str] | Callable[[int], list[str]] | None = None,
+    heads: Sequence[int] | str | None = None,
+    batch_size: int = 64,
+    progress: bool = True,
+) -> pandas.DataFrame:
+    """NIE of do(g = g_patch) for every pair x layer x position (x head), batched.
+
+    pairs: fact pairs (circuitlab.data.facts.build_fact_pairs), PatchPairs, or mappings with their fields.
+    layers: ints and/or "all" (every layer at once); default every layer and "all".
+    positions: roles ("noun", "final", any role the pairs define), "all", or integer positions.
+    hooks: None = each layer's natural code (natural_code_hooks); else hook name templates with a
+        "{layer}" placeholder, patched together (e.g. "blocks.{layer}.hook_resid_pre"), or a function
+        layer -> hook names.
+    heads: patch one entry of the hooks' third axis at a time (a head of "blocks.{layer}.attn.hook_result",
+        a channel of sgatlin gates): "each" or a list of indices; adds a `head` column.
+    batch_size: interventions per forward pass (1 runs each alone).
+
+    Returns a DataFrame with one row per pair and cell: pair, pair_name, layer (int or "all"), position,
+    [head], hooks, m_clean, m_patch, m_patched, nie. NIE is NaN where m(x_patch) == m(x_clean).
+    """
+    import pandas as pd
+
+    pair_list = [as_patch_pair(pair, index) for index, pair in enumerate(pairs)]
+    if not pair_list:
+        raise ValueError("no pairs to patch: pass fact pairs (circuitlab.data.facts.build_fact_pairs) or PatchPairs")
+    n_layers = model.cfg.n_layers
+    layer_specs = list(range(n_layers)) + ["all"] if layers is None else list(layers)
+    for spec in layer_specs:
+        if spec != "all" and not (isinstance(spec, int) and 0 <= spec < n_layers):
+            raise ValueError(f"layers must be ints in [0, {n_layers}) or 'all', got {spec!r}")
+    if not list(positions):
+        raise ValueError("positions is empty: give roles ('noun', 'final', 'all') or integer positions")
+    hooks_of_layer = {layer: _layer_hooks(model, hooks, layer) for layer in range(n_layers)}
+    head_list = _head_list(model, heads, hooks_of_layer)
+
+    rows: list[tuple[int, Intervention]] = []
+    cells: list[dict[str, Any]] = []
+    for pair_index, pair in enumerate(pair_list):
+        rows.append((pair_index, ()))  # the unpatched clean run, m(x_clean)
+        for spec in layer_specs:
+            layer_hooks = [h for layer in range(n_layers) for h in hooks_of_layer[layer]] if spec == "all" else hooks_of_layer[spec]
+            for position in positions:
+                aligned = pair.aligned_positions(position)
+                clean_positions = tuple(c for c, _ in aligned)
+                patch_positions = tuple(p for _, p in aligned)
+                for head in head_list:
+                    intervention = tuple(Patch(h, clean_positions, patch_positions, head) for h in layer_hooks)
+                    rows.append((pair_index, intervention))
+                    cell = {"pair": pair_index, "pair_name": pair.name or f"pair {pair_index}", "layer": spec, "position": position}
+                    if heads is not None:
+                        cell["head"] = head
+                    cells.append(cell)
+
+    metric, sources_metric = run_interventions(model, pair_list, rows, batch_size=batch_size, progress=progress)
+    clean_metric = {pair_index: float(metric[r]) for r, (pair_index, intervention) in enumerate(rows) if not intervention}
+    patched = [float(metric[r]) for r, (_, intervention) in enumerate(rows) if intervention]
+    label = _hooks_label(model, hooks)
+    for cell, m_patched in zip(cells, patched):
+        m_clean, m_patch = clean_metric[cell["pair"]], float(sources_metric[cell["pair"]])
+        denominator = m_patch - m_clean
+        cell.update(
+            hooks=label, m_clean=m_clean, m_patch=m_patch, m_patched=m_patched,
+            nie=(m_patched - m_clean) / denominator if denominator != 0 else math.nan,
+        )
+    table = pd.DataFrame(cells)
+    table["layer"] = table["layer"].astype(object)
+    table["position"] = table["position"].astype(object)
+    return table
+
+
+def _head_list(model: Any, heads: Sequence[int] | str | None, hooks_of_layer: dict[int, list[str]]) -> list[int | None]:
+    if heads is None:
+        return [None]
+    tokens = torch.zeros(1, 1, dtype=torch.long, device=model.W_E.device)
+    names = set(hooks_of_layer[0])
+    with torch.no_grad():
+        _, cache = model.run_with_cache(tokens, names_filter=lambda name: name in names)
+    widths = {name: cache[name].shape[2] if cache[name].dim() > 2 else None for name in names}
+    if any(width is None for width in widths.values()) or len(set(widths.values())) != 1:
+        raise ValueError(
+            f"heads= patches one entry of the hooks' third axis, but the hooks have shapes "
+            f"{ {n: tuple(cache[n].shape) for n in names} }; use per-head hooks such as 'blocks.{{layer}}.attn.hook_result'"
+        )
+    width = next(iter(widths.values()))
+    if isinstance(heads, str):
+        if heads != "each":
+            raise ValueError(f"heads must be 'each' or a list of indices, got {heads!r}")
+        return list(range(width))
+    head_list = [int(h) for h in heads]
+    bad = [h for h in head_list if not 0 <= h < width]
+    if bad:
+        raise ValueError(f"heads {bad} are outside [0, {width}) for hooks {sorted(names)}")
+    return head_list
+
+
+def nie_summary(table: pandas.DataFrame) -> pandas.DataFrame:
+    """Mean NIE over pairs per cell, with its standard error and the number of pairs (NaN NIEs dropped)."""
+    keys = ["layer", "position"] + (["head"] if "head" in table.columns else [])
+    grouped = table.dropna(subset=["nie"]).groupby(keys, sort=False)["nie"]
+    summary = grouped.agg(nie="mean", sem="sem", n_pairs="count").reset_index()
+    return summary
+
+
+def nie_heatmap(table: pandas.DataFrame, title: str = "Normalized indirect effect") -> plotly.graph_objects.Figure:
+    """Figure 7 of seed 000: mean NIE over pairs, layers (rows, 'all' on top) x positions (columns)."""
+    import plotly.graph_objects as go
+
+    summary = nie_summary(table)
+    if "head" in summary.columns:
+        summary = summary.groupby(["layer", "position"], sort=False)["nie"].mean().reset_index()
+    layer_order = sorted({l for l in summary["layer"] if l != "all"}) + (["all"] if "all" in set(summary["layer"]) else [])
+    position_order = list(dict.fromkeys(summary["position"]))
+    grid = summary.pivot_table(index="layer", columns="position", values="nie", aggfunc="mean")
+    grid = grid.reindex(index=layer_order, columns=position_order)
+    values = grid.to_numpy(dtype=float)
+    n_pairs = table["pair"].nunique()
+    figure = go.Figure(
+        go.Heatmap(
+            z=values, x=[str(p) for p in position_order], y=[f"layer {l}" if l != "all" else "all layers" for l in layer_order],
+            colorscale="RdBu", zmid=0, colorbar=dict(title="NIE"),
+            text=[[f"{v:.2f}" if not math.isnan(v) else "" for v in row] for row in values], texttemplate="%{text}",
+            hovertemplate="%{y}, position %{x}: NIE %{z:.3f}<extra></extra>",
+        )
+    )
+    figure.update_layout(
+        title=f"{title} ({n_pairs} pair{'s' if n_pairs != 1 else ''}; hooks: {table['hooks'].iloc[0]})",
+        xaxis_title="patched position", yaxis_title="patched layer",
+    )
+    return figure
