@@ -1,0 +1,348 @@
+"""Direct logit attribution (DLA): the logit of one token, written as an exact sum of the model's parts.
+
+With the final norm's scale s frozen from the run, the unembedding is linear in the residual stream, and
+the residual stream at a position is a sum of writes: embedding (+ learned position), every attention head
+(attn.hook_result) and every FFN block (hook_mlp_out, or the parity code's reconstruction when the block
+has a bottleneck). So, for a direction u = W_U[:, target] (minus W_U[:, baseline] for a logit difference),
+
+    RMSNorm:    logit = sum_parts (part * s * w) . u
+    LayerNorm:  logit = sum_parts (center(part) * s * w) . u  +  b . u      (centering is linear; the
+                bias b is its own part, "final norm bias")
+
+Inside an FFN block the write is again a sum of units: sgatlin neurons g * (w_in . z) * w_out per chosen
+(channel, neuron) (seed 000, eq. 2), dense and NC-FFN hidden units post_f * W_out[f] (labelled gelu / swiglu
+/ and / andnot / exists / proportion), parity features a_i * phi_i. Rows carry a `level`: the 'component'
+rows sum to the logit; the 'unit' rows of a layer sum to that layer's FFN row (never add both levels).
+
+A part's promote signature is the set of tokens its write pushes up most, read through the same frozen
+norm and unembedding, with the target's rank among all tokens (seed 002, section 5.5 and Figure 5).
+
+Shape letters: T position, D d_model, V vocabulary, H heads, F FFN units, C channels, K gates or features.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import torch
+from jaxtyping import Float, Int
+from torch import Tensor
+
+if TYPE_CHECKING:
+    import pandas
+    import plotly.graph_objects
+
+DLA_COLUMNS = (
+    "component", "level", "layer", "kind", "value", "head", "unit", "operation", "promote_tokens", "target_rank",
+)
+
+
+def resolve_token(model: Any, token: int | str | None, what: str) -> int | None:
+    """A token id from an id or a single-token string (with the tokenizer's own spacing, e.g. ' worst')."""
+    if token is None:
+        return None
+    if isinstance(token, str):
+        ids = model.to_tokens(token)[0]
+        if ids.numel() != 1:
+            raise ValueError(
+                f"{what} {token!r} is {ids.numel()} tokens; give a single token (mind the leading space) or its id"
+            )
+        return int(ids[0])
+    token_id = int(token)
+    if not 0 <= token_id < model.cfg.d_vocab:
+        raise ValueError(f"{what} id {token_id} is outside the vocabulary [0, {model.cfg.d_vocab})")
+    return token_id
+
+
+def prompt_tokens(model: Any, prompt: str | list[int] | Tensor) -> Int[Tensor, "pos"]:
+    """The token ids of a prompt given as text (needs the model's tokenizer) or as ids."""
+    if isinstance(prompt, str):
+        tokens = model.to_tokens(prompt)[0]
+    else:
+        tokens = torch.as_tensor(prompt, dtype=torch.long).flatten()
+    if tokens.numel() == 0:
+        raise ValueError("the prompt is empty: give at least one token")
+    return tokens.to(model.W_E.device)
+
+
+def token_label(model: Any, token_id: int) -> str:
+    tokenizer = getattr(model, "tokenizer", None)
+    return tokenizer.token_str(int(token_id)) if tokenizer is not None else f"#{int(token_id)}"
+
+
+@dataclass
+class FrozenReadout:
+    """The final norm with its scale frozen at one position, composed with the unembedding: a linear map
+    from residual writes to logits, plus the LayerNorm bias' constant contribution."""
+
+    scale: float
+    weight_D: Tensor
+    bias_D: Tensor | None
+    W_U_DxV: Tensor
+    centred: bool
+
+    def normalize(self, writes_NxD: Float[Tensor, "n d_model"]) -> Float[Tensor, "n d_model"]:
+        if self.centred:
+            writes_NxD = writes_NxD - writes_NxD.mean(-1, keepdim=True)
+        return writes_NxD * self.scale * self.weight_D
+
+    def logits(self, writes_NxD: Float[Tensor, "n d_model"]) -> Float[Tensor, "n d_vocab"]:
+        return self.normalize(writes_NxD) @ self.W_U_DxV
+
+    def direction(self, target: int, baseline: int | None) -> Float[Tensor, "d_model"]:
+        """d with part . d = the part's contribution to logit(target) (- logit(baseline))."""
+        unembed_D = self.W_U_DxV[:, target] - (self.W_U_DxV[:, baseline] if baseline is not None else 0)
+        read_D = self.scale * self.weight_D * unembed_D
+        # (center(x) * s * w) . u = x . center(s * w * u): centering is a symmetric projection
+        return read_D - read_D.mean() if self.centred else read_D
+
+    def bias_value(self, target: int, baseline: int | None) -> float:
+        if self.bias_D is None:
+            return 0.0
+        unembed_D = self.W_U_DxV[:, target] - (self.W_U_DxV[:, baseline] if baseline is not None else 0)
+        return float(self.bias_D @ unembed_D)
+
+
+def _needed_hooks(model: Any) -> list[str]:
+    names = ["hook_embed", "hook_pos_embed", "ln_final.hook_scale"]  # hook_pos_embed fires for learned positions only
+    for layer in range(model.cfg.n_layers):
+        prefix = f"blocks.{layer}"
+        names += [f"{prefix}.attn.hook_result", f"{prefix}.hook_mlp_out"]
+        if f"{prefix}.bottleneck.hook_recon" in model.hook_dict:
+            names += [f"{prefix}.bottleneck.hook_recon", f"{prefix}.bottleneck.hook_code_indices",
+                      f"{prefix}.bottleneck.hook_code_values"]
+        elif f"{prefix}.mlp.hook_gate_indices" in model.hook_dict:
+            names += [f"{prefix}.mlp.hook_gate_indices", f"{prefix}.mlp.hook_neuron_post"]
+        elif f"{prefix}.mlp.hook_post" in model.hook_dict:
+            names.append(f"{prefix}.mlp.hook_post")
+    return names
+
+
+@torch.no_grad()
+def direct_logit_attribution(
+    model: Any,
+    prompt: str | list[int] | Tensor,
+    target: int | str | None = None,
+    position: int = -1,
+    baseline_token: int | str | None = None,
+    units: bool = True,
+    n_promote: int = 10,
+    promote_units_per_layer: int = 10,
+) -> pandas.DataFrame:
+    """Decompose the logit of `target` at `position` (or logit(target) - logit(baseline_token)).
+
+    target None = the model's top prediction at that position. Returns a DataFrame with columns
+    component, level ('component' | 'unit'), layer (-1 for the embedding, n_layers for the final norm's
+    bias), kind ('embedding' | 'positional' | 'attn_head' | 'ffn' | 'norm_bias' | 'neuron' | 'ffn_unit' |
+    'parity_feature'), value, head, unit (sgatlin: channel * N + neuron, like the sparse codes),
+    operation (head value mode, or unit operation), promote_tokens (top `n_promote` tokens the write pushes up;
+    for every component row and the `promote_units_per_layer` largest |value| units of each layer), and
+    target_rank (1 = the target is what the write promotes most). The 'component' rows sum to the logit.
+    df.attrs holds target_id, target, baseline_id, position, logit (the model's own value) and tokens.
+    """
+    import pandas as pd
+
+    tokens_T = prompt_tokens(model, prompt)
+    n_pos = tokens_T.numel()
+    if not -n_pos <= position < n_pos:
+        raise ValueError(f"position {position} is outside the prompt of {n_pos} tokens")
+    position = position % n_pos
+    names = set(_needed_hooks(model))
+    with torch.no_grad():
+        logits_TxV, cache = model.run_with_cache(tokens_T[None], names_filter=lambda name: name in names)
+    logits_V = logits_TxV[0, position].double()
+    target_id = int(logits_V.argmax()) if target is None else resolve_token(model, target, "target")
+    baseline_id = resolve_token(model, baseline_token, "baseline_token")
+    if baseline_id is not None and baseline_id == target_id:
+        raise ValueError(f"baseline_token equals the target ({token_label(model, target_id)!r}); the difference is 0")
+    model_value = float(logits_V[target_id] - (logits_V[baseline_id] if baseline_id is not None else 0))
+
+    def at(name: str) -> Tensor:
+        return cache[name][0, position].double()
+
+    ln_final = model.ln_final
+    readout = FrozenReadout(
+        scale=float(cache["ln_final.hook_scale"][0, position].reshape(())),
+        weight_D=ln_final.w.detach().double(),
+        bias_D=ln_final.b.detach().double() if getattr(ln_final, "b", None) is not None else None,
+        W_U_DxV=model.W_U.detach().double(),
+        centred=getattr(ln_final, "b", None) is not None,
+    )
+    direction_D = readout.direction(target_id, baseline_id)
+    n_layers, n_heads = model.cfg.n_layers, model.cfg.n_heads
+    value_modes = _head_value_modes(model)
+
+    rows: list[dict[str, Any]] = []
+    writes: list[Tensor] = []  # the residual write of each row that gets a promote signature
+
+    def add(write_D: Tensor | None, **row: Any) -> None:
+        row.setdefault("level", "component")
+        row["_write"] = len(writes) if write_D is not None else None
+        if write_D is not None:
+            writes.append(write_D)
+        rows.append(row)
+
+    embed_D = at("hook_embed")
+    add(embed_D, component="embedding", layer=-1, kind="embedding", value=float(embed_D @ direction_D))
+    if "hook_pos_embed" in cache:
+        # the positional table enters unbatched, [T, D]
+        pos_D = cache["hook_pos_embed"][position].double() if cache["hook_pos_embed"].dim() == 2 else at("hook_pos_embed")
+        add(pos_D, component="positional embedding", layer=-1, kind="positional", value=float(pos_D @ direction_D))
+
+    for layer in range(n_layers):
+        prefix = f"blocks.{layer}"
+        result_HxD = at(f"{prefix}.attn.hook_result")
+        for head in range(n_heads):
+            add(result_HxD[head], component=f"L{layer}H{head}", layer=layer, kind="attn_head", head=head,
+                value=float(result_HxD[head] @ direction_D), operation=value_modes[head])
+        has_bottleneck = f"{prefix}.bottleneck.hook_recon" in names
+        ffn_write_D = at(f"{prefix}.bottleneck.hook_recon" if has_bottleneck else f"{prefix}.hook_mlp_out")
+        add(ffn_write_D, component=f"L{layer} FFN" + (" (parity code)" if has_bottleneck else ""), layer=layer,
+            kind="ffn", value=float(ffn_write_D @ direction_D), operation=_ffn_operation(model, layer, has_bottleneck))
+        if units:
+            unit_rows = _unit_writes(model, layer, at, names)
+            contributions = unit_rows["writes_NxD"] @ direction_D
+            keep_promote = set(contributions.abs().argsort(descending=True)[:promote_units_per_layer].tolist())
+            for i in range(contributions.numel()):
+                add(unit_rows["writes_NxD"][i] if i in keep_promote else None, level="unit",
+                    component=f"L{layer} {unit_rows['labels'][i]}", layer=layer, kind=unit_rows["kind"],
+                    unit=int(unit_rows["ids"][i]), operation=unit_rows["operations"][i], value=float(contributions[i]))
+
+    if readout.bias_D is not None:
+        add(None, component="final norm bias", layer=n_layers, kind="norm_bias", value=readout.bias_value(target_id, baseline_id))
+
+    if writes:
+        promote_NxV = readout.logits(torch.stack(writes))
+        top_NxP = promote_NxV.topk(min(n_promote, promote_NxV.shape[-1]), dim=-1).indices.tolist()
+        ranks_N = 1 + (promote_NxV > promote_NxV[:, target_id : target_id + 1]).sum(-1)
+    for row in rows:
+        index = row.pop("_write")
+        row["promote_tokens"] = [token_label(model, t) for t in top_NxP[index]] if index is not None else None
+        row["target_rank"] = int(ranks_N[index]) if index is not None else None
+
+    table = pd.DataFrame(rows).reindex(columns=list(DLA_COLUMNS))
+    for column in ("head", "unit", "target_rank"):
+        table[column] = table[column].astype("Int64")
+    table.attrs.update(
+        target_id=target_id, target=token_label(model, target_id), baseline_id=baseline_id,
+        baseline=token_label(model, baseline_id) if baseline_id is not None else None, position=position,
+        logit=model_value, tokens=tokens_T.tolist(),
+    )
+    return table
+
+
+def _head_value_modes(model: Any) -> list[str]:
+    attention = model.config.attention
+    n_special = attention.n_special if attention.value_mode != "standard" else 0
+    return [attention.value_mode if h < n_special else "standard" for h in range(model.cfg.n_heads)]
+
+
+def _ffn_operation(model: Any, layer: int, has_bottleneck: bool) -> str:
+    ffn_type = model.config.feedforward.type
+    return f"{ffn_type} + parity bottleneck" if has_bottleneck else ffn_type
+
+
+def _unit_writes(model: Any, layer: int, at: Any, names: set[str]) -> dict[str, Any]:
+    """The residual write of every unit of layer `layer`'s FFN at the attributed position."""
+    prefix = f"blocks.{layer}"
+    block = model.blocks[layer]
+    if f"{prefix}.bottleneck.hook_recon" in names:
+        indices_K = at(f"{prefix}.bottleneck.hook_code_indices").long()
+        values_K = at(f"{prefix}.bottleneck.hook_code_values")
+        phi_KxD = block.bottleneck.feature_directions(indices_K).double()
+        return dict(writes_NxD=values_K[:, None] * phi_KxD, ids=indices_K.tolist(), kind="parity_feature",
+                    operations=["feature"] * indices_K.numel(), labels=[f"feature {int(i)}" for i in indices_K])
+    if f"{prefix}.mlp.hook_gate_indices" in names:
+        indices_CxK = at(f"{prefix}.mlp.hook_gate_indices").long()
+        neuron_post_CxK = at(f"{prefix}.mlp.hook_neuron_post")
+        w_out_CxKxD = block.mlp.neuron_out_rows(indices_CxK[None, None])[0, 0].double()
+        n_channels, k = indices_CxK.shape
+        per_channel = model.config.feedforward.d_ffw
+        channel_C = torch.arange(n_channels, device=indices_CxK.device)[:, None].expand(n_channels, k)
+        ids = (channel_C * per_channel + indices_CxK).flatten().tolist()
+        labels = [f"c{int(c)} n{int(i)}" for c, i in zip(channel_C.flatten(), indices_CxK.flatten())]
+        # seed 000, eq. 2: the neuron writes g * (w_in . z) * w_out
+        writes = (neuron_post_CxK[..., None] * w_out_CxKxD).reshape(n_channels * k, -1)
+        return dict(writes_NxD=writes, ids=ids, kind="neuron", operations=["neuron"] * len(ids), labels=labels)
+    post_F = at(f"{prefix}.mlp.hook_post")
+    W_out_FxD = block.mlp.W_out.detach().double()
+    kinds = block.mlp.unit_kinds()
+    return dict(writes_NxD=post_F[:, None] * W_out_FxD, ids=list(range(post_F.numel())), kind="ffn_unit",
+                operations=kinds, labels=[f"{kind} u{f}" for f, kind in enumerate(kinds)])
+
+
+# --- figures -----------------------------------------------------------------------------------------------
+
+
+def _hover(row: Any) -> str:
+    text = f"{row.component}: {row.value:+.4f}"
+    if isinstance(row.operation, str):
+        text += f"<br>operation: {row.operation}"
+    if isinstance(row.promote_tokens, list):
+        text += f"<br>promotes: {', '.join(row.promote_tokens)}<br>target rank: {row.target_rank}"
+    return text
+
+
+def dla_overview_figure(table: pandas.DataFrame) -> plotly.graph_objects.Figure:
+    """Seed 002, Figure 5 (left): every head and FFN block of every layer, red positive, blue negative."""
+    import numpy as np
+    import plotly.graph_objects as go
+
+    components = table[table["level"] == "component"]
+    layers = sorted(int(l) for l in components.loc[components["kind"].isin(["attn_head", "ffn"]), "layer"].unique())
+    heads = sorted(int(h) for h in components["head"].dropna().unique())
+    columns = [f"H{h}" for h in heads] + ["FFN"]
+    values = np.full((len(layers), len(columns)), np.nan)
+    hover = [["" for _ in columns] for _ in layers]
+    for row in components.itertuples():
+        if row.kind not in ("attn_head", "ffn"):
+            continue
+        i, j = layers.index(int(row.layer)), (len(columns) - 1 if row.kind == "ffn" else heads.index(int(row.head)))
+        values[i, j] = row.value
+        hover[i][j] = _hover(row)
+    bound = float(np.nanmax(np.abs(values))) if np.isfinite(values).any() else 1.0
+    figure = go.Figure(go.Heatmap(
+        z=values, x=columns, y=[f"L{l}" for l in layers], colorscale="RdBu_r", zmin=-bound, zmax=bound,
+        text=hover, hovertemplate="%{text}<extra></extra>", colorbar=dict(title="logit"),
+    ))
+    rest = components[~components["kind"].isin(["attn_head", "ffn"])]
+    extra = "; ".join(f"{r.component} {r.value:+.3f}" for r in rest.itertuples())
+    attrs = table.attrs
+    what = f"logit({attrs.get('target')!r})" + (f" - logit({attrs.get('baseline')!r})" if attrs.get("baseline_id") is not None else "")
+    figure.update_layout(
+        title=f"Direct logit attribution of {what} = {attrs.get('logit', float('nan')):.3f}" + (f" ({extra})" if extra else ""),
+        xaxis_title="head / FFN block", yaxis_title="layer", yaxis=dict(autorange="reversed"),
+    )
+    return figure
+
+
+def dla_layer_figure(table: pandas.DataFrame, layer: int, top: int = 20) -> plotly.graph_objects.Figure:
+    """One layer: its heads, its FFN block and the FFN's `top` largest units by |value|, with promote
+    signatures on hover."""
+    import plotly.graph_objects as go
+
+    in_layer = table[table["layer"] == layer]
+    if in_layer.empty:
+        raise ValueError(f"layer {layer} is not in this attribution (layers {sorted(table['layer'].unique())})")
+    components = in_layer[in_layer["level"] == "component"]
+    unit_rows = in_layer[in_layer["level"] == "unit"]
+    unit_rows = unit_rows.loc[unit_rows["value"].abs().sort_values(ascending=False).index[:top]]
+    shown = list(components.itertuples()) + list(unit_rows.itertuples())
+    figure = go.Figure(go.Bar(
+        x=[row.component for row in shown], y=[row.value for row in shown],
+        marker_color=["#d62728" if row.value >= 0 else "#1f77b4" for row in shown],
+        marker_pattern_shape=["" if row.level == "component" else "/" for row in shown],
+        hovertext=[_hover(row) for row in shown], hoverinfo="text",
+    ))
+    figure.update_layout(
+        title=f"Layer {layer}: heads and FFN block (solid), largest FFN units (hatched; they sum to the FFN bar)",
+        yaxis_title=f"contribution to logit({table.attrs.get('target')!r})", xaxis_tickangle=-45,
+    )
+    return figure
+
+
+def dla_figures(table: pandas.DataFrame, top: int = 20) -> dict[int, plotly.graph_objects.Figure]:
+    """A figure per layer (dla_layer_figure)."""
+    layers = sorted(int(l) for l in table.loc[table["kind"].isin(["attn_head", "ffn"]), "layer"].unique())
+    return {layer: dla_layer_figure(table, layer, top=top) for layer in layers}
