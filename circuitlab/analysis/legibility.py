@@ -1,0 +1,561 @@
+"""Legibility of bounded channels (seed 002, sections 4.1, 5.3 and 5.4).
+
+A bounded channel is one coordinate of a value in [0, 1] that the model computes by construction:
+  attention  membership values sigmoid(X W_v) of membership heads (atom and combined value at once);
+             Boolean operands A, B (atoms) and the combined value [A*B ; A*(1-B)] of Boolean heads
+  NC-FFN     operands A, B (atoms) and the operator outputs and / and-not (combined);
+             quantifier memberships M_t (atoms) and the soft exists / proportion scans (combined)
+Over held-out tokens each channel gets: mean, variance, crispness = fraction with min(v, 1 - v) < 0.1,
+ON-fraction = fraction with v > 0.9, and a regime (seed 002, section 4.1):
+  CONSTANT   variance < 0.003                       (crisp but context-free, or collapsed)
+  SELECTIVE  variance >= 0.003 and crispness > 0.5  (a crisp, contextual detector: nameable)
+  FUZZY      otherwise                              (varies, but not decisively)
+As in the seed's Tables 1 and 5, atom-crispness and ON% are read on the operands, SELECTIVE / CONSTANT on
+the combined values. Channels are named by the tokens they fire on decisively (v > 0.9), ranked by
+P(fire | token) among tokens seen at least `min_count` times, which corrects the naive most-active-token
+readout for token frequency (it would otherwise collapse to "the").
+
+Shape letters: N tokens (batch x pos flattened), B batch, T position, S special heads, E channels per head,
+C channels of one hook, V vocabulary.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import torch
+from jaxtyping import Float, Int
+from torch import Tensor
+
+if TYPE_CHECKING:
+    import pandas
+    import plotly.graph_objects
+
+CRISP_MARGIN = 0.1  # seed 002, section 4.1: within 0.1 of a rail
+ON_THRESHOLD = 0.9
+CONSTANT_VARIANCE = 0.003
+SELECTIVE_CRISPNESS = 0.5
+REGIMES = ("SELECTIVE", "CONSTANT", "FUZZY")
+STAT_COLUMNS = (
+    "surface", "layer", "head", "channel", "role", "operand", "combined", "hook",
+    "mean", "variance", "crispness", "on_fraction", "regime", "n_tokens",
+)
+
+
+class NoBoundedChannelsError(ValueError):
+    """The model has no bounded value channels, so legibility metrics do not apply."""
+
+
+# --- the per-channel statistics ---------------------------------------------------------------------------
+
+
+def classify_regime(
+    variance: Tensor | Sequence[float] | float,
+    crispness: Tensor | Sequence[float] | float,
+    constant_variance: float = CONSTANT_VARIANCE,
+    selective_crispness: float = SELECTIVE_CRISPNESS,
+) -> list[str]:
+    """CONSTANT / SELECTIVE / FUZZY per channel, with the thresholds of seed 002, section 4.1."""
+    variance_C = torch.as_tensor(variance, dtype=torch.float64).reshape(-1)
+    crispness_C = torch.as_tensor(crispness, dtype=torch.float64).reshape(-1)
+    return [
+        "CONSTANT" if v < constant_variance else ("SELECTIVE" if c > selective_crispness else "FUZZY")
+        for v, c in zip(variance_C.tolist(), crispness_C.tolist())
+    ]
+
+
+class ChannelAccumulator:
+    """Streaming mean / variance (Chan et al.'s pairwise merge, float64), crisp and ON counts per channel."""
+
+    def __init__(self, n_channels: int):
+        self.n = 0
+        self.mean_C = torch.zeros(n_channels, dtype=torch.float64)
+        self.m2_C = torch.zeros(n_channels, dtype=torch.float64)
+        self.crisp_C = torch.zeros(n_channels, dtype=torch.float64)
+        self.on_C = torch.zeros(n_channels, dtype=torch.float64)
+
+    def update(self, values_NxC: Float[Tensor, "tokens channel"]) -> None:
+        values = values_NxC.detach().to("cpu", torch.float64)
+        n_batch = values.shape[0]
+        if n_batch == 0:
+            return
+        batch_mean = values.mean(0)
+        batch_m2 = ((values - batch_mean) ** 2).sum(0)
+        total = self.n + n_batch
+        delta = batch_mean - self.mean_C
+        self.mean_C += delta * n_batch / total
+        self.m2_C += batch_m2 + delta**2 * self.n * n_batch / total
+        self.n = total
+        self.crisp_C += (torch.minimum(values, 1 - values) < CRISP_MARGIN).sum(0)
+        self.on_C += (values > ON_THRESHOLD).sum(0)
+
+    def result(self) -> dict[str, Any]:
+        if self.n == 0:
+            raise ValueError("no tokens were seen: give held-out text with at least one token")
+        variance = self.m2_C / self.n
+        crispness = self.crisp_C / self.n
+        return dict(
+            mean=self.mean_C.tolist(), variance=variance.tolist(), crispness=crispness.tolist(),
+            on_fraction=(self.on_C / self.n).tolist(), regime=classify_regime(variance, crispness), n_tokens=self.n,
+        )
+
+
+def channel_statistics(values_NxC: Float[Tensor, "tokens channel"]) -> pandas.DataFrame:
+    """mean, variance, crispness, on_fraction and regime of each column of a [tokens, channels] array."""
+    import pandas as pd
+
+    values = torch.as_tensor(values_NxC)
+    if values.dim() != 2:
+        raise ValueError(f"channel values must be [tokens, channels], got shape {tuple(values.shape)}")
+    accumulator = ChannelAccumulator(values.shape[1])
+    accumulator.update(values)
+    result = accumulator.result()
+    result["n_tokens"] = [result["n_tokens"]] * values.shape[1]
+    return pd.DataFrame({"channel": range(values.shape[1]), **result})
+
+
+# --- which channels a model has ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ChannelGroup:
+    """A hook's bounded channels: `take` maps the hook's tensor to [B, T, S, E] (attention) or [B, T, C]."""
+
+    surface: str  # "attention" | "ffn"
+    layer: int
+    hook: str
+    role: str
+    operand: bool
+    combined: bool
+    head_slice: slice | None = None  # attention: the bounded heads
+    channel_slice: slice | None = None  # attention: part of each head's channels (the and / and-not halves)
+
+    @property
+    def head_offset(self) -> int:
+        return self.head_slice.start or 0 if self.head_slice is not None else 0
+
+    @property
+    def channel_offset(self) -> int:
+        return self.channel_slice.start or 0 if self.channel_slice is not None else 0
+
+    def take(self, activation: Tensor) -> Tensor:
+        if self.head_slice is None:
+            return activation
+        values = activation[:, :, self.head_slice]
+        return values[..., self.channel_slice] if self.channel_slice is not None else values
+
+
+def bounded_channel_groups(model: Any) -> list[ChannelGroup]:
+    """Every bounded channel group of the model, found through its config and hook names."""
+    config = model.config
+    attention = config.attention
+    n_special = attention.n_special if attention.value_mode != "standard" else 0
+    d_head = config.d_head
+    groups: list[ChannelGroup] = []
+    for layer in range(config.n_layers):
+        prefix = f"blocks.{layer}"
+        if n_special and attention.value_mode == "membership":
+            groups.append(ChannelGroup("attention", layer, f"{prefix}.attn.hook_v", "membership", True, True, slice(0, n_special)))
+        elif n_special and attention.value_mode == "boolean":
+            heads = slice(0, n_special)
+            groups += [
+                ChannelGroup("attention", layer, f"{prefix}.attn.hook_operand_a", "operand_a", True, False, heads),
+                ChannelGroup("attention", layer, f"{prefix}.attn.hook_operand_b", "operand_b", True, False, heads),
+                # seed 002, eq. 2: V = [A*B ; A*(1-B)]
+                ChannelGroup("attention", layer, f"{prefix}.attn.hook_v", "and", False, True, heads, slice(0, d_head // 2)),
+                ChannelGroup("attention", layer, f"{prefix}.attn.hook_v", "andnot", False, True, heads, slice(d_head // 2, d_head)),
+            ]
+        if f"{prefix}.mlp.hook_operand_a" in model.hook_dict:
+            groups += [
+                ChannelGroup("ffn", layer, f"{prefix}.mlp.hook_operand_a", "operand_a", True, False),
+                ChannelGroup("ffn", layer, f"{prefix}.mlp.hook_operand_b", "operand_b", True, False),
+                ChannelGroup("ffn", layer, f"{prefix}.mlp.hook_and", "and", False, True),
+                ChannelGroup("ffn", layer, f"{prefix}.mlp.hook_andnot", "andnot", False, True),
+            ]
+            if config.feedforward.n_quantifiers > 0:
+                groups += [
+                    ChannelGroup("ffn", layer, f"{prefix}.mlp.hook_quant_in", "quant_in", True, False),
+                    ChannelGroup("ffn", layer, f"{prefix}.mlp.hook_exists", "exists", False, True),
+                    ChannelGroup("ffn", layer, f"{prefix}.mlp.hook_proportion", "proportion", False, True),
+                ]
+    if not groups:
+        ffn = config.feedforward.type + (" + parity bottleneck" if config.bottleneck is not None else "")
+        raise NoBoundedChannelsError(
+            f"model {config.name or '(unnamed)'} has no bounded channels (attention values "
+            f"{attention.value_mode} on {n_special} heads, FFN {ffn}): legibility is defined on values bounded "
+            "in [0, 1] by construction (membership or boolean attention heads, NC-FFN operators); use "
+            "direct_logit_attribution or the circuit database for this architecture"
+        )
+    return groups
+
+
+def design_label(model: Any, surface: str) -> str:
+    """The seed 002 table row a model's surface belongs to, e.g. 'boolean head-100', 'NC-FFN 50% operators'."""
+    config = model.config
+    if surface == "attention":
+        attention = config.attention
+        return f"{attention.value_mode} head-{round(100 * attention.n_special / config.n_heads)}"
+    from circuitlab.config import ncffn_partition
+
+    n_gelu, _, _ = ncffn_partition(config.feedforward)
+    return f"NC-FFN {round(100 * (1 - n_gelu / config.feedforward.d_ffw))}% operators"
+
+
+# --- running the model over held-out text ------------------------------------------------------------------
+
+
+def held_out_windows(model: Any, texts: Iterable[str], seq_len: int = 256) -> Int[Tensor, "windows pos"]:
+    """Tokenize texts (each followed by the end-of-text id) into one stream, cut into [windows, seq_len]."""
+    tokenizer = model._require_tokenizer() if hasattr(model, "_require_tokenizer") else model.tokenizer
+    if seq_len < 1 or seq_len > model.cfg.n_ctx:
+        raise ValueError(f"seq_len must lie in [1, n_ctx={model.cfg.n_ctx}], got {seq_len}")
+    stream: list[int] = []
+    separator = getattr(tokenizer, "eos_id", None)
+    for text in texts:
+        stream += tokenizer.encode(text)
+        if separator is not None:
+            stream.append(separator)
+    n_windows = len(stream) // seq_len
+    if n_windows == 0:
+        raise ValueError(f"the held-out text has {len(stream)} tokens, fewer than one window of seq_len={seq_len}")
+    return torch.tensor(stream[: n_windows * seq_len], dtype=torch.long).view(n_windows, seq_len)
+
+
+def _token_batches(tokens: Tensor | Iterable[Tensor], batch_size: int) -> Iterator[Tensor]:
+    if isinstance(tokens, Tensor):
+        if tokens.dim() != 2:
+            raise ValueError(f"held-out tokens must be [sequences, pos], got shape {tuple(tokens.shape)}")
+        for start in range(0, tokens.shape[0], batch_size):
+            yield tokens[start : start + batch_size]
+    else:
+        for batch in tokens:
+            batch = torch.as_tensor(batch, dtype=torch.long)
+            yield batch[None] if batch.dim() == 1 else batch
+
+
+def _bounded_activations(
+    model: Any, tokens: Tensor | Iterable[Tensor], hooks: set[str], batch_size: int, progress: bool, desc: str
+) -> Iterator[tuple[Tensor, dict[str, Tensor]]]:
+    from tqdm.auto import tqdm
+
+    total = math.ceil(tokens.shape[0] / batch_size) if isinstance(tokens, Tensor) else None
+    device = model.W_E.device
+    with torch.no_grad():
+        for batch_BxT in tqdm(_token_batches(tokens, batch_size), total=total, desc=desc, disable=not progress, leave=False):
+            _, cache = model.run_with_cache(batch_BxT.to(device), names_filter=lambda name: name in hooks)
+            yield batch_BxT, {name: cache[name] for name in hooks}
+
+
+# --- statistics over a model --------------------------------------------------------------------------------
+
+
+def legibility_stats(
+    model: Any, tokens: Tensor | Iterable[Tensor], batch_size: int = 8, progress: bool = True
+) -> pandas.DataFrame:
+    """Per-channel legibility over held-out tokens ([sequences, pos] tensor, or an iterable of batches).
+
+    One row per bounded channel with columns surface ('attention' | 'ffn'), layer, head (attention only),
+    channel (within its head, or within its FFN hook), role (membership, operand_a, operand_b, and, andnot,
+    quant_in, exists, proportion), operand / combined (which table columns it feeds), hook, mean, variance,
+    crispness, on_fraction, regime, n_tokens. Raises NoBoundedChannelsError for models without any.
+    """
+    import pandas as pd
+
+    groups = bounded_channel_groups(model)
+    accumulators: dict[int, ChannelAccumulator] = {}
+    shapes: dict[int, tuple[int, ...]] = {}
+    for _, activations in _bounded_activations(model, tokens, {g.hook for g in groups}, batch_size, progress, "legibility"):
+        for index, group in enumerate(groups):
+            values = group.take(activations[group.hook])
+            shapes[index] = tuple(values.shape[2:])
+            flat_NxC = values.reshape(-1, math.prod(values.shape[2:]))
+            accumulators.setdefault(index, ChannelAccumulator(flat_NxC.shape[1])).update(flat_NxC)
+    if not accumulators:
+        raise ValueError("no held-out tokens were given")
+    rows = []
+    for index, group in enumerate(groups):
+        result = accumulators[index].result()
+        shape = shapes[index]
+        per_head = shape[1] if len(shape) == 2 else None
+        for flat in range(math.prod(shape)):
+            rows.append({
+                "surface": group.surface, "layer": group.layer,
+                "head": flat // per_head + group.head_offset if per_head else None,
+                "channel": flat % per_head + group.channel_offset if per_head else flat,
+                "role": group.role, "operand": group.operand, "combined": group.combined, "hook": group.hook,
+                "mean": result["mean"][flat], "variance": result["variance"][flat], "crispness": result["crispness"][flat],
+                "on_fraction": result["on_fraction"][flat], "regime": result["regime"][flat], "n_tokens": result["n_tokens"],
+            })
+    table = pd.DataFrame(rows, columns=list(STAT_COLUMNS))
+    table["head"] = table["head"].astype("Int64")
+    table.attrs["designs"] = {surface: design_label(model, surface) for surface in table["surface"].unique()}
+    return table
+
+
+def _regime_fractions(rows: pandas.DataFrame) -> dict[str, float]:
+    n = len(rows)
+    return {regime.lower(): (float((rows["regime"] == regime).mean()) if n else math.nan) for regime in REGIMES}
+
+
+def _aggregate(stats: pandas.DataFrame, keys: list[str]) -> pandas.DataFrame:
+    import pandas as pd
+
+    out = []
+    for key, rows in stats.groupby(keys, sort=True, dropna=False):
+        key = key if isinstance(key, tuple) else (key,)
+        operands, combined = rows[rows["operand"]], rows[rows["combined"]]
+        record = dict(zip(keys, key))
+        record.update(
+            n_channels=len(combined),
+            atom_crisp=float(operands["crispness"].mean()) if len(operands) else math.nan,
+            on_fraction=float(operands["on_fraction"].mean()) if len(operands) else math.nan,
+            **_regime_fractions(combined),
+            **{f"{name}_operands": value for name, value in _regime_fractions(operands).items()},
+        )
+        out.append(record)
+    return pd.DataFrame(out)
+
+
+def legibility_by_layer(stats: pandas.DataFrame) -> pandas.DataFrame:
+    """Per surface and layer: n_channels (combined), atom_crisp and on_fraction (mean over operand channels =
+    the pooled fraction of operand values), selective / constant / fuzzy fractions of the combined channels,
+    and the same three fractions over the operand channels (selective_operands, ...)."""
+    return _aggregate(stats, ["surface", "layer"])
+
+
+def legibility_by_head(stats: pandas.DataFrame) -> pandas.DataFrame:
+    """legibility_by_layer, resolved per attention head (seed 002, Figure 4)."""
+    attention = stats[stats["surface"] == "attention"]
+    if attention.empty:
+        raise NoBoundedChannelsError("no bounded attention heads in these statistics (FFN channels only)")
+    return _aggregate(attention, ["layer", "head"])
+
+
+def legibility_summary(stats: pandas.DataFrame, model_name: str = "") -> pandas.DataFrame:
+    """One row per surface, the columns of seed 002's Tables 1 and 5 (percentages): design, atom_crisp,
+    on_percent (operands), selective, constant, fuzzy (combined values), selective_operands,
+    constant_operands (the regime read on the operands, Table 5's reading for the FFN)."""
+    summary = _aggregate(stats, ["surface"])
+    designs = stats.attrs.get("designs", {})
+    summary.insert(0, "design", [designs.get(s, s) for s in summary["surface"]])
+    if model_name:
+        summary.insert(0, "model", model_name)
+    percent = ["atom_crisp", "on_fraction", "selective", "constant", "fuzzy", "selective_operands", "constant_operands", "fuzzy_operands"]
+    summary[percent] = summary[percent] * 100
+    return summary.rename(columns={"on_fraction": "on_percent"}).round(2)
+
+
+def legibility_table(stats_by_model: Mapping[str, pandas.DataFrame]) -> pandas.DataFrame:
+    """legibility_summary of several models stacked, one row per model and surface (a Table 1 / 5)."""
+    import pandas as pd
+
+    return pd.concat([legibility_summary(stats, name) for name, stats in stats_by_model.items()], ignore_index=True)
+
+
+# --- naming channels -----------------------------------------------------------------------------------------
+
+
+def _channel_values(group: ChannelGroup, activation: Tensor, head: int | None, channel: int) -> Tensor:
+    values = group.take(activation)
+    if head is not None:
+        values = values[:, :, head - group.head_offset, channel - group.channel_offset]
+    else:
+        values = values[:, :, channel]
+    return values
+
+
+def _group_of(model: Any, stats_row: Mapping[str, Any]) -> ChannelGroup:
+    for group in bounded_channel_groups(model):
+        if group.hook == stats_row["hook"] and group.role == stats_row["role"]:
+            return group
+    raise ValueError(f"the model has no bounded channel group {stats_row['hook']} / {stats_row['role']}")
+
+
+def name_channels(
+    model: Any,
+    tokens: Tensor | Iterable[Tensor],
+    channels: pandas.DataFrame,
+    threshold: float = ON_THRESHOLD,
+    min_count: int = 5,
+    top: int = 6,
+    batch_size: int = 8,
+    progress: bool = True,
+) -> pandas.DataFrame:
+    """Name channels (rows of legibility_stats, e.g. its SELECTIVE rows) by the tokens they fire on.
+
+    Only decisive firings count (v > threshold). Tokens are ranked by P(fire | token) among tokens seen at
+    least `min_count` times (lift = P(token | fire) / P(token) = P(fire | token) / P(fire), the same order),
+    so frequent tokens do not win by frequency. Adds columns fires (decisive firings), fire_rate,
+    top_tokens (token strings), top_p_fire (their P(fire | token)) and label ("tok1 / tok2 / ...").
+    """
+    import pandas as pd
+
+    rows = channels.reset_index(drop=True)
+    if rows.empty:
+        return rows.assign(fires=[], fire_rate=[], top_tokens=[], top_p_fire=[], label=[])
+    groups = [_group_of(model, row) for row in rows.to_dict("records")]
+    d_vocab = model.cfg.d_vocab
+    count_V = torch.zeros(d_vocab, dtype=torch.float64)
+    fires_VxR = torch.zeros(d_vocab, len(rows), dtype=torch.float64)
+    heads = [None if pd.isna(h) else int(h) for h in rows["head"]]
+    for batch_BxT, activations in _bounded_activations(model, tokens, {g.hook for g in groups}, batch_size, progress, "naming"):
+        token_N = batch_BxT.reshape(-1).cpu()
+        count_V += torch.bincount(token_N, minlength=d_vocab).double()
+        fire_columns = [
+            (_channel_values(group, activations[group.hook], head, int(channel)).reshape(-1) > threshold).double().cpu()
+            for group, head, channel in zip(groups, heads, rows["channel"])
+        ]
+        fires_VxR.index_add_(0, token_N, torch.stack(fire_columns, dim=1))
+    names, p_tops, labels = [], [], []
+    for r in range(len(rows)):
+        ranked = rank_firing_tokens(count_V, fires_VxR[:, r], min_count=min_count, top=top)
+        names.append([_token_text(model, t) for t in ranked["token_id"]])
+        p_tops.append([round(p, 3) for p in ranked["p_fire"]])
+        labels.append(" / ".join(names[-1]) if names[-1] else "(never fires decisively)")
+    fires_R = fires_VxR.sum(0)
+    return rows.assign(
+        fires=fires_R.long().tolist(), fire_rate=(fires_R / count_V.sum().clamp(min=1)).tolist(),
+        top_tokens=names, top_p_fire=p_tops, label=labels,
+    )
+
+
+def rank_firing_tokens(
+    count_V: Float[Tensor, "vocab"], fires_V: Float[Tensor, "vocab"], min_count: int = 5, top: int = 10
+) -> pandas.DataFrame:
+    """Tokens a channel fires on, frequency-corrected: ranked by P(fire | token) = fires / count among tokens
+    seen at least `min_count` times (ties: more firings first). lift = P(token | fire) / P(token), which is
+    P(fire | token) / P(fire). Columns token_id, p_fire, fires, count, lift."""
+    import pandas as pd
+
+    count_V = torch.as_tensor(count_V, dtype=torch.float64)
+    fires_V = torch.as_tensor(fires_V, dtype=torch.float64)
+    p_fire_V = fires_V / count_V.clamp(min=1)
+    overall = float(fires_V.sum() / count_V.sum().clamp(min=1))
+    candidates = ((count_V >= min_count) & (fires_V > 0)).nonzero().flatten().tolist()
+    ranked = sorted(candidates, key=lambda t: (-float(p_fire_V[t]), -float(fires_V[t]), t))[:top]
+    return pd.DataFrame(
+        {
+            "token_id": ranked, "p_fire": [float(p_fire_V[t]) for t in ranked],
+            "fires": [int(fires_V[t]) for t in ranked], "count": [int(count_V[t]) for t in ranked],
+            "lift": [float(p_fire_V[t]) / overall if overall > 0 else math.nan for t in ranked],
+        },
+        columns=["token_id", "p_fire", "fires", "count", "lift"],
+    )
+
+
+def _context_text(model: Any, ids: Sequence[int]) -> str:
+    """Left context then the firing token in [brackets]; ids are space-separated when there is no tokenizer."""
+    joiner = "" if getattr(model, "tokenizer", None) is not None else " "
+    return joiner.join([_token_text(model, t) for t in ids[:-1]] + [f"[{_token_text(model, ids[-1])}]"])
+
+
+def _token_text(model: Any, token_id: int) -> str:
+    tokenizer = getattr(model, "tokenizer", None)
+    return tokenizer.token_str(int(token_id)) if tokenizer is not None else f"#{int(token_id)}"
+
+
+def max_activating_contexts(
+    model: Any,
+    tokens: Tensor | Iterable[Tensor],
+    hook: str,
+    channel: int,
+    head: int | None = None,
+    role: str | None = None,
+    threshold: float = ON_THRESHOLD,
+    min_count: int = 5,
+    top: int = 10,
+    window: int = 8,
+    batch_size: int = 8,
+    progress: bool = True,
+) -> pandas.DataFrame:
+    """Contexts where one channel fires decisively, one per firing token, frequency-corrected.
+
+    Among the tokens the channel fires on (v > threshold), those seen at least `min_count` times are ranked
+    by P(fire | token); for each, the firing occurrence with the largest value is shown with `window`
+    tokens of left context, the firing token in [brackets]. Columns: token, p_fire, fires, count, lift,
+    value, context.
+    """
+    import pandas as pd
+
+    groups = [
+        g for g in bounded_channel_groups(model)
+        if g.hook == hook and (role is None or g.role == role)
+        and (g.channel_slice is None or g.channel_slice.start <= channel < g.channel_slice.stop)
+    ]
+    if not groups:
+        raise ValueError(
+            f"{hook} channel {channel}{f' ({role})' if role else ''} is not a bounded channel of this model; "
+            "pick one from legibility_stats(model, tokens)"
+        )
+    group = groups[0]
+    if group.head_slice is not None and head is None:
+        raise ValueError(f"{hook} is an attention hook: give the head as well")
+    d_vocab = model.cfg.d_vocab
+    count_V = torch.zeros(d_vocab, dtype=torch.float64)
+    fires_V = torch.zeros(d_vocab, dtype=torch.float64)
+    best: dict[int, tuple[float, list[int], int]] = {}
+    for batch_BxT, activations in _bounded_activations(model, tokens, {hook}, batch_size, progress, "contexts"):
+        values_BxT = _channel_values(group, activations[hook], head, channel).float().cpu()
+        batch_BxT = batch_BxT.cpu()
+        count_V += torch.bincount(batch_BxT.reshape(-1), minlength=d_vocab).double()
+        firing = values_BxT > threshold
+        fires_V.index_add_(0, batch_BxT[firing], torch.ones(int(firing.sum()), dtype=torch.float64))
+        for b, t in firing.nonzero().tolist():
+            token = int(batch_BxT[b, t])
+            value = float(values_BxT[b, t])
+            if token not in best or value > best[token][0]:
+                best[token] = (value, batch_BxT[b, max(0, t - window) : t + 1].tolist(), t)
+    rows = []
+    for ranked in rank_firing_tokens(count_V, fires_V, min_count=min_count, top=top).to_dict("records"):
+        value, context, _ = best[ranked["token_id"]]
+        text = _context_text(model, context)
+        rows.append({
+            "token": _token_text(model, ranked["token_id"]), **{k: ranked[k] for k in ("p_fire", "fires", "count", "lift")},
+            "value": value, "context": text,
+        })
+    return pd.DataFrame(rows, columns=["token", "p_fire", "fires", "count", "lift", "value", "context"])
+
+
+# --- figures ---------------------------------------------------------------------------------------------------
+
+REGIME_COLOURS = {"SELECTIVE": "#2ca02c", "CONSTANT": "#7f7f7f", "FUZZY": "#ff7f0e"}
+
+
+def regimes_by_layer_figure(stats: pandas.DataFrame) -> plotly.graph_objects.Figure:
+    """Seed 002, Figure 2(a) / 3: the regime composition of combined value channels per layer, per surface."""
+    import plotly.graph_objects as go
+    from plotly.subplots import make_subplots
+
+    by_layer = legibility_by_layer(stats)
+    surfaces = list(dict.fromkeys(by_layer["surface"]))
+    designs = stats.attrs.get("designs", {})
+    figure = make_subplots(rows=1, cols=len(surfaces), subplot_titles=[designs.get(s, s) for s in surfaces], shared_yaxes=True)
+    for column, surface in enumerate(surfaces, start=1):
+        rows = by_layer[by_layer["surface"] == surface]
+        for regime in REGIMES:
+            figure.add_trace(
+                go.Bar(x=[f"L{l}" for l in rows["layer"]], y=100 * rows[regime.lower()], name=regime,
+                       marker_color=REGIME_COLOURS[regime], legendgroup=regime, showlegend=column == 1,
+                       hovertemplate=f"{regime}: %{{y:.1f}}%<extra></extra>"),
+                row=1, col=column,
+            )
+    figure.update_layout(barmode="stack", title="Value-channel regimes by layer (combined values)", yaxis_title="% of channels")
+    return figure
+
+
+def head_selectivity_heatmap(stats: pandas.DataFrame) -> plotly.graph_objects.Figure:
+    """Seed 002, Figure 4 (left): SELECTIVE fraction of each bounded head's combined channels."""
+    import plotly.graph_objects as go
+
+    by_head = legibility_by_head(stats)
+    grid = by_head.pivot(index="layer", columns="head", values="selective")
+    figure = go.Figure(go.Heatmap(
+        z=100 * grid.to_numpy(dtype=float), x=[f"H{h}" for h in grid.columns], y=[f"L{l}" for l in grid.index],
+        colorscale="Greens", zmin=0, zmax=100, colorbar=dict(title="SELECTIVE %"),
+        hovertemplate="%{y} %{x}: %{z:.0f}% selective<extra></extra>",
+    ))
+    figure.update_layout(title="Per-head attention legibility (SELECTIVE %)", xaxis_title="head", yaxis_title="layer")
+    return figure

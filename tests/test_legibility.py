@@ -1,0 +1,229 @@
+"""Legibility metrics: the regime classifier on synthetic channels of known regime, statistics against
+brute force, a hand-built model whose channels are SELECTIVE / FUZZY / CONSTANT by construction, naming by
+frequency-corrected decisive firings, aggregates, figures and the CLI verb."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+
+from circuitlab import CircuitTransformer, ModelConfig
+from circuitlab.analysis.legibility import (
+    ChannelAccumulator,
+    NoBoundedChannelsError,
+    channel_statistics,
+    classify_regime,
+    head_selectivity_heatmap,
+    legibility_by_head,
+    legibility_by_layer,
+    legibility_stats,
+    legibility_summary,
+    legibility_table,
+    max_activating_contexts,
+    name_channels,
+    rank_firing_tokens,
+    regimes_by_layer_figure,
+)
+from circuitlab.cli import main
+
+FIRING = set(range(10, 30))  # the tokens the hand-built channel detects
+
+
+def synthetic_channels(n_tokens: int = 4000, seed: int = 0) -> tuple[torch.Tensor, list[str]]:
+    generator = torch.Generator().manual_seed(seed)
+    noise = torch.rand(n_tokens, generator=generator) * 0.04
+    on = torch.rand(n_tokens, generator=generator) < 0.3
+    columns = {
+        "CONSTANT": 0.5 + 0.01 * (torch.rand(n_tokens, generator=generator) - 0.5),  # context-free
+        "CONSTANT_dead": 0.01 + 0.0 * noise,  # crisp but never on: the collapse mode
+        "SELECTIVE": torch.where(on, 0.99 - noise, 0.01 + noise),  # crisp and contextual
+        "FUZZY": 0.2 + 0.6 * torch.rand(n_tokens, generator=generator),  # varies, never decisive
+        "FUZZY_half_crisp": torch.where(torch.arange(n_tokens) % 2 == 0, torch.where(on, 0.95, 0.05), torch.full((n_tokens,), 0.5)),
+    }
+    return torch.stack(list(columns.values()), dim=1), [name.split("_")[0] for name in columns]
+
+
+def test_regime_classifier_on_channels_of_known_regime():
+    values, expected = synthetic_channels()
+    stats = channel_statistics(values)
+    assert list(stats["regime"]) == expected
+    # the seed's thresholds at their edges: variance 0.003 counts as varying; crispness must exceed 0.5
+    assert classify_regime([0.003, 0.0029999, 0.01, 0.01], [0.9, 0.9, 0.5, 0.5001]) == ["SELECTIVE", "CONSTANT", "FUZZY", "SELECTIVE"]
+
+
+def test_statistics_match_brute_force_and_stream():
+    values, _ = synthetic_channels(n_tokens=1003, seed=3)
+    stats = channel_statistics(values)
+    array = values.double().numpy()
+    np.testing.assert_allclose(stats["mean"], array.mean(0), atol=1e-12)
+    np.testing.assert_allclose(stats["variance"], array.var(0), atol=1e-12)
+    np.testing.assert_allclose(stats["crispness"], (np.minimum(array, 1 - array) < 0.1).mean(0), atol=1e-12)
+    np.testing.assert_allclose(stats["on_fraction"], (array > 0.9).mean(0), atol=1e-12)
+    streamed = ChannelAccumulator(values.shape[1])
+    for chunk in torch.split(values, [1, 500, 2, 500]):
+        streamed.update(chunk)
+    result = streamed.result()
+    np.testing.assert_allclose(result["variance"], array.var(0), atol=1e-12)
+    np.testing.assert_allclose(result["mean"], array.mean(0), atol=1e-12)
+    assert result["n_tokens"] == 1003
+
+
+def hand_built_membership_model() -> CircuitTransformer:
+    """Layer 0, head 0 (membership): channel 0 fires crisply on FIRING tokens (SELECTIVE), channel 2 reads the
+    same feature softly (FUZZY), every other channel is sigmoid(0) = 0.5 everywhere (CONSTANT)."""
+    model = CircuitTransformer(ModelConfig.preset("tiny-membership"))
+    model.reset_parameters(seed=0)
+    generator = torch.Generator().manual_seed(1)
+    with torch.no_grad():
+        embed = 0.05 * torch.randn(model.W_E.shape, generator=generator)
+        embed[:, 0] = -1.0
+        embed[sorted(FIRING), 0] = 1.0
+        model.W_E.copy_(embed)
+        W_V = model.blocks[0].attn.W_V
+        W_V[0].zero_()
+        W_V[0, 0, 0] = 3.0  # x_0 is about +-7.4 after RMSNorm: sigmoid(+-22)
+        W_V[0, 0, 2] = 0.15  # sigmoid(+-1.1): 0.75 / 0.25
+    return model.eval()
+
+
+def held_out_tokens(n_seq: int = 24, n_pos: int = 32, seed: int = 2) -> torch.Tensor:
+    return torch.randint(0, 100, (n_seq, n_pos), generator=torch.Generator().manual_seed(seed))
+
+
+def test_hand_built_channels_get_their_designed_regimes():
+    model = hand_built_membership_model()
+    tokens = held_out_tokens()
+    stats = legibility_stats(model, tokens, batch_size=5, progress=False)
+    head0 = stats[(stats["layer"] == 0) & (stats["head"] == 0)].set_index("channel")
+    assert len(head0) == model.config.d_head and set(head0["role"]) == {"membership"}
+    assert head0.loc[0, "regime"] == "SELECTIVE"
+    assert head0.loc[2, "regime"] == "FUZZY"
+    assert (head0.drop(index=[0, 2])["regime"] == "CONSTANT").all()
+    fraction_firing = float(torch.isin(tokens, torch.tensor(sorted(FIRING))).double().mean())
+    assert head0.loc[0, "on_fraction"] == pytest.approx(fraction_firing, abs=1e-12)
+    assert head0.loc[0, "mean"] == pytest.approx(fraction_firing, abs=1e-6)
+    assert head0.loc[0, "crispness"] == 1.0 and head0.loc[2, "crispness"] == 0.0
+    assert head0.loc[5, "variance"] == 0.0 and head0.loc[5, "mean"] == 0.5
+    assert head0.loc[0, "n_tokens"] == tokens.numel()
+    # membership values are both the atom and the combined value
+    assert head0["operand"].all() and head0["combined"].all()
+
+    named = name_channels(model, tokens, stats[(stats["layer"] == 0) & (stats["head"] == 0) & (stats["channel"].isin([0, 2, 5]))],
+                          min_count=3, top=6, batch_size=7, progress=False)
+    row = named.set_index("channel").loc[0]
+    assert len(row["top_tokens"]) == 6
+    assert {int(t.lstrip("#")) for t in row["top_tokens"]} <= FIRING and row["top_p_fire"] == [1.0] * 6
+    assert row["fires"] == int(torch.isin(tokens, torch.tensor(sorted(FIRING))).sum())
+    assert named.set_index("channel").loc[5, "label"] == "(never fires decisively)"
+
+    contexts = max_activating_contexts(model, tokens, "blocks.0.attn.hook_v", 0, head=0, min_count=3, top=5, window=3, progress=False)
+    assert len(contexts) == 5
+    assert all(int(tok.lstrip("#")) in FIRING for tok in contexts["token"])
+    assert all(ctx.endswith(f"[{tok}]") for ctx, tok in zip(contexts["context"], contexts["token"]))
+    assert (contexts["p_fire"] == 1.0).all() and (contexts["value"] > 0.9).all()
+    assert contexts["lift"].iloc[0] == pytest.approx(1.0 / fraction_firing)
+
+    by_head = legibility_by_head(stats)
+    layer0 = by_head[(by_head["layer"] == 0) & (by_head["head"] == 0)].iloc[0]
+    assert layer0["selective"] == pytest.approx(1 / 32) and layer0["fuzzy"] == pytest.approx(1 / 32)
+    assert layer0["constant"] == pytest.approx(30 / 32)
+
+
+def test_ranking_is_frequency_corrected():
+    count = torch.zeros(10)
+    fires = torch.zeros(10)
+    count[1], fires[1] = 300, 30  # a frequent token that fires sometimes: a naive readout's favourite
+    count[2], fires[2] = 20, 20  # a token the channel always fires on
+    count[3], fires[3] = 2, 2  # always fires, but too rare to trust
+    count[4], fires[4] = 40, 10
+    ranked = rank_firing_tokens(count, fires, min_count=5)
+    assert list(ranked["token_id"]) == [2, 4, 1]
+    assert list(ranked["p_fire"]) == [1.0, 0.25, 0.1]
+    overall = 62 / 362
+    np.testing.assert_allclose(ranked["lift"], [1.0 / overall, 0.25 / overall, 0.1 / overall])
+    assert list(rank_firing_tokens(count, fires, min_count=1)["token_id"])[:2] == [2, 3]
+
+
+def test_channel_inventory_of_a_legible_model_and_combined_values():
+    model = CircuitTransformer(ModelConfig.preset("tiny-legible"))
+    model.reset_parameters(seed=0)
+    with torch.no_grad():
+        for name, param in model.named_parameters():
+            if name.endswith(("W_A", "W_B", "W_in")):
+                param.mul_(60)  # saturate the sigmoids so the regimes are not all CONSTANT
+    model.eval()
+    tokens = held_out_tokens(8, 16)
+    stats = legibility_stats(model, tokens, progress=False)
+    counts = stats.groupby(["layer", "surface", "role"]).size()
+    d_half = model.config.d_head // 2
+    mlp = model.blocks[0].mlp
+    assert counts[(0, "attention", "operand_a")] == 2 * d_half and counts[(0, "attention", "and")] == 2 * d_half
+    assert counts[(0, "ffn", "operand_b")] == mlp.n_pairs and counts[(0, "ffn", "quant_in")] == mlp.n_quant
+    assert counts[(1, "ffn", "exists")] == mlp.n_quant // 2
+    with torch.no_grad():
+        _, cache = model.run_with_cache(tokens)
+    a = cache["blocks.1.attn.hook_operand_a"][:, :, 1, 3].double()
+    b = cache["blocks.1.attn.hook_operand_b"][:, :, 1, 3].double()
+    and_row = stats[(stats["layer"] == 1) & (stats["head"] == 1) & (stats["role"] == "and") & (stats["channel"] == 3)]
+    andnot_row = stats[(stats["layer"] == 1) & (stats["head"] == 1) & (stats["role"] == "andnot") & (stats["channel"] == 3 + d_half)]
+    assert and_row["mean"].item() == pytest.approx(float((a * b).mean()), abs=1e-6)
+    assert andnot_row["mean"].item() == pytest.approx(float((a * (1 - b)).mean()), abs=1e-6)
+    ffn_and = cache["blocks.0.mlp.hook_and"][..., 5].double()
+    row = stats[(stats["layer"] == 0) & (stats["surface"] == "ffn") & (stats["role"] == "and") & (stats["channel"] == 5)]
+    assert row["variance"].item() == pytest.approx(float(ffn_and.var(unbiased=False)), abs=1e-6)
+
+    summary = legibility_summary(stats, "tiny-legible")
+    assert list(summary["design"]) == ["boolean head-100", "NC-FFN 50% operators"]
+    attention = stats[stats["surface"] == "attention"]
+    operands, combined = attention[attention["operand"]], attention[attention["combined"]]
+    first = summary.iloc[0]
+    assert first["atom_crisp"] == pytest.approx(round(100 * operands["crispness"].mean(), 2))
+    assert first["on_percent"] == pytest.approx(round(100 * operands["on_fraction"].mean(), 2))
+    assert first["selective"] == pytest.approx(round(100 * (combined["regime"] == "SELECTIVE").mean(), 2))
+    assert first["constant"] + first["selective"] + first["fuzzy"] == pytest.approx(100, abs=0.02)
+    table = legibility_table({"a": stats, "b": stats})
+    assert list(table["model"]) == ["a", "a", "b", "b"]
+
+    by_layer = legibility_by_layer(stats)
+    figure = regimes_by_layer_figure(stats)
+    selective_attention = [trace for trace in figure.data if trace.name == "SELECTIVE"][0]
+    expected = 100 * by_layer[by_layer["surface"] == "attention"]["selective"]
+    np.testing.assert_allclose(selective_attention.y, expected)
+    heatmap = head_selectivity_heatmap(stats)
+    by_head = legibility_by_head(stats)
+    assert heatmap.data[0].z[1][0] == pytest.approx(100 * by_head[(by_head["layer"] == 1) & (by_head["head"] == 0)]["selective"].item())
+
+
+@pytest.mark.parametrize("preset", ["tiny-sgatlin", "tiny-gelu", "tiny-swiglu", "tiny-parity"])
+def test_architectures_without_bounded_channels_are_refused(preset):
+    model = CircuitTransformer(ModelConfig.preset(preset)).eval()
+    with pytest.raises(NoBoundedChannelsError, match="no bounded channels"):
+        legibility_stats(model, held_out_tokens(2, 8), progress=False)
+
+
+def test_ffn_only_model_has_no_head_view():
+    config = ModelConfig.preset("tiny-legible", attention=dict(value_mode="standard", n_special=0))
+    model = CircuitTransformer(config).eval()
+    stats = legibility_stats(model, held_out_tokens(2, 8), progress=False)
+    assert set(stats["surface"]) == {"ffn"}
+    with pytest.raises(NoBoundedChannelsError, match="attention"):
+        legibility_by_head(stats)
+
+
+def test_cli_legibility(tmp_path, capsys):
+    tokens_file = tmp_path / "tokens.json"
+    tokens_file.write_text(json.dumps(held_out_tokens(4, 16).tolist()))
+    out = tmp_path / "stats.csv"
+    code = main(["legibility", "tiny-legible", "--tokens-file", str(tokens_file), "--quiet", "--name", "2",
+                 "--out", str(out), "--figure", str(tmp_path / "regimes.html"), "--head-figure", str(tmp_path / "heads.html")])
+    assert code == 0
+    printed = capsys.readouterr().out
+    assert "legibility over 64 held-out tokens" in printed and "boolean head-100" in printed
+    assert len(pd.read_csv(out)) == 512 and (tmp_path / "heads.html").exists()
+    assert main(["legibility", "tiny-gelu", "--tokens-file", str(tokens_file)]) == 2
+    err = capsys.readouterr().err
+    assert "no bounded channels" in err and err.count("\n") == 1
