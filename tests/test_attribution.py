@@ -201,3 +201,23 @@ def test_cli_dla(tmp_path, capsys):
     assert main(["dla", "tiny-legible", "1,x", "--tokens"]) == 2
     assert main(["dla", "tiny-legible", "1,2", "--tokens", "--target", "a", "--target-id", "3"]) == 2
     assert capsys.readouterr().err.count("\n") == 2
+
+
+def test_text_prompt_and_token_strings_with_a_tokenizer():
+    from circuitlab.data.stories import generate_stories
+    from circuitlab.data.tokenizer import train_tokenizer
+
+    tokenizer = train_tokenizer([story.text for story in generate_stories(150, seed=5)], vocab_size=1024, show_progress=False)
+    model = CircuitTransformer(ModelConfig.preset("tiny-legible", d_vocab=tokenizer.vocab_size), tokenizer=tokenizer)
+    model.reset_parameters(seed=0)
+    model.eval()
+    table = direct_logit_attribution(model, "The sun was", target=" hot", baseline_token=" cold" if len(tokenizer.encode(" cold")) == 1 else 5)
+    hot = tokenizer.encode(" hot")[0]
+    assert table.attrs["target_id"] == hot and table.attrs["target"] == " hot"
+    logits = model_logits(model, torch.tensor(tokenizer.encode("The sun was")))
+    expected = float(logits[-1, hot] - logits[-1, table.attrs["baseline_id"]])
+    assert abs(table[table["level"] == "component"]["value"].sum() - expected) < TOL
+    embedding = table[table["kind"] == "embedding"].iloc[0]
+    assert all(isinstance(token, str) and not token.startswith("#") for token in embedding["promote_tokens"])
+    with pytest.raises(ValueError, match="tokens; give a single token"):
+        direct_logit_attribution(model, "The sun was", target=" hot and cold")

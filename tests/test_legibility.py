@@ -227,3 +227,19 @@ def test_cli_legibility(tmp_path, capsys):
     assert main(["legibility", "tiny-gelu", "--tokens-file", str(tokens_file)]) == 2
     err = capsys.readouterr().err
     assert "no bounded channels" in err and err.count("\n") == 1
+
+
+def test_cli_legibility_on_text_with_a_tokenizer(tmp_path, capsys):
+    from circuitlab.data.stories import generate_stories
+    from circuitlab.data.tokenizer import train_tokenizer
+
+    texts = [story.text for story in generate_stories(60, seed=9)]
+    tokenizer = train_tokenizer(texts[:40], vocab_size=512, show_progress=False)
+    model = CircuitTransformer(ModelConfig.preset("tiny-legible", d_vocab=tokenizer.vocab_size), tokenizer=tokenizer)
+    model.reset_parameters(seed=0)
+    model.save(tmp_path / "model")
+    (tmp_path / "held_out.txt").write_text("\n\n".join(texts[40:]))
+    code = main(["legibility", str(tmp_path / "model"), "--text", str(tmp_path / "held_out.txt"), "--seq-len", "64",
+                 "--batches", "2", "--batch-size", "4", "--quiet"])
+    assert code == 0
+    assert "legibility over 512 held-out tokens" in capsys.readouterr().out

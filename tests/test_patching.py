@@ -243,3 +243,39 @@ def test_cli_patch(tmp_path, capsys):
     assert main(["patch", "tiny-sgatlin"]) == 2  # no tokenizer, no --pairs
     err = capsys.readouterr().err
     assert "has no tokenizer" in err and err.count("\n") == 2
+
+
+@pytest.fixture(scope="module")
+def story_model():
+    """A tiny random sgatlin model with a BPE tokenizer trained on generated stories (fact words merged)."""
+    from circuitlab.data.stories import generate_stories
+    from circuitlab.data.tokenizer import train_tokenizer
+
+    tokenizer = train_tokenizer([story.text for story in generate_stories(150, seed=5)], vocab_size=1024, show_progress=False)
+    model = CircuitTransformer(ModelConfig.preset("tiny-sgatlin", d_vocab=tokenizer.vocab_size), tokenizer=tokenizer)
+    model.reset_parameters(seed=0)
+    return model.eval()
+
+
+def test_fact_pairs_from_the_data_module(story_model, tmp_path, capsys):
+    from circuitlab.data.facts import build_fact_pairs
+
+    pairs = build_fact_pairs(story_model.tokenizer, n_pairs=4, seed=0)
+    table = nie_grid(story_model, pairs, progress=False)
+    assert len(table) == 4 * 3 * 3
+    assert table["pair_name"].iloc[0] == f"{pairs[0].clean_noun}->{pairs[0].patch_noun}"
+    first = table.iloc[0]
+    assert first["m_clean"] == pytest.approx(
+        logit_difference(story_model, pairs[0].clean_tokens, as_patch_pair(pairs[0]), pairs[0].final_position), abs=TOL)
+    # the whole-residual invariant holds on real prompts too
+    whole = nie_grid(story_model, pairs, layers=[0], positions=["all"], hooks="blocks.{layer}.hook_resid_pre", progress=False)
+    assert (whole["nie"] - 1).abs().max() < TOL
+
+    story_model.save(tmp_path / "model")
+    assert main(["patch", str(tmp_path / "model"), "--n-pairs", "3", "--quiet", "--positions", "noun", "final"]) == 0
+    assert "NIE over 3 pairs" in capsys.readouterr().out
+    fact = pairs[0]  # the same prompts as text, tokenized by the CLI (without the leading end-of-text id)
+    text_pairs = [{"clean": fact.clean_prompt, "patch": fact.patch_prompt, "clean_answer": fact.clean_answer,
+                   "patch_answer": fact.patch_answer, "noun_position": fact.noun_position - 1}]
+    (tmp_path / "text_pairs.json").write_text(json.dumps(text_pairs))
+    assert main(["patch", str(tmp_path / "model"), "--pairs", str(tmp_path / "text_pairs.json"), "--quiet"]) == 0
