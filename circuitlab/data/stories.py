@@ -865,6 +865,7 @@ _ENDINGS: tuple[tuple[Callable[[_StoryWriter], None], float, str], ...] = (
 # Facts per story: P(0), P(1), P(2), P(3).
 _FACT_COUNT_WEIGHTS = (0.35, 0.35, 0.2, 0.1)
 _P_FACT_OPENING = 0.25
+_P_MEET_FRIEND_NOW = 0.4  # per sentence, while a planned friend has not been introduced
 _P_PARAGRAPH_BREAK = 0.15
 
 
@@ -914,6 +915,9 @@ def _write_story(rng: random.Random) -> LabelledStory:
         if remaining >= _LOST_ARC_SENTENCES and _StoryWriter.f_lost_arc not in used and rng.random() < 0.07:
             used.add(_StoryWriter.f_lost_arc)
             writer.f_lost_arc()
+            continue
+        if writer.planned_friend is not None and writer.friend is None and rng.random() < _P_MEET_FRIEND_NOW:
+            writer.f_meet_friend()
             continue
         method = _pick(rng, _MIDDLES, writer, used)
         used.add(method)

@@ -86,20 +86,21 @@ DESCRIPTIONS: tuple[str, ...] = (
     "little", "small", "big", "old", "new", "nice", "good", "beautiful", "special", "favorite",
     "broken", "lost", "clean", "messy", "noisy", "colorful", "magic", "secret", "strange", "short",
     "fancy", "plain", "sparkly", "dusty", "rusty", "precious", "giant", "lovely", "wonderful", "amazing",
-    "warm", "cozy", "wild", "tidy", "gentle", "friendly", "smart", "polite", "naughty", "helpful",
-    "careful", "young", "great", "best", "safe",
+    "warm", "cozy", "tidy", "gentle", "friendly", "smart", "polite", "naughty", "helpful",
+    "careful", "young", "great", "best",
 )
 ADJECTIVES: tuple[str, ...] = FEELINGS + DESCRIPTIONS
 # Adjectives that fit a character ("a little girl", "a friendly dog").
 CHARACTER_ADJECTIVES: tuple[str, ...] = (
     "little", "small", "big", "nice", "good", "friendly", "smart", "gentle", "young", "happy", "curious",
-    "shy", "silly", "polite", "helpful", "careful", "cheerful", "lucky",
+    "shy", "silly", "polite", "helpful", "careful", "cheerful", "lucky", "naughty", "short",
 )
 # Adjectives that fit a thing ("a shiny ball" is not here: shiny belongs to the star fact).
 THING_ADJECTIVES: tuple[str, ...] = (
     "little", "small", "big", "old", "new", "nice", "beautiful", "special", "broken", "clean",
     "messy", "noisy", "colorful", "magic", "secret", "strange", "fancy", "plain", "sparkly", "dusty",
-    "rusty", "precious", "giant", "lovely", "wonderful", "amazing",
+    "rusty", "precious", "giant", "lovely", "wonderful", "amazing", "favorite", "warm", "cozy", "tidy",
+    "lost",
 )
 
 NUMBERS: tuple[str, ...] = ("two", "three", "four", "five", "six", "seven", "eight", "nine", "ten")
