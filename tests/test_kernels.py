@@ -235,8 +235,8 @@ def test_scans_equal_the_parallel_reference(device):
 
 # --- parity dictionary -----------------------------------------------------------------------------------
 
-# (batch, pos, d_model, n_bits, features per token): odd d_model, several 16-wide blocks, T = 1
-PARITY_SHAPES = [(2, 3, 24, 7, 5), (1, 1, 40, 9, 19), (3, 2, 17, 5, 6)]
+# (batch, pos, d_model, n_bits, features per token): odd d_model, several 16-wide blocks, T = 1, > 32 index bits
+PARITY_SHAPES = [(2, 3, 24, 7, 5), (1, 1, 40, 9, 19), (3, 2, 17, 5, 6), (1, 2, 20, 40, 3)]
 
 
 def parity_case(shape, gen):

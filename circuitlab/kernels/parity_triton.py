@@ -31,7 +31,10 @@ from circuitlab.kernels.dispatch import autocast_dtype
 def _pattern_sign_bits(indices, code_t, R2: tl.constexpr):
     """[rows] indices, [R2, cols] 0/1 code (fp16) -> [rows, cols] int32 holding parity(bits(i) . M_j) << 31."""
     bit = tl.arange(0, R2)
-    bits = ((indices[:, None] >> bit[None, :].to(tl.int64)) & 1).to(tl.float16)
+    if R2 <= 32:  # 32-bit shifts are half the instructions of 64-bit ones
+        bits = ((indices.to(tl.int32)[:, None] >> bit[None, :]) & 1).to(tl.float16)
+    else:
+        bits = ((indices[:, None] >> bit[None, :].to(tl.int64)) & 1).to(tl.float16)
     counts = tl.dot(bits, code_t, out_dtype=tl.float32)
     # + 2**23 puts the (exact, small) integer count in the low mantissa bits; << 31 keeps only its parity
     return (counts + 8388608.0).to(tl.int32, bitcast=True) << 31

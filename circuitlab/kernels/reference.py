@@ -116,8 +116,10 @@ def index_bits(indices: Int[Tensor, "..."], n_bits: int) -> Int[Tensor, "... n_b
 def parity_signs(indices: Int[Tensor, "..."], code_DxR: Int[Tensor, "d_model n_bits"]) -> Float[Tensor, "... d_model"]:
     """The +-1 pattern R(M bits(i)) of each index (meaningful for i >= d)."""
     bits = index_bits(indices, code_DxR.shape[1])
-    parity = (bits.to(torch.int32) @ code_DxR.T.to(torch.int32)) & 1
-    return 1.0 - 2.0 * parity.float()
+    # parity of the integer product, taken mod 2 entrywise first; counts <= n_bits are exact in float32
+    # (CUDA has no integer matmul)
+    counts = bits.to(torch.float32) @ (code_DxR.T.to(torch.int64) & 1).to(torch.float32)
+    return 1.0 - 2.0 * counts.remainder(2.0)
 
 
 def parity_directions(

@@ -10,7 +10,8 @@ each output written once.
   existential  E_t = max(M_t, g E_(t-1)):            (a1, g1) then (a2, g2) -> (max(a2, g2 a1), g1 g2)
   proportion   P_t = (1 - g) M_t + g P_(t-1):        (a1, g1) then (a2, g2) -> (a2 + g2 a1,      g1 g2)
 
-Backward, written with F_t = the gradient reaching X_(t+1) through its dependence on X_t, divided by g:
+Backward, with G_t the whole gradient reaching state X_t and F_t the part of the gradient of X_(t+1) that
+flows into its carried term (so dL/dX_t = dX_t + g F_t):
   existential  c_t = 1 where the carried g E_(t-1) beat M_t (saved by the forward as int8),
                F_t = c_(t+1) (dE_(t+1) + g F_(t+1)),  G_t = dE_t + g F_t,  dM_t = (1 - c_t) G_t,
                dg = sum_t F_t E_t   (the argmax path: a gradient follows whichever side won the max)
@@ -134,7 +135,8 @@ class _QuantifierScan(torch.autograd.Function):
         decay_U = decay.reshape(n_units).contiguous()
         out_dtype = torch.promote_types(membership.dtype, decay.dtype)
         out_SxTxU = torch.empty(member_SxTxU.shape, dtype=out_dtype, device=membership.device)
-        won_SxTxU = torch.empty(member_SxTxU.shape if is_max else (0,), dtype=torch.int8, device=membership.device)
+        # which side won each max (int8); the proportion scan never reads it (one placeholder element)
+        won_SxTxU = torch.empty(member_SxTxU.shape if is_max else (1,), dtype=torch.int8, device=membership.device)
         if out_SxTxU.numel() > 0:
             grid = lambda meta: (n_seq, triton.cdiv(n_units, meta["BLOCK_U"]))  # noqa: E731
             _scan_fwd_kernel[grid](member_SxTxU, decay_U, out_SxTxU, won_SxTxU, n_pos, n_units, IS_MAX=is_max)

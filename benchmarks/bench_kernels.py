@@ -1,0 +1,517 @@
+"""Benchmark circuitlab's Triton fast paths against dense layers, the plain-PyTorch references and a memory
+copy, all measured in one run on one GPU.
+
+    python benchmarks/bench_kernels.py                 # kernel table (prints it; --json FILE or $OUT saves it)
+    python benchmarks/bench_kernels.py --e2e           # training tokens/s of the shipped story presets,
+                                                       # use_backend("reference") against use_backend("auto")
+    python benchmarks/bench_kernels.py --smoke         # tiny sizes on the CPU interpreter: checks the script
+
+Timing: triton.testing.do_bench, median, with its warm-up and its L2 flush between runs; inputs are fresh
+random tensors per case (never zeros). The copy bandwidth is a device-to-device copy of 1 GiB, counting
+bytes read plus bytes written. Peak memory is torch.cuda.max_memory_allocated over one forward+backward
+with only that case's inputs and parameters resident.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import math
+import os
+import platform
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+GIB = 2**30
+
+
+# --- timing helpers ----------------------------------------------------------------------------------------
+
+
+class Timer:
+    def __init__(self, device: str, warmup_ms: float, rep_ms: float):
+        self.device, self.warmup_ms, self.rep_ms = device, warmup_ms, rep_ms
+
+    def __call__(self, fn: Callable[[], object]) -> float:
+        """Median milliseconds per call."""
+        if self.device == "cuda":
+            from triton.testing import do_bench
+
+            return float(do_bench(fn, warmup=self.warmup_ms, rep=self.rep_ms, return_mode="median"))
+        fn()
+        samples = []
+        for _ in range(3):
+            start = time.perf_counter()
+            fn()
+            samples.append((time.perf_counter() - start) * 1e3)
+        return sorted(samples)[1]
+
+    def peak_gib(self, fn: Callable[[], object]) -> float | None:
+        if self.device != "cuda":
+            return None
+        torch.cuda.synchronize()
+        torch.cuda.empty_cache()
+        torch.cuda.reset_peak_memory_stats()
+        fn()
+        torch.cuda.synchronize()
+        return torch.cuda.max_memory_allocated() / GIB
+
+
+def relative_error(fast: torch.Tensor, ref: torch.Tensor) -> float:
+    return ((fast.double() - ref.double()).norm() / ref.double().norm().clamp_min(1e-30)).item()
+
+
+def fwd_bwd(forward: Callable[[], torch.Tensor], inputs: list[torch.Tensor], upstream: torch.Tensor) -> Callable[[], object]:
+    """One forward and backward (gradients returned, not accumulated into .grad)."""
+
+    def run():
+        return torch.autograd.grad(forward(), inputs, upstream)
+
+    return run
+
+
+def no_grad(forward: Callable[[], torch.Tensor]) -> Callable[[], object]:
+    def run():
+        with torch.no_grad():
+            return forward()
+
+    return run
+
+
+class Table:
+    def __init__(self):
+        self.rows: list[dict] = []
+        self.checks: list[dict] = []
+
+    def add(self, case: str, variant: str, **values):
+        self.rows.append(dict(case=case, variant=variant, **values))
+        shown = ", ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in values.items())
+        print(f"  {case:<22} {variant:<28} {shown}", flush=True)
+
+    def check(self, name: str, value: float, bound: float, relation: str = "<="):
+        ok = value <= bound if relation == "<=" else value < bound
+        self.checks.append(dict(name=name, value=value, bound=bound, relation=relation, met=bool(ok)))
+        print(f"  check {name}: {value:.4g} {relation} {bound:.4g} -> {'met' if ok else 'MISSED'}", flush=True)
+
+
+# --- cases ---------------------------------------------------------------------------------------------------
+
+
+def copy_bandwidth(table: Table, timer: Timer, device: str, gib: float) -> float:
+    n = int(gib * GIB) // 2
+    source = torch.randn(n, device=device, dtype=torch.bfloat16)
+    target = torch.empty_like(source)
+    ms = timer(lambda: target.copy_(source))
+    gbps = 2 * source.numel() * 2 / ms / 1e6
+    table.add("copy", f"{gib:g} GiB bf16", ms=ms, GBps=gbps)
+    return gbps
+
+
+def swiglu_case(table: Table, timer: Timer, case: str, n_tokens: int, d_model: int, d_ffw: int, device: str):
+    gen = torch.Generator(device=device).manual_seed(1)
+    dt = torch.bfloat16
+    z = torch.randn(n_tokens, d_model, device=device, dtype=dt, generator=gen).requires_grad_(True)
+    w_gate = (torch.randn(d_model, d_ffw, device=device, generator=gen) / d_model**0.5).to(dt).requires_grad_(True)
+    w_up = (torch.randn(d_model, d_ffw, device=device, generator=gen) / d_model**0.5).to(dt).requires_grad_(True)
+    w_down = (torch.randn(d_ffw, d_model, device=device, generator=gen) / d_ffw**0.5).to(dt).requires_grad_(True)
+    upstream = torch.randn(n_tokens, d_model, device=device, dtype=dt, generator=gen)
+
+    def forward():
+        return (F.silu(z @ w_gate) * (z @ w_up)) @ w_down
+
+    params = [z, w_gate, w_up, w_down]
+    result = dict(
+        fwd_ms=timer(no_grad(forward)),
+        fwd_bwd_ms=timer(fwd_bwd(forward, params, upstream)),
+        peak_GiB=timer.peak_gib(fwd_bwd(forward, params, upstream)),
+    )
+    table.add(case, f"SwiGLU d_ffw {d_ffw}", **result)
+    return result
+
+
+def sgatlin_case(table: Table, timer: Timer, case: str, n_tokens: int, d_model: int, n_neurons: int,
+                 n_channels: int, k: int, d_key: int, device: str, check_reference: bool = True):
+    import circuitlab.kernels as kernels
+    from circuitlab.kernels import reference
+
+    gen = torch.Generator(device=device).manual_seed(2)
+    dt = torch.bfloat16
+    n_keys = math.isqrt(n_neurons)
+    z = torch.randn(1, n_tokens, d_model, device=device, dtype=dt, generator=gen).requires_grad_(True)
+    w_query = (torch.randn(d_model, d_key, device=device, generator=gen) / d_model**0.5).to(dt).requires_grad_(True)
+    w_key = (torch.randn(d_key, 2, n_channels, n_keys, device=device, generator=gen) / d_key**0.5).to(dt)
+    w_key.requires_grad_(True)
+    experts = (torch.randn(2, n_channels, n_neurons, d_model, device=device, generator=gen) / d_model**0.5).to(dt)
+    experts.requires_grad_(True)
+    upstream = torch.randn(1, n_tokens, d_model, device=device, dtype=dt, generator=gen)
+    params = [z, w_query, w_key, experts]
+
+    def layer(backend: str, router: str):
+        def forward():
+            with kernels.use_backend(backend):
+                query = z @ w_query
+                scores = torch.einsum("btq,qscn->btscn", query, w_key)
+                if router == "fused":
+                    indices, gates = kernels.sgatlin_route(scores, k)
+                else:
+                    indices, gates = reference.sgatlin_route(scores, k)
+                return kernels.sgatlin_combine(z, indices, gates, experts)
+
+        return forward
+
+    variants = {
+        "triton (fused router)": layer("triton", "fused"),
+        "triton combine, torch router": layer("triton", "torch"),
+        "PyTorch gather reference": layer("reference", "torch"),
+    }
+    gathered_bytes = n_tokens * n_channels * k * 2 * d_model * 2  # w_in and w_out rows, bf16, one pass
+    results = {}
+    for name, forward in variants.items():
+        result = dict(
+            fwd_ms=timer(no_grad(forward)),
+            fwd_bwd_ms=timer(fwd_bwd(forward, params, upstream)),
+            peak_GiB=timer.peak_gib(fwd_bwd(forward, params, upstream)),
+        )
+        # forward reads every chosen row once; backward twice more (token pass + expert-row pass reads z, dy)
+        result["fwd_gathered_GBps"] = gathered_bytes / result["fwd_ms"] / 1e6
+        results[name] = result
+        table.add(case, name, **result)
+
+    if check_reference:
+        # the fused combine against a float32 reference on identical routing
+        with torch.no_grad():
+            scores = torch.einsum("btq,qscn->btscn", z @ w_query, w_key)
+        with kernels.use_backend("triton"):
+            indices, gates = kernels.sgatlin_route(scores, k)
+        gates = gates.detach().requires_grad_(True)
+        with kernels.use_backend("triton"):
+            out = kernels.sgatlin_combine(z, indices, gates, experts)
+        twins = [t.detach().float().requires_grad_(True) for t in (z, gates, experts)]
+        ref = reference.sgatlin_combine(twins[0], indices, twins[1], twins[2])
+        errors = {"out": relative_error(out, ref)}
+        fast_grads = torch.autograd.grad(out, [z, gates, experts], upstream)
+        ref_grads = torch.autograd.grad(ref, twins, upstream.float())
+        for name, fast, slow in zip(("dz", "dgates", "dexperts"), fast_grads, ref_grads):
+            errors[name] = relative_error(fast, slow)
+        # the fused router's gates are the k best of all n * n subkey sums
+        first, second = indices // n_keys, indices % n_keys
+        exact = scores.float()
+        named = exact[..., 0, :, :].gather(-1, first) + exact[..., 1, :, :].gather(-1, second)
+        best = (exact[..., 0, :, :, None] + exact[..., 1, :, None, :]).flatten(-2).topk(k, dim=-1).values
+        for name, value in errors.items():
+            table.check(f"{case} {name} rel. error (bf16 vs fp32 ref)", value, 2e-2)
+        # exact on the GPU (round to nearest); the CPU interpreter truncates float32 -> bf16
+        router_bound = 0.0 if device == "cuda" else 1e-2
+        table.check(f"{case} router gates vs brute-force top-k of all n*n sums", relative_error(gates.detach(), best.to(dt)), router_bound)
+        table.check(f"{case} router gates vs the scores their indices name", relative_error(gates.detach(), named.to(dt)), router_bound)
+    return results
+
+
+def scan_case(table: Table, timer: Timer, batch: int, n_pos: int, n_units: int, device: str, loop: bool = True):
+    import circuitlab.kernels as kernels
+    from circuitlab.kernels import reference
+
+    gen = torch.Generator(device=device).manual_seed(3)
+    member = torch.sigmoid(torch.randn(batch, n_pos, n_units, device=device, generator=gen)).requires_grad_(True)
+    decay = torch.sigmoid(torch.randn(n_units, device=device, generator=gen) + 3.0).requires_grad_(True)
+    upstream = torch.randn(batch, n_pos, n_units, device=device, generator=gen)
+    element_bytes = member.element_size()
+    copy_target = torch.empty_like(member)
+    copy_ms = timer(lambda: copy_target.copy_(member.detach()))
+    table.add("scans", "copy in->out (fp32)", ms=copy_ms, GBps=2 * member.numel() * element_bytes / copy_ms / 1e6)
+    results = {"copy_ms": copy_ms}
+    for which, fast, ref_scan, step_loop, extra_fwd, bwd_bytes in (
+        ("existential", kernels.existential_scan, reference.existential_scan, reference.existential_loop, 1, 4 + 4 + 1 + 4),
+        ("proportion", kernels.proportion_scan, reference.proportion_scan, reference.proportion_loop, 0, 4 + 4 + 4 + 4),
+    ):
+        def run_fast(fast=fast):
+            with kernels.use_backend("triton"):
+                return fast(member, decay)
+
+        variants = {"triton scan": run_fast, "PyTorch doubling reference": lambda r=ref_scan: r(member, decay)}
+        if loop:
+            variants["step-by-step loop"] = lambda s=step_loop: s(member, decay)
+        fwd_bytes = member.numel() * (element_bytes * 2 + extra_fwd)
+        for name, forward in variants.items():
+            result = dict(fwd_ms=timer(no_grad(forward)), fwd_bwd_ms=timer(fwd_bwd(forward, [member, decay], upstream)))
+            if name == "triton scan":
+                result["fwd_GBps"] = fwd_bytes / result["fwd_ms"] / 1e6
+                result["fwd_bwd_GBps"] = (fwd_bytes + member.numel() * bwd_bytes) / result["fwd_bwd_ms"] / 1e6
+                result["fwd_over_copy"] = result["fwd_ms"] / copy_ms
+                result["fwd_bwd_over_copy_of_its_bytes"] = result["fwd_bwd_ms"] / (
+                    copy_ms * (fwd_bytes + member.numel() * bwd_bytes) / (2 * member.numel() * element_bytes)
+                )
+            results[f"{which}/{name}"] = result
+            table.add(f"{which} scan", name, **result)
+        with torch.no_grad():
+            error = relative_error(run_fast(), step_loop(member.double(), decay.double()))
+        table.check(f"{which} scan rel. error vs fp64 loop", error, 1e-5)
+    return results
+
+
+@torch.no_grad()
+def materialised_dictionary(code_DxR: torch.Tensor, n_features: int, dtype: torch.dtype) -> torch.Tensor:
+    from circuitlab.kernels import reference
+
+    d_model = code_DxR.shape[0]
+    dictionary = torch.empty(n_features, d_model, dtype=dtype, device=code_DxR.device)
+    chunk = 1 << 16
+    for start in range(0, n_features, chunk):
+        ids = torch.arange(start, min(start + chunk, n_features), device=code_DxR.device)
+        dictionary[start : start + len(ids)] = reference.parity_directions(ids, code_DxR, dtype=dtype)
+    return dictionary
+
+
+def gather_decode_triton():
+    """A fused Triton decode that gathers rows of a materialised dictionary: the best case for storing it."""
+    import triton
+    import triton.language as tl
+
+    @triton.jit
+    def kernel(dict_ptr, idx_ptr, val_ptr, out_ptr, M, D, K, BLOCK_M: tl.constexpr, BLOCK_D: tl.constexpr):
+        rows = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
+        cols = tl.program_id(1) * BLOCK_D + tl.arange(0, BLOCK_D)
+        ok = (rows < M)[:, None] & (cols < D)[None, :]
+        acc = tl.zeros([BLOCK_M, BLOCK_D], dtype=tl.float32)
+        for f in range(0, K):
+            index = tl.load(idx_ptr + rows.to(tl.int64) * K + f, mask=rows < M, other=0).to(tl.int64)
+            value = tl.load(val_ptr + rows.to(tl.int64) * K + f, mask=rows < M, other=0.0).to(tl.float32)
+            row = tl.load(dict_ptr + index[:, None] * D + cols[None, :], mask=ok, other=0.0).to(tl.float32)
+            acc += value[:, None] * row
+        tl.store(out_ptr + rows.to(tl.int64)[:, None] * D + cols[None, :], acc.to(out_ptr.dtype.element_ty), mask=ok)
+
+    def decode(dictionary, indices, values):
+        n_tokens, k = indices.shape
+        d_model = dictionary.shape[1]
+        out = torch.empty(n_tokens, d_model, dtype=values.dtype, device=values.device)
+        grid = (triton.cdiv(n_tokens, 16), triton.cdiv(d_model, 256))
+        kernel[grid](dictionary, indices, values, out, n_tokens, d_model, k, BLOCK_M=16, BLOCK_D=256, num_warps=4)
+        return out
+
+    return decode
+
+
+def parity_case(table: Table, timer: Timer, n_tokens: int, d_model: int, n_bits: int, k: int, n_candidates: int,
+                n_score_tokens: int, device: str):
+    import circuitlab.kernels as kernels
+
+    gen = torch.Generator(device=device).manual_seed(4)
+    dt = torch.bfloat16
+    code = torch.randint(0, 2, (d_model, n_bits), device=device, generator=gen)
+    indices = torch.randint(0, 2**n_bits, (n_tokens, k), device=device, generator=gen)
+    values = torch.randn(n_tokens, k, device=device, dtype=dt, generator=gen).requires_grad_(True)
+    upstream = torch.randn(n_tokens, d_model, device=device, dtype=dt, generator=gen)
+    dictionary = materialised_dictionary(code, 2**n_bits, dt)
+    dictionary_gib = dictionary.numel() * dictionary.element_size() / GIB
+
+    def fast():
+        with kernels.use_backend("triton"):
+            return kernels.parity_decode(indices, values, code)
+
+    def torch_gather():
+        return torch.einsum("mk,mkd->md", values, dictionary[indices])
+
+    variants = {"triton, patterns from bits": fast, "PyTorch gather of dictionary": torch_gather}
+    if device == "cuda":
+        triton_gather = gather_decode_triton()
+        variants["Triton gather of dictionary"] = lambda: triton_gather(dictionary, indices, values.detach())
+    io_bytes = n_tokens * (k * (8 + 2) + d_model * 2)
+    results = {"dictionary_GiB": dictionary_gib}
+    for name, forward in variants.items():
+        result = dict(fwd_ms=timer(no_grad(forward)))
+        if name != "Triton gather of dictionary":
+            result["fwd_bwd_ms"] = timer(fwd_bwd(forward, [values], upstream))
+        result["dictionary_GiB"] = 0.0 if name.startswith("triton,") else dictionary_gib
+        result["fwd_io_GBps"] = io_bytes / result["fwd_ms"] / 1e6
+        results[name] = result
+        table.add("parity decode", name, **result)
+    with torch.no_grad():
+        table.check("parity decode rel. error vs dictionary gather", relative_error(fast(), torch_gather().float()), 2e-2)
+
+    # encoder scoring: <x, phi_i> for n_candidates per token
+    x = torch.randn(n_score_tokens, d_model, device=device, dtype=dt, generator=gen).requires_grad_(True)
+    candidates = torch.randint(0, 2**n_bits, (n_score_tokens, n_candidates), device=device, generator=gen)
+    score_upstream = torch.randn(n_score_tokens, n_candidates, device=device, dtype=dt, generator=gen)
+
+    def fast_scores():
+        with kernels.use_backend("triton"):
+            return kernels.parity_scores(x, candidates, code)
+
+    def torch_scores():
+        return torch.einsum("md,mfd->mf", x, dictionary[candidates])
+
+    for name, forward in (("triton, patterns from bits", fast_scores), ("PyTorch gather of dictionary", torch_scores)):
+        result = dict(fwd_ms=timer(no_grad(forward)), fwd_bwd_ms=timer(fwd_bwd(forward, [x], score_upstream)))
+        results[f"scores/{name}"] = result
+        table.add(f"parity scores F={n_candidates}", name, **result)
+    with torch.no_grad():
+        table.check("parity scores rel. error vs dictionary gather", relative_error(fast_scores(), torch_scores().float()), 2e-2)
+    del dictionary
+    return results
+
+
+# --- end to end -----------------------------------------------------------------------------------------------
+
+
+def end_to_end(presets: list[str], steps: int, batch: int, seq: int, device: str) -> list[dict]:
+    """Training tokens/s (AdamW, bf16 autocast) of each preset under the reference and the auto backend."""
+    import circuitlab
+    import circuitlab.kernels as kernels
+
+    rows = []
+    for name in presets:
+        config = circuitlab.ModelConfig.preset(name)
+        torch.manual_seed(0)
+        model = circuitlab.CircuitTransformer(config).to(device)
+        optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
+        gen = torch.Generator(device=device).manual_seed(5)
+        batches = [torch.randint(0, config.d_vocab, (batch, seq + 1), device=device, generator=gen) for _ in range(4)]
+
+        def step(tokens):
+            with torch.autocast(device_type=device, dtype=torch.bfloat16, enabled=device == "cuda"):
+                logits, aux = model(tokens[:, :-1], return_aux=True)
+                loss = F.cross_entropy(logits.flatten(0, 1).float(), tokens[:, 1:].flatten()) + aux["selectivity"]
+            loss.backward()
+            optimizer.step()
+            optimizer.zero_grad(set_to_none=True)
+            return loss.detach()
+
+        row = dict(preset=name, batch=batch, seq=seq)
+        for backend in ("reference", "auto"):
+            with kernels.use_backend(backend):
+                for i in range(3):
+                    step(batches[i % len(batches)])
+                if device == "cuda":
+                    torch.cuda.synchronize()
+                start = time.perf_counter()
+                for i in range(steps):
+                    loss = step(batches[i % len(batches)])
+                if device == "cuda":
+                    torch.cuda.synchronize()
+                seconds = (time.perf_counter() - start) / steps
+            row[f"{backend}_ms_per_step"] = seconds * 1e3
+            row[f"{backend}_tokens_per_s"] = batch * seq / seconds
+            row[f"{backend}_last_loss"] = float(loss)
+        row["speedup"] = row["auto_tokens_per_s"] / row["reference_tokens_per_s"]
+        print(f"  {name:<18} reference {row['reference_tokens_per_s']:>11.0f} tok/s   auto {row['auto_tokens_per_s']:>11.0f}"
+              f" tok/s   x{row['speedup']:.2f}", flush=True)
+        rows.append(row)
+        del model, optimizer
+        if device == "cuda":
+            torch.cuda.empty_cache()
+    return rows
+
+
+# --- report ----------------------------------------------------------------------------------------------------
+
+
+def summary_lines(results: dict, table: Table) -> list[str]:
+    lines = []
+    ts, s8 = results.get("sgatlin_tinystories"), results.get("sgatlin_scale8")
+    if ts:
+        fast, ref, dense = ts["triton (fused router)"], ts["PyTorch gather reference"], ts["swiglu"]
+        lines.append(f"TinyStories sgatlin fwd+bwd {fast['fwd_bwd_ms']:.3f} ms = {fast['fwd_bwd_ms'] / dense['fwd_bwd_ms']:.2f}x SwiGLU(512)"
+                     f" [target <= 1.0]; {ref['fwd_bwd_ms'] / fast['fwd_bwd_ms']:.1f}x faster than gather ref [target >= 5]")
+        if fast.get("peak_GiB") is not None:
+            lines.append(f"TinyStories peak {fast['peak_GiB']:.3f} GiB = {fast['peak_GiB'] / dense['peak_GiB']:.2f}x SwiGLU [target <= 1.5]")
+    if s8:
+        fast, dense = s8["triton (fused router)"], s8["swiglu"]
+        lines.append(f"scale-8 sgatlin fwd+bwd {fast['fwd_bwd_ms']:.3f} ms = {fast['fwd_bwd_ms'] / dense['fwd_bwd_ms']:.2f}x SwiGLU(2560) [target <= 2.0]")
+    scans = results.get("scans")
+    if scans:
+        for which in ("existential", "proportion"):
+            fast = scans[f"{which}/triton scan"]
+            loop = scans.get(f"{which}/step-by-step loop")
+            speedup = f"{loop['fwd_ms'] / fast['fwd_ms']:.0f}x fwd, {loop['fwd_bwd_ms'] / fast['fwd_bwd_ms']:.0f}x fwd+bwd faster than loop [target >= 20]" if loop else ""
+            lines.append(f"{which} scan fwd {fast['fwd_ms']:.3f} ms = {fast['fwd_over_copy']:.2f}x copy [target <= 2]; {speedup}")
+    parity = results.get("parity")
+    if parity:
+        fast = parity["triton, patterns from bits"]
+        slowest = {k: v for k, v in parity.items() if isinstance(v, dict) and "gather" in k and "/" not in k}
+        parts = ", ".join(f"{v['fwd_ms'] / fast['fwd_ms']:.2f}x faster than {k}" for k, v in slowest.items())
+        lines.append(f"parity decode fwd {fast['fwd_ms']:.3f} ms with 0 dictionary bytes ({parity['dictionary_GiB']:.1f} GiB avoided): {parts}")
+    missed = [c["name"] for c in table.checks if not c["met"]]
+    lines.append("correctness checks: " + ("all met" if not missed else "MISSED " + "; ".join(missed)))
+    return lines
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--e2e", action="store_true", help="time training steps of the shipped story presets")
+    parser.add_argument("--presets", default="sgatlin-stories,gelu-stories,legible-stories,parity-stories")
+    parser.add_argument("--steps", type=int, default=10, help="timed training steps per preset and backend (--e2e)")
+    parser.add_argument("--smoke", action="store_true", help="tiny sizes on the CPU (Triton interpreter)")
+    parser.add_argument("--json", default=None, help="write results here (default: $OUT/bench_kernels.json if $OUT)")
+    parser.add_argument("--skip", default="", help="comma list of cases to skip: copy,tinystories,scale8,scans,parity")
+    args = parser.parse_args(argv)
+
+    if args.smoke:
+        os.environ.setdefault("TRITON_INTERPRET", "1")
+    device = "cpu" if args.smoke else "cuda"
+    if device == "cuda" and not torch.cuda.is_available():
+        parser.error("no CUDA device: run on a GPU, or pass --smoke for the CPU dry run")
+    timer = Timer(device, warmup_ms=10, rep_ms=60)
+    table = Table()
+    skip = set(filter(None, args.skip.split(",")))
+    results: dict = dict(
+        date=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        device=torch.cuda.get_device_name() if device == "cuda" else platform.processor() or "cpu",
+        torch=torch.__version__,
+    )
+    try:
+        import triton
+
+        results["triton"] = triton.__version__
+    except ImportError:
+        results["triton"] = None
+    print(f"{results['device']}  torch {results['torch']}  triton {results['triton']}  {results['date']}", flush=True)
+
+    if args.e2e:
+        presets = [p for p in args.presets.split(",") if p]
+        batch, seq = (2, 16) if args.smoke else (32, 256)
+        results["e2e"] = end_to_end(presets, 1 if args.smoke else args.steps, batch, seq, device)
+    else:
+        s = args.smoke
+        if "copy" not in skip:
+            results["copy_GBps"] = copy_bandwidth(table, timer, device, 0.01 if s else 1.0)
+        if "tinystories" not in skip:
+            shape = dict(n_tokens=24, d_model=32, n_neurons=16, n_channels=2, k=3, d_key=8) if s else dict(
+                n_tokens=32768, d_model=256, n_neurons=1024, n_channels=8, k=8, d_key=128)
+            ts = sgatlin_case(table, timer, "sgatlin TinyStories", device=device, **shape)
+            ts["swiglu"] = swiglu_case(table, timer, "sgatlin TinyStories", shape["n_tokens"], shape["d_model"], 64 if s else 512, device)
+            results["sgatlin_tinystories"] = ts
+        if "scale8" not in skip:
+            shape = dict(n_tokens=16, d_model=48, n_neurons=25, n_channels=3, k=2, d_key=8) if s else dict(
+                n_tokens=8192, d_model=1024, n_neurons=12544, n_channels=16, k=8, d_key=128)
+            s8 = sgatlin_case(table, timer, "sgatlin scale-8", device=device, **shape)
+            s8["swiglu"] = swiglu_case(table, timer, "sgatlin scale-8", shape["n_tokens"], shape["d_model"], 96 if s else 2560, device)
+            results["sgatlin_scale8"] = s8
+        if "scans" not in skip:
+            results["scans"] = scan_case(table, timer, *((2, 40, 24) if s else (32, 1024, 1024)), device=device)
+        if "parity" not in skip:
+            results["parity"] = parity_case(table, timer, *((24, 40, 10, 5, 20, 8) if s else (32768, 1024, 20, 32, 256, 8192)),
+                                            device=device)
+        results["checks"] = table.checks
+        results["rows"] = table.rows
+        print("\nsummary")
+        results["summary"] = summary_lines(results, table)
+        for line in results["summary"]:
+            print("  " + line)
+
+    path = args.json or (os.path.join(os.environ["OUT"], "bench_kernels.json") if os.environ.get("OUT") else None)
+    if path:
+        Path(path).write_text(json.dumps(results, indent=1, default=str))
+        print(f"results written to {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
