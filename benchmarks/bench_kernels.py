@@ -479,26 +479,7 @@ def main(argv: list[str] | None = None) -> int:
         batch, seq = (2, 16) if args.smoke else (32, 256)
         results["e2e"] = end_to_end(presets, 1 if args.smoke else args.steps, batch, seq, device)
     else:
-        s = args.smoke
-        if "copy" not in skip:
-            results["copy_GBps"] = copy_bandwidth(table, timer, device, 0.01 if s else 1.0)
-        if "tinystories" not in skip:
-            shape = dict(n_tokens=24, d_model=32, n_neurons=16, n_channels=2, k=3, d_key=8) if s else dict(
-                n_tokens=32768, d_model=256, n_neurons=1024, n_channels=8, k=8, d_key=128)
-            ts = sgatlin_case(table, timer, "sgatlin TinyStories", device=device, **shape)
-            ts["swiglu"] = swiglu_case(table, timer, "sgatlin TinyStories", shape["n_tokens"], shape["d_model"], 64 if s else 512, device)
-            results["sgatlin_tinystories"] = ts
-        if "scale8" not in skip:
-            shape = dict(n_tokens=16, d_model=48, n_neurons=25, n_channels=3, k=2, d_key=8) if s else dict(
-                n_tokens=8192, d_model=1024, n_neurons=12544, n_channels=16, k=8, d_key=128)
-            s8 = sgatlin_case(table, timer, "sgatlin scale-8", device=device, **shape)
-            s8["swiglu"] = swiglu_case(table, timer, "sgatlin scale-8", shape["n_tokens"], shape["d_model"], 96 if s else 2560, device)
-            results["sgatlin_scale8"] = s8
-        if "scans" not in skip:
-            results["scans"] = scan_case(table, timer, *((2, 40, 24) if s else (32, 1024, 1024)), device=device)
-        if "parity" not in skip:
-            results["parity"] = parity_case(table, timer, *((24, 40, 10, 5, 20, 8) if s else (32768, 1024, 20, 32, 256, 8192)),
-                                            device=device)
+        run_cases(args, table, timer, device, skip, results)
         results["checks"] = table.checks
         results["rows"] = table.rows
         print("\nsummary")
@@ -511,6 +492,50 @@ def main(argv: list[str] | None = None) -> int:
         Path(path).write_text(json.dumps(results, indent=1, default=str))
         print(f"results written to {path}")
     return 0
+
+
+def run_cases(args, table: Table, timer: Timer, device: str, skip: set[str], results: dict) -> None:
+    """Each case in turn; one that fails is reported and the rest still run."""
+    import traceback
+
+    s = args.smoke
+    cases = []
+    if "copy" not in skip:
+        cases.append(("copy_GBps", lambda: copy_bandwidth(table, timer, device, 0.01 if s else 1.0)))
+    if "tinystories" not in skip:
+        def tinystories():
+            shape = dict(n_tokens=24, d_model=32, n_neurons=16, n_channels=2, k=3, d_key=8) if s else dict(
+                n_tokens=32768, d_model=256, n_neurons=1024, n_channels=8, k=8, d_key=128)
+            ts = sgatlin_case(table, timer, "sgatlin TinyStories", device=device, **shape)
+            ts["swiglu"] = swiglu_case(table, timer, "sgatlin TinyStories", shape["n_tokens"], shape["d_model"],
+                                       64 if s else 512, device)
+            return ts
+
+        cases.append(("sgatlin_tinystories", tinystories))
+    if "scale8" not in skip:
+        def scale8():
+            shape = dict(n_tokens=16, d_model=48, n_neurons=25, n_channels=3, k=2, d_key=8) if s else dict(
+                n_tokens=8192, d_model=1024, n_neurons=12544, n_channels=16, k=8, d_key=128)
+            s8 = sgatlin_case(table, timer, "sgatlin scale-8", device=device, **shape)
+            s8["swiglu"] = swiglu_case(table, timer, "sgatlin scale-8", shape["n_tokens"], shape["d_model"],
+                                       96 if s else 2560, device)
+            return s8
+
+        cases.append(("sgatlin_scale8", scale8))
+    if "scans" not in skip:
+        cases.append(("scans", lambda: scan_case(table, timer, *((2, 40, 24) if s else (32, 1024, 1024)), device=device)))
+    if "parity" not in skip:
+        cases.append(("parity", lambda: parity_case(
+            table, timer, *((24, 40, 10, 5, 20, 8) if s else (32768, 1024, 20, 32, 256, 8192)), device=device)))
+    for key, run in cases:
+        try:
+            results[key] = run()
+        except Exception as error:  # noqa: BLE001 - one broken case must not hide the others' numbers
+            traceback.print_exc()
+            results[key] = {"error": repr(error)}
+            table.check(f"{key} ran", 1.0, 0.0)
+        if device == "cuda":
+            torch.cuda.empty_cache()
 
 
 if __name__ == "__main__":
