@@ -71,14 +71,16 @@ def load_text_files(
     """Documents from UTF-8 text files (folders are searched for *.txt).
 
     split_documents: "blank_line" (paragraphs separated by blank lines are documents), "file" (one document
-    per file) or "line" (one document per non-empty line). Leading and trailing whitespace is stripped.
+    per file) or "line" (one document per non-empty line). Line ends are normalised to "\n" (as Python's
+    text mode does) and each document's leading and trailing whitespace is stripped.
     """
     if split_documents not in SPLIT_MODES:
         raise DataError(f"split_documents={split_documents!r}; expected one of {', '.join(SPLIT_MODES)}")
     files = _as_paths(paths)
     documents: list[str] = []
     for path in files:
-        documents.extend(_split(read_utf8(path), split_documents))
+        text = read_utf8(path).replace("\r\n", "\n").replace("\r", "\n")
+        documents.extend(_split(text, split_documents))
     if not documents:
         raise DataError(f"empty corpus: no text in {', '.join(map(str, files))}")
     return documents
