@@ -1,0 +1,646 @@
+"""The training loop: AdamW, warmup-stable-decay, clipping, bf16 autocast, gradient accumulation, held-out
+evaluation, selectivity pressures, a divergence guard, and checkpoints that resume bit for bit.
+
+Optimizer (seed 000, appendix B.1): AdamW with weight decay 0.1 on matrices only. Vectors and scalars
+(norm scales, biases, NC-FFN decay logits) are not decayed: decay would pull norm scales towards zero and
+quantifier decays towards a half-life of one token, which is a change of function, not a regulariser.
+Embeddings ARE decayed (`decay_embeddings=True`, the default): seed 000 excludes only scalar parameters, and
+in every preset the embedding is tied to the unembedding, so it is the output matrix too, the largest matrix
+of these small models and the one whose norm sets the logit scale; leaving it free lets the logits grow
+without bound on a small synthetic corpus. Rows of tokens that never occur only shrink towards zero
+(a logit of 0), which is harmless. `decay_embeddings=False` (CLI --no-embedding-decay) opts out.
+
+Data: `train_windows` holds fixed-length windows of seq_len + 1 tokens (inputs are the first seq_len, targets
+the last seq_len). The order is a pure function of (seed, step): sample p of the run is window
+perm_e[p mod n] of epoch e = p // n, each epoch a fresh seeded permutation. So the data position of a
+checkpoint is just its step, and a resumed run draws exactly the batches the uninterrupted one would have.
+
+Checkpoints (`<out>/checkpoints/step_XXXXXXXX/`) hold, never pickled:
+    config.json, model.safetensors, tokenizer.json   a loadable model folder (float32 weights)
+    optimizer.safetensors   AdamW moments and step counts, keyed `<param name>/<exp_avg|exp_avg_sq|step>`
+    rng.safetensors         torch CPU (and CUDA) generator states
+    trainer_state.json      step, tokens seen, elapsed time, optimizer hyper-parameters, guard state,
+                            train config, data fingerprint, Python/NumPy RNG states
+Each folder is written under a temporary name and renamed into place (atomic on POSIX), and
+`checkpoints/latest.json` (replaced atomically) names the newest; a kill at any moment leaves the previous
+checkpoint intact. On CPU a resumed run logs losses bitwise equal to an uninterrupted run's.
+
+Letters: B batch (sequences), T positions, V vocabulary, W window (seq_len + 1).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import hashlib
+import json
+import math
+import os
+import random
+import shutil
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from jaxtyping import Int
+from safetensors import SafetensorError
+from safetensors.torch import load_file, save_file
+from torch import Tensor, nn
+
+from circuitlab.training.distributed import (
+    DistributedContext,
+    all_reduce_mean,
+    all_reduce_sum,
+    barrier,
+    unwrap_model,
+    wrap_model,
+)
+from circuitlab.training.guard import DivergenceError, DivergenceGuard
+from circuitlab.training.schedule import wsd_lr
+
+CHECKPOINT_FORMAT = "circuitlab-train-checkpoint"
+CHECKPOINT_VERSION = 1
+LOG_FILE = "train_log.jsonl"
+
+
+class CheckpointMismatchError(ValueError):
+    """A checkpoint that cannot continue this run (other settings, other data, unreadable files)."""
+
+
+@dataclass
+class TrainConfig:
+    """Everything that determines the sequence of updates (plus a few knobs that do not, see RESUMABLE_CHANGES)."""
+
+    steps: int = 1000
+    batch_size: int = 32  # sequences per optimizer step, over all ranks and micro-batches
+    seq_len: int = 256
+    lr: float = 1e-3
+    warmup: int = 100
+    decay_fraction: float = 0.2  # seed 000: square-root decay over the last 20% of steps
+    weight_decay: float = 0.1
+    decay_embeddings: bool = True
+    beta1: float = 0.9
+    beta2: float = 0.95
+    adam_eps: float = 1e-8
+    grad_clip: float = 1.0  # 0 disables clipping (the norm is still logged)
+    grad_accum: int = 1
+    seed: int = 0
+    eval_every: int = 200
+    eval_sequences: int = 256  # held-out windows per periodic evaluation (the final one uses all)
+    eval_batch_size: int = 32
+    ckpt_every: int = 500
+    keep_checkpoints: int = 2
+    guard_window: int = 50
+    guard_factor: float = 2.0
+    max_minutes: float | None = None
+    compile: bool = False
+    fsdp: bool = False
+
+    def validate(self, world_size: int = 1) -> None:
+        def need(ok: bool, message: str) -> None:
+            if not ok:
+                raise ValueError(f"invalid training settings: {message}")
+
+        for key in ("steps", "batch_size", "seq_len", "grad_accum", "eval_batch_size", "keep_checkpoints"):
+            need(int(getattr(self, key)) > 0, f"{key} must be a positive integer, got {getattr(self, key)}")
+        need(self.lr > 0, f"lr must be positive, got {self.lr}")
+        need(self.warmup >= 0, f"warmup must be >= 0, got {self.warmup}")
+        need(self.weight_decay >= 0, f"weight_decay must be >= 0, got {self.weight_decay}")
+        need(self.grad_clip >= 0, f"grad_clip must be >= 0 (0 disables clipping), got {self.grad_clip}")
+        need(self.eval_every >= 0 and self.ckpt_every >= 0, "eval_every and ckpt_every must be >= 0 (0 = never)")
+        need(self.max_minutes is None or self.max_minutes > 0, f"max_minutes must be positive, got {self.max_minutes}")
+        need(
+            self.batch_size % (world_size * self.grad_accum) == 0,
+            f"batch_size {self.batch_size} must be divisible by ranks x grad_accum = {world_size} x "
+            f"{self.grad_accum}, so every micro-batch has the same number of sequences",
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> TrainConfig:
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise ValueError(f"unknown training settings {unknown}; expected a subset of {sorted(known)}")
+        return cls(**data)
+
+
+# settings that may differ between a checkpoint and the run resuming it without changing any update
+RESUMABLE_CHANGES = frozenset({"eval_every", "eval_sequences", "eval_batch_size", "ckpt_every", "keep_checkpoints",
+                               "max_minutes", "compile"})
+
+
+@dataclass
+class TrainResult:
+    step: int  # optimizer steps completed
+    tokens_seen: int
+    train_seconds: float  # wall time spent training, summed over resumed sessions
+    session_seconds: float  # of which this session
+    held_out_loss: float
+    held_out_ppl: float
+    stopped: str  # "completed", "time limit", or "stopped" (at fit's stop_at)
+    log_path: Path
+    history: list[dict[str, Any]] = field(default_factory=list)
+
+
+def parameter_groups(model: nn.Module, weight_decay: float, decay_embeddings: bool = True) -> list[dict[str, Any]]:
+    """AdamW groups: matrices decayed, vectors and scalars (norm scales, biases, decay logits) not; the
+    token/position embeddings follow `decay_embeddings` (see the module docstring for why they default on)."""
+    decayed, undecayed = [], []
+    for name, param in model.named_parameters():
+        if not param.requires_grad or param.numel() == 0:  # zero-size (e.g. W_V when every head is Boolean)
+            continue
+        is_embedding = name.split(".")[-1] in ("W_E", "W_pos")
+        if param.dim() < 2 or (is_embedding and not decay_embeddings):
+            undecayed.append(param)
+        else:
+            decayed.append(param)
+    return [
+        {"params": decayed, "weight_decay": weight_decay},
+        {"params": undecayed, "weight_decay": 0.0},
+    ]
+
+
+def epoch_permutation(n_windows: int, seed: int, epoch: int) -> Tensor:
+    generator = torch.Generator().manual_seed(int(seed) * 1_000_003 + int(epoch))
+    return torch.randperm(n_windows, generator=generator)
+
+
+class WindowSampler:
+    """Global batch of optimizer step `step`: a pure function of (seed, step, n_windows)."""
+
+    def __init__(self, n_windows: int, batch_size: int, seed: int):
+        if n_windows <= 0:
+            raise ValueError("the training data holds no windows: give more text or a shorter --seq-len")
+        self.n_windows, self.batch_size, self.seed = n_windows, batch_size, seed
+        self._cache: dict[int, Tensor] = {}
+
+    def _perm(self, epoch: int) -> Tensor:
+        if epoch not in self._cache:
+            self._cache = {e: p for e, p in self._cache.items() if e >= epoch - 1}
+            self._cache[epoch] = epoch_permutation(self.n_windows, self.seed, epoch)
+        return self._cache[epoch]
+
+    def batch_indices(self, step: int) -> Int[Tensor, "batch"]:
+        positions = torch.arange(step * self.batch_size, (step + 1) * self.batch_size)
+        epochs, offsets = positions // self.n_windows, positions % self.n_windows
+        out = torch.empty(self.batch_size, dtype=torch.long)
+        for epoch in epochs.unique().tolist():
+            mask = epochs == epoch
+            out[mask] = self._perm(int(epoch))[offsets[mask]]
+        return out
+
+
+def data_fingerprint(windows: Tensor) -> str:
+    array = windows.contiguous().cpu().numpy()
+    digest = hashlib.sha256()
+    digest.update(str((array.shape, str(array.dtype))).encode())
+    digest.update(array.tobytes())
+    return digest.hexdigest()
+
+
+def autocast_for(device: torch.device) -> contextlib.AbstractContextManager:
+    """bf16 autocast on CUDA (weights and optimizer stay float32); plain float32 elsewhere."""
+    if device.type == "cuda":
+        return torch.autocast("cuda", dtype=torch.bfloat16)
+    return contextlib.nullcontext()
+
+
+def _fsync_folder(folder: Path) -> None:
+    for path in folder.iterdir():
+        if path.is_file():
+            with open(path, "rb") as handle:
+                os.fsync(handle.fileno())
+
+
+def _atomic_write_text(path: Path, text: str) -> None:
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    with open(tmp, "w") as handle:
+        handle.write(text)
+        handle.flush()
+        os.fsync(handle.fileno())
+    os.replace(tmp, path)
+
+
+class _StateHolder:
+    """What `save_model` reads from a model: a state dict, a config and a tokenizer."""
+
+    def __init__(self, state: dict[str, Tensor], config: Any, tokenizer: Any):
+        self._state, self.config, self.tokenizer = state, config, tokenizer
+
+    def state_dict(self) -> dict[str, Tensor]:
+        return self._state
+
+
+def find_checkpoint(out_dir: str | os.PathLike) -> Path | None:
+    """The newest complete checkpoint folder of a run, or None."""
+    root = Path(out_dir) / "checkpoints"
+    latest = root / "latest.json"
+    if latest.exists():
+        try:
+            folder = root / json.loads(latest.read_text())["folder"]
+        except (json.JSONDecodeError, KeyError, TypeError) as error:
+            raise CheckpointMismatchError(f"{latest} is not a valid checkpoint pointer ({error})") from error
+        if (folder / "trainer_state.json").exists():
+            return folder
+    complete = sorted(p for p in root.glob("step_*") if (p / "trainer_state.json").exists()) if root.is_dir() else []
+    return complete[-1] if complete else None
+
+
+class Trainer:
+    """Trains `model` on `train_windows`, evaluating on `held_out_windows`, writing into `out_dir`.
+
+    Under torchrun every rank builds the same Trainer (same data, same model init); rank 0 writes files.
+    """
+
+    def __init__(
+        self,
+        model: nn.Module,
+        config: TrainConfig,
+        train_windows: Int[Tensor, "n_windows window"],
+        held_out_windows: Int[Tensor, "n_held_out window"],
+        out_dir: str | os.PathLike,
+        device: torch.device | str = "cpu",
+        context: DistributedContext | None = None,
+        tokenizer: Any = None,
+        progress: bool = True,
+        clock_start: float | None = None,
+    ):
+        self.context = context or DistributedContext()
+        # --max-minutes counts from here (or from the caller's time.monotonic() stamp, e.g. the command's start)
+        self.clock_start = time.monotonic() if clock_start is None else clock_start
+        config.validate(self.context.world_size)
+        window = config.seq_len + 1
+        for name, windows in (("training", train_windows), ("held-out", held_out_windows)):
+            if windows.dim() != 2 or windows.shape[1] != window:
+                raise ValueError(
+                    f"{name} windows must have shape [n, seq_len + 1 = {window}], got {tuple(windows.shape)}"
+                )
+        if held_out_windows.shape[0] < self.context.world_size:
+            raise ValueError(f"need at least {self.context.world_size} held-out windows, got {held_out_windows.shape[0]}")
+        model_config = unwrap_model(model).config
+        if config.seq_len > model_config.n_ctx:
+            raise ValueError(f"seq_len {config.seq_len} exceeds the model's context n_ctx={model_config.n_ctx}")
+        self.config = config
+        self.device = torch.device(device)
+        self.out_dir = Path(out_dir)
+        self.tokenizer = tokenizer
+        self.progress = progress and self.context.is_main
+        self.train_windows = train_windows
+        self.held_out_windows = held_out_windows
+        self.data_hash = data_fingerprint(train_windows)
+        self.base_model = model.to(self.device)
+        self.model = wrap_model(self.base_model, self.context, fsdp=config.fsdp)
+        self.forward_model = torch.compile(self.model) if config.compile else self.model
+        self.optimizer = torch.optim.AdamW(
+            parameter_groups(self.base_model, config.weight_decay, config.decay_embeddings),
+            lr=config.lr,
+            betas=(config.beta1, config.beta2),
+            eps=config.adam_eps,
+        )
+        self.guard = DivergenceGuard(config.guard_window, config.guard_factor)
+        self.sampler = WindowSampler(train_windows.shape[0], config.batch_size, config.seed)
+        self.step = 0
+        self.train_seconds_before = 0.0
+        self.history: list[dict[str, Any]] = []
+
+    # --- state -------------------------------------------------------------------------------------------
+
+    @property
+    def tokens_per_step(self) -> int:
+        return self.config.batch_size * self.config.seq_len
+
+    def _full_state(self) -> tuple[dict[str, Tensor], dict[str, Any]]:
+        """Unsharded model and optimizer state (collective under FSDP; rank 0 receives them)."""
+        from torch.distributed.checkpoint.state_dict import (
+            StateDictOptions,
+            get_model_state_dict,
+            get_optimizer_state_dict,
+        )
+
+        options = StateDictOptions(full_state_dict=True, cpu_offload=True)
+        return (
+            get_model_state_dict(self.model, options=options),
+            get_optimizer_state_dict(self.model, self.optimizer, options=options),
+        )
+
+    def save_checkpoint(self, name: str | None = None, point_latest: bool = True) -> Path:
+        """Write a checkpoint of the state after `self.step` steps (every rank must call it)."""
+        model_state, optim_state = self._full_state()
+        root = self.out_dir / "checkpoints"
+        final = root / (name or f"step_{self.step:08d}")
+        if self.context.is_main and not (final / "trainer_state.json").exists():
+            root.mkdir(parents=True, exist_ok=True)
+            tmp = root / f".tmp-{final.name}-{os.getpid()}"
+            shutil.rmtree(tmp, ignore_errors=True)
+            self._write_checkpoint(tmp, model_state, optim_state)
+            _fsync_folder(tmp)
+            shutil.rmtree(final, ignore_errors=True)
+            os.replace(tmp, final)
+        if self.context.is_main and point_latest:
+            _atomic_write_text(root / "latest.json", json.dumps({"folder": final.name, "step": self.step}) + "\n")
+            self._prune_checkpoints(root, keep=final)
+        barrier(self.context)
+        return final
+
+    def _write_checkpoint(self, folder: Path, model_state: dict[str, Tensor], optim_state: dict[str, Any]) -> None:
+        from circuitlab.architectures.checkpoint import save_model
+
+        folder.mkdir(parents=True)
+        save_model(_StateHolder(model_state, unwrap_model(self.base_model).config, self.tokenizer), folder)
+        moments = {}
+        for param_name, param_state in optim_state["state"].items():
+            for key, value in param_state.items():
+                moments[f"{param_name}/{key}"] = torch.as_tensor(value).detach().cpu().contiguous()
+        save_file(moments, folder / "optimizer.safetensors", metadata={"format": "pt"})
+        rng = {"torch_cpu": torch.get_rng_state()}
+        if torch.cuda.is_available() and torch.cuda.is_initialized():
+            for index, state in enumerate(torch.cuda.get_rng_state_all()):
+                rng[f"torch_cuda_{index}"] = state
+        save_file(rng, folder / "rng.safetensors", metadata={"format": "pt"})
+        python_rng = random.getstate()
+        numpy_rng = np.random.get_state()
+        state = {
+            "format": CHECKPOINT_FORMAT,
+            "version": CHECKPOINT_VERSION,
+            "step": self.step,
+            "tokens_seen": self.step * self.tokens_per_step,
+            "train_seconds": self.train_seconds_before + self._session_seconds(),
+            "param_groups": optim_state["param_groups"],
+            "guard": self.guard.state_dict(),
+            "train_config": self.config.to_dict(),
+            "model_config_hash": unwrap_model(self.base_model).config.hash(),
+            "data": {
+                "fingerprint": self.data_hash,
+                "n_windows": int(self.train_windows.shape[0]),
+                "samples_consumed": self.step * self.config.batch_size,
+                "epoch": (self.step * self.config.batch_size) // int(self.train_windows.shape[0]),
+            },
+            "rng": {
+                "python": [python_rng[0], list(python_rng[1]), python_rng[2]],
+                "numpy": [numpy_rng[0], numpy_rng[1].tolist(), *[float(x) if isinstance(x, float) else int(x) for x in numpy_rng[2:]]],
+            },
+        }
+        (folder / "trainer_state.json").write_text(json.dumps(state, indent=1) + "\n")
+
+    def _prune_checkpoints(self, root: Path, keep: Path) -> None:
+        complete = sorted(p for p in root.glob("step_*") if p != keep)
+        for old in complete[: max(0, len(complete) - (self.config.keep_checkpoints - 1))]:
+            shutil.rmtree(old, ignore_errors=True)
+
+    def load_checkpoint(self, folder: str | os.PathLike) -> None:
+        """Restore model, optimizer, RNG, guard and step from a checkpoint folder (every rank reads it)."""
+        from torch.distributed.checkpoint.state_dict import (
+            StateDictOptions,
+            set_model_state_dict,
+            set_optimizer_state_dict,
+        )
+
+        folder = Path(folder)
+        state_path = folder / "trainer_state.json"
+        try:
+            state = json.loads(state_path.read_text())
+        except (OSError, json.JSONDecodeError) as error:
+            raise CheckpointMismatchError(f"{state_path} cannot be read ({error}); the checkpoint is damaged") from error
+        if state.get("format") != CHECKPOINT_FORMAT:
+            raise CheckpointMismatchError(f"{state_path} is not a circuitlab training checkpoint")
+        self._check_compatible(state, state_path)
+        tensors = {}
+        for file in ("model.safetensors", "optimizer.safetensors", "rng.safetensors"):
+            try:
+                tensors[file] = load_file(folder / file)
+            except (SafetensorError, OSError, ValueError, RuntimeError) as error:
+                raise CheckpointMismatchError(
+                    f"{folder / file} is not a readable safetensors file ({error}); the checkpoint is damaged"
+                ) from error
+        optim_state: dict[str, Any] = {"state": {}, "param_groups": state["param_groups"]}
+        for key, value in tensors["optimizer.safetensors"].items():
+            param_name, slot = key.rsplit("/", 1)
+            optim_state["state"].setdefault(param_name, {})[slot] = value
+        options = StateDictOptions(full_state_dict=True)
+        set_model_state_dict(self.model, tensors["model.safetensors"], options=options)
+        set_optimizer_state_dict(self.model, self.optimizer, optim_state, options=options)
+        torch.set_rng_state(tensors["rng.safetensors"]["torch_cpu"])
+        cuda_states = [tensors["rng.safetensors"][k] for k in sorted(tensors["rng.safetensors"]) if k.startswith("torch_cuda_")]
+        if cuda_states and torch.cuda.is_available():
+            torch.cuda.set_rng_state_all(cuda_states[: torch.cuda.device_count()])
+        python_rng = state["rng"]["python"]
+        random.setstate((python_rng[0], tuple(python_rng[1]), python_rng[2]))
+        numpy_rng = state["rng"]["numpy"]
+        np.random.set_state((numpy_rng[0], np.asarray(numpy_rng[1], dtype=np.uint32), *numpy_rng[2:]))
+        self.guard.load_state_dict(state["guard"])
+        self.step = int(state["step"])
+        self.train_seconds_before = float(state["train_seconds"])
+
+    def _check_compatible(self, state: dict[str, Any], state_path: Path) -> None:
+        saved = state["train_config"]
+        current = self.config.to_dict()
+        differing = sorted(k for k in current if k not in RESUMABLE_CHANGES and saved.get(k) != current[k])
+        if differing:
+            details = ", ".join(f"{k}: checkpoint {saved.get(k)!r} vs now {current[k]!r}" for k in differing)
+            raise CheckpointMismatchError(
+                f"cannot resume from {state_path.parent}: training settings differ ({details}); resume with the "
+                "settings of the original run, or start a new run in another --out folder"
+            )
+        model_hash = unwrap_model(self.base_model).config.hash()
+        if state["model_config_hash"] != model_hash:
+            raise CheckpointMismatchError(
+                f"cannot resume from {state_path.parent}: its model config differs from the one asked for now "
+                "(another preset, --config or selectivity setting?)"
+            )
+        if state["data"]["fingerprint"] != self.data_hash:
+            raise CheckpointMismatchError(
+                f"cannot resume from {state_path.parent}: the training data differs from the checkpoint's "
+                f"({state['data']['n_windows']} windows then, {self.train_windows.shape[0]} now); use the same "
+                "corpus, tokenizer, --n-stories and --seq-len"
+            )
+
+    # --- loop --------------------------------------------------------------------------------------------
+
+    def _session_seconds(self) -> float:
+        return time.monotonic() - self._session_start if hasattr(self, "_session_start") else 0.0
+
+    @torch.no_grad()
+    def evaluate(self, max_windows: int | None = None) -> float:
+        """Mean next-token cross-entropy (nats) over held-out windows, split evenly across ranks."""
+        windows = self.held_out_windows
+        if max_windows is not None and max_windows > 0:
+            windows = windows[:max_windows]
+        usable = (windows.shape[0] // self.context.world_size) * self.context.world_size
+        local = windows[:usable][self.context.rank :: self.context.world_size]
+        totals = torch.zeros(2, dtype=torch.float64, device=self.device)
+        self.model.eval()
+        for start in range(0, local.shape[0], self.config.eval_batch_size):
+            batch = local[start : start + self.config.eval_batch_size].to(self.device).long()
+            with autocast_for(self.device):
+                logits_BxTxV = self.forward_model(batch[:, :-1])
+            loss_sum = F.cross_entropy(
+                logits_BxTxV.float().reshape(-1, logits_BxTxV.shape[-1]), batch[:, 1:].reshape(-1), reduction="sum"
+            )
+            totals += torch.stack([loss_sum.double(), torch.tensor(batch[:, 1:].numel(), device=self.device, dtype=torch.float64)])
+        self.model.train()
+        totals = all_reduce_sum(totals, self.context)
+        return float(totals[0] / totals[1])
+
+    def _log(self, record: dict[str, Any]) -> None:
+        self.history.append(record)
+        if self.context.is_main:
+            with open(self.out_dir / LOG_FILE, "a") as handle:
+                handle.write(json.dumps(record) + "\n")
+
+    def _truncate_log(self) -> None:
+        """Drop log lines past the resumed step (a killed run may have logged steps it never checkpointed)."""
+        path = self.out_dir / LOG_FILE
+        if not self.context.is_main or not path.exists():
+            return
+        kept = []
+        for line in path.read_text().splitlines():
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError:
+                break  # a line cut short by the kill
+            if record.get("step", 0) > self.step:
+                break
+            kept.append(line)
+        _atomic_write_text(path, "".join(line + "\n" for line in kept))
+        self.history = [json.loads(line) for line in kept]
+
+    def _micro_batch_context(self, micro: int) -> contextlib.AbstractContextManager:
+        """Skip the gradient all-reduce on all but the last micro-batch of a step."""
+        if not self.context.enabled or micro == self.config.grad_accum - 1:
+            return contextlib.nullcontext()
+        if hasattr(self.model, "no_sync"):
+            return self.model.no_sync()
+        return contextlib.nullcontext()  # FSDP2 reduces every backward; correct, only slower
+
+    def _train_step(self, step: int) -> dict[str, Any]:
+        config = self.config
+        lr = wsd_lr(step, config.steps, config.lr, config.warmup, config.decay_fraction)
+        for group in self.optimizer.param_groups:
+            group["lr"] = lr
+        rows = self.sampler.batch_indices(step)
+        per_rank = config.batch_size // self.context.world_size
+        local_rows = rows[self.context.rank * per_rank : (self.context.rank + 1) * per_rank]
+        per_micro = per_rank // config.grad_accum
+        lm_total = torch.zeros((), device=self.device)
+        selectivity_total = torch.zeros((), device=self.device)
+        for micro in range(config.grad_accum):
+            batch = self.train_windows[local_rows[micro * per_micro : (micro + 1) * per_micro]].to(self.device).long()
+            inputs_BxT, targets_BxT = batch[:, :-1], batch[:, 1:]
+            with self._micro_batch_context(micro):
+                with autocast_for(self.device):
+                    logits_BxTxV, aux = self.forward_model(inputs_BxT, return_aux=True)
+                lm_loss = F.cross_entropy(logits_BxTxV.float().reshape(-1, logits_BxTxV.shape[-1]), targets_BxT.reshape(-1))
+                selectivity = aux["selectivity"].float()
+                ((lm_loss + selectivity) / config.grad_accum).backward()
+            lm_total += lm_loss.detach()
+            selectivity_total += selectivity.detach()
+        grad_norm = torch.nn.utils.clip_grad_norm_(
+            [p for group in self.optimizer.param_groups for p in group["params"]],
+            config.grad_clip if config.grad_clip > 0 else math.inf,
+        )
+        if hasattr(grad_norm, "full_tensor"):
+            grad_norm = grad_norm.full_tensor()
+        stats = all_reduce_mean(torch.stack([lm_total, selectivity_total]) / config.grad_accum, self.context)
+        loss, selectivity_value, norm = float(stats[0]), float(stats[1]), float(grad_norm)
+        if not (math.isfinite(loss) and math.isfinite(norm)):
+            self.optimizer.zero_grad(set_to_none=True)
+            raise DivergenceError(
+                f"non-finite {'loss' if not math.isfinite(loss) else 'gradient norm'} at step {step + 1} "
+                f"(loss {loss}, grad norm {norm}): training diverged; lower the learning rate or raise the warmup",
+                step + 1,
+            )
+        self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        return {"loss": loss, "lr": lr, "grad_norm": norm, "selectivity": selectivity_value}
+
+    def fit(self, resume: bool = False, stop_at: int | None = None) -> TrainResult:
+        """Train until `config.steps` (or the time limit); returns the final held-out loss and bookkeeping.
+
+        resume: continue from the newest checkpoint in `out_dir` (a fresh start when there is none).
+        stop_at: end this session after that step with a checkpoint, as a kill would (tests use it to split
+            one run into two sessions); the schedule still runs to `config.steps`.
+        """
+        from tqdm.auto import tqdm
+
+        config = self.config
+        if self.context.is_main:
+            self.out_dir.mkdir(parents=True, exist_ok=True)
+            for stale in (self.out_dir / "checkpoints").glob(".tmp-*"):
+                shutil.rmtree(stale, ignore_errors=True)
+        barrier(self.context)
+        if resume:
+            checkpoint = find_checkpoint(self.out_dir)
+            if checkpoint is not None:
+                self.load_checkpoint(checkpoint)
+                self._truncate_log()
+        if self.step == 0 and self.context.is_main:
+            (self.out_dir / LOG_FILE).write_text("")
+        self._session_start = time.monotonic()
+        stopped = "completed"
+        bar = tqdm(total=config.steps, initial=self.step, disable=not self.progress, desc="train", unit="step",
+                   dynamic_ncols=True, mininterval=0.5 if sys.stderr.isatty() else 10.0)
+        self.model.train()
+        try:
+            while self.step < config.steps:
+                try:
+                    record = self._train_step(self.step)
+                    self.step += 1
+                    running = self.guard.update(self.step, record["loss"])
+                except DivergenceError as error:
+                    error.checkpoint = str(self.save_checkpoint(name=f"diverged_step_{error.step:08d}", point_latest=False))
+                    raise
+                record = {
+                    "step": self.step,
+                    **record,
+                    "running_loss": running,
+                    "tokens_seen": self.step * self.tokens_per_step,
+                    "elapsed": round(self.train_seconds_before + self._session_seconds(), 3),
+                }
+                if (config.eval_every and self.step % config.eval_every == 0) or self.step == config.steps:
+                    eval_loss = self.evaluate(config.eval_sequences)
+                    record.update(eval_loss=eval_loss, eval_ppl=math.exp(eval_loss))
+                self._log(record)
+                bar.update(1)
+                bar.set_postfix(loss=f"{record['loss']:.3f}", lr=f"{record['lr']:.2e}",
+                                **({"ppl": f"{record['eval_ppl']:.2f}"} if "eval_ppl" in record else {}))
+                if config.ckpt_every and self.step % config.ckpt_every == 0:
+                    self.save_checkpoint()
+                if stop_at is not None and self.step >= stop_at and self.step < config.steps:
+                    stopped = "stopped"
+                    self.save_checkpoint()
+                    break
+                if config.max_minutes is not None and self.step < config.steps and self._time_is_up():
+                    stopped = "time limit"
+                    self.save_checkpoint()
+                    break
+        finally:
+            bar.close()
+        held_out_loss = self.evaluate()
+        return TrainResult(
+            step=self.step,
+            tokens_seen=self.step * self.tokens_per_step,
+            train_seconds=self.train_seconds_before + self._session_seconds(),
+            session_seconds=self._session_seconds(),
+            held_out_loss=held_out_loss,
+            held_out_ppl=math.exp(held_out_loss),
+            stopped=stopped,
+            log_path=self.out_dir / LOG_FILE,
+            history=self.history,
+        )
+
+    def _time_is_up(self) -> bool:
+        """True once --max-minutes have passed on any rank's clock, so every rank stops after the same step."""
+        over = float(time.monotonic() - self.clock_start > 60.0 * self.config.max_minutes)
+        return bool(all_reduce_mean(torch.tensor([over], device=self.device), self.context)[0] > 0)
+
+    def full_model_state(self) -> dict[str, Tensor]:
+        """The trained weights, unsharded, on CPU (collective under FSDP; complete on rank 0)."""
+        return self._full_state()[0]
