@@ -10,6 +10,8 @@ them.
 Token positions count from 0 in the token list a model sees. With `prepend_eos=True` (the default) that list
 starts with the tokenizer's "<|endoftext|>" id, which is what precedes every story in a packed training row
 (`circuitlab.data.loaders.pack_sequences`), so the prompt sits where a story starts.
+
+Letters in names: B batch, T position, V vocabulary.
 """
 
 from __future__ import annotations

@@ -22,9 +22,10 @@ Labels (`LABELS`):
     AUX           auxiliaries and modals ("will", "had", "have", "can", "did", "do", "would")
     ADVERB        adverbs and particles ("very", "up", "together", "not", "ever")
     DET           articles and determiners ("the", "a", "an", "every", "each")
-    PREP          prepositions ("in", "with", "to the park")
+    PREP          prepositions ("in", "with", "under", "to" in "went to the park")
     CONJ          conjunctions and complementisers ("and", "but", "so", "because", "that")
-    TIME          every word of a time phrase ("Once upon a time", "One day", "That night")
+    TIME          every word of a time phrase ("Once upon a time", "One day", "That night", "From that day
+                  on", "all day", "tomorrow")
     INTERJECTION  "Oh", "Wow", "Yes", "No", "Look"
     POSS          the possessive "'s" ("Lily's")
     QUOTE         the double quote marks around dialogue
