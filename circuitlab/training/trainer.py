@@ -592,11 +592,15 @@ class Trainer:
             while self.step < config.steps:
                 try:
                     record = self._train_step(self.step)
-                    self.step += 1
-                    running = self.guard.update(self.step, record["loss"])
-                except DivergenceError as error:
+                except DivergenceError as error:  # non-finite: raised before the bad update was applied
                     error.checkpoint = str(self.save_checkpoint(name=f"diverged_step_{error.step:08d}", point_latest=False))
                     raise
+                self.step += 1
+                diverged = None
+                try:
+                    running = self.guard.update(self.step, record["loss"])
+                except DivergenceError as error:
+                    diverged, running = error, self.guard.running_loss
                 record = {
                     "step": self.step,
                     **record,
@@ -604,6 +608,10 @@ class Trainer:
                     "tokens_seen": self.step * self.tokens_per_step,
                     "elapsed": round(self.train_seconds_before + self._session_seconds(), 3),
                 }
+                if diverged is not None:  # log the step that tripped the guard, keep its state for inspection
+                    self._log(record)
+                    diverged.checkpoint = str(self.save_checkpoint(name=f"diverged_step_{diverged.step:08d}", point_latest=False))
+                    raise diverged
                 if (config.eval_every and self.step % config.eval_every == 0) or self.step == config.steps:
                     eval_loss = self.evaluate(config.eval_sequences)
                     record.update(eval_loss=eval_loss, eval_ppl=math.exp(eval_loss))

@@ -1,0 +1,259 @@
+"""The training loop: optimizer groups, data order, bitwise resume, checkpoints, divergence, time limit."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+
+import pytest
+import torch
+
+from circuitlab import CircuitTransformer, ModelConfig
+from circuitlab.architectures.checkpoint import load_model
+from circuitlab.training.guard import DivergenceError
+from circuitlab.training.trainer import (
+    CheckpointMismatchError,
+    TrainConfig,
+    Trainer,
+    WindowSampler,
+    find_checkpoint,
+    parameter_groups,
+)
+
+SEQ_LEN = 32
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    """Bitwise comparisons need one fixed reduction order; one thread also avoids oversubscription."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+def synthetic_windows(n: int, vocab: int = 512, seed: int = 0) -> torch.Tensor:
+    """Windows with learnable structure: each token is the previous plus a small seeded step."""
+    generator = torch.Generator().manual_seed(seed)
+    starts = torch.randint(0, vocab, (n, 1), generator=generator)
+    steps = torch.randint(1, 4, (n, SEQ_LEN), generator=generator)
+    return torch.cat([starts, starts + steps.cumsum(1)], dim=1).remainder(vocab).to(torch.int32)
+
+
+def make_trainer(out, preset: str = "tiny-legible", model_seed: int = 0, **settings) -> Trainer:
+    defaults = dict(steps=10, batch_size=4, seq_len=SEQ_LEN, lr=3e-3, warmup=2, eval_every=5, eval_sequences=8,
+                    ckpt_every=0, guard_window=4)
+    defaults.update(settings)
+    model = CircuitTransformer(ModelConfig.preset(preset))
+    model.reset_parameters(seed=model_seed)
+    windows = synthetic_windows(72)
+    return Trainer(model, TrainConfig(**defaults), windows[:64], windows[64:], out, progress=False)
+
+
+def log_records(out) -> list[dict]:
+    return [json.loads(line) for line in (out / "train_log.jsonl").read_text().splitlines()]
+
+
+DETERMINISTIC_FIELDS = ("step", "loss", "lr", "grad_norm", "selectivity", "running_loss", "tokens_seen", "eval_loss")
+
+
+def comparable(records: list[dict]) -> list[dict]:
+    return [{k: r.get(k) for k in DETERMINISTIC_FIELDS} for r in records]
+
+
+def test_parameter_groups_decay_matrices_and_embeddings_only():
+    model = CircuitTransformer(ModelConfig.preset("tiny-legible"))
+    names = {id(p): n for n, p in model.named_parameters()}
+    decayed, undecayed = parameter_groups(model, 0.1)
+    decayed_names = {names[id(p)] for p in decayed["params"]}
+    undecayed_names = {names[id(p)] for p in undecayed["params"]}
+    assert decayed["weight_decay"] == 0.1 and undecayed["weight_decay"] == 0.0
+    assert "W_E" in decayed_names and "blocks.0.attn.W_A" in decayed_names and "blocks.1.mlp.W_out" in decayed_names
+    assert {"ln_final.w", "blocks.0.ln1.w", "blocks.0.attn.q_norm.w", "blocks.0.mlp.decay_logit"} <= undecayed_names
+    assert all(p.dim() >= 2 for p in decayed["params"]) and all(p.dim() < 2 for p in undecayed["params"])
+    # zero-size W_V (every head is Boolean) is left out; everything else is in exactly one group
+    all_names = {n for n, p in model.named_parameters() if p.numel() > 0}
+    assert decayed_names | undecayed_names == all_names and not decayed_names & undecayed_names
+    _, no_embed = parameter_groups(model, 0.1, decay_embeddings=False)
+    assert "W_E" in {names[id(p)] for p in no_embed["params"]}
+
+
+def test_weight_decay_reaches_only_the_decayed_group():
+    """With zero gradients an AdamW step only shrinks decayed weights, by exactly (1 - lr * wd)."""
+    model = CircuitTransformer(ModelConfig.preset("tiny-gelu"))
+    before = {n: p.detach().clone() for n, p in model.named_parameters()}
+    optimizer = torch.optim.AdamW(parameter_groups(model, 0.1), lr=0.5)
+    for p in model.parameters():
+        p.grad = torch.zeros_like(p)
+    optimizer.step()
+    for name, param in model.named_parameters():
+        expected = before[name] * (1 - 0.5 * 0.1) if param.dim() >= 2 else before[name]
+        torch.testing.assert_close(param.detach(), expected, rtol=0, atol=1e-7)
+
+
+def test_window_sampler_is_a_pure_function_of_seed_and_step():
+    sampler = WindowSampler(n_windows=10, batch_size=4, seed=3)
+    batches = [sampler.batch_indices(step) for step in range(5)]  # 20 samples = 2 epochs
+    flat = torch.cat(batches)
+    assert sorted(flat[:10].tolist()) == list(range(10)) and sorted(flat[10:].tolist()) == list(range(10))
+    assert flat[:10].tolist() != flat[10:].tolist()  # a fresh permutation each epoch
+    fresh = WindowSampler(n_windows=10, batch_size=4, seed=3)
+    assert torch.equal(fresh.batch_indices(3), batches[3])  # no hidden state: step 3 without steps 0-2
+    assert not torch.equal(WindowSampler(10, 4, seed=4).batch_indices(0), batches[0])
+
+
+def test_resume_reproduces_the_uninterrupted_losses_bitwise(tmp_path):
+    whole = make_trainer(tmp_path / "whole", ckpt_every=3)
+    whole_result = whole.fit()
+    assert whole_result.step == 10 and whole_result.stopped == "completed"
+
+    first = make_trainer(tmp_path / "split", ckpt_every=3)
+    assert first.fit(stop_at=5).stopped == "stopped"
+    assert find_checkpoint(tmp_path / "split").name == "step_00000005"
+    # another init seed: everything must come from the checkpoint, not from the constructor
+    second = make_trainer(tmp_path / "split", model_seed=123, ckpt_every=3)
+    resumed = second.fit(resume=True)
+    assert resumed.step == 10
+
+    expected, got = comparable(log_records(tmp_path / "whole")), comparable(log_records(tmp_path / "split"))
+    assert [r["step"] for r in got] == list(range(1, 11))
+    assert got == expected  # float equality of every logged number, steps 6-10 included
+    assert any(r["selectivity"] > 0 for r in got)  # tiny-legible's crispness pressure is part of the loss
+    assert resumed.held_out_loss == whole_result.held_out_loss
+    for (name, a), b in zip(whole.base_model.state_dict().items(), second.base_model.state_dict().values()):
+        assert torch.equal(a, b), name
+
+
+def test_checkpoint_folder_is_a_model_folder_and_never_pickled(tmp_path):
+    trainer = make_trainer(tmp_path, steps=4, ckpt_every=2, keep_checkpoints=1)
+    trainer.fit()
+    checkpoints = tmp_path / "checkpoints"
+    assert sorted(p.name for p in checkpoints.iterdir()) == ["latest.json", "step_00000004"]  # kept 1
+    folder = checkpoints / "step_00000004"
+    assert sorted(p.name for p in folder.iterdir()) == [
+        "config.json", "model.safetensors", "optimizer.safetensors", "rng.safetensors", "trainer_state.json"]
+    state = json.loads((folder / "trainer_state.json").read_text())
+    assert state["step"] == 4 and state["tokens_seen"] == 4 * 4 * SEQ_LEN
+    assert state["data"]["samples_consumed"] == 16
+    reloaded = load_model(folder)
+    for name, tensor in trainer.base_model.state_dict().items():
+        assert torch.equal(reloaded.state_dict()[name], tensor), name
+
+
+def test_interrupted_checkpoint_write_leaves_the_previous_one_usable(tmp_path):
+    make_trainer(tmp_path, ckpt_every=3).fit(stop_at=3)
+    # a write killed half way: a temporary folder with a partial file, never renamed into place
+    partial = tmp_path / "checkpoints" / ".tmp-step_00000006-999"
+    partial.mkdir()
+    (partial / "model.safetensors").write_bytes(b"\x00" * 10)
+    resumed = make_trainer(tmp_path, ckpt_every=3)
+    resumed.fit(resume=True)
+    assert resumed.step == 10 and not partial.exists()
+    assert [r["step"] for r in log_records(tmp_path)] == list(range(1, 11))
+
+
+def test_damaged_checkpoint_is_a_clear_error(tmp_path):
+    make_trainer(tmp_path, ckpt_every=3).fit(stop_at=3)
+    optimizer_file = tmp_path / "checkpoints" / "step_00000003" / "optimizer.safetensors"
+    optimizer_file.write_bytes(optimizer_file.read_bytes()[:100])
+    with pytest.raises(CheckpointMismatchError, match="optimizer.safetensors.*damaged"):
+        make_trainer(tmp_path, ckpt_every=3).fit(resume=True)
+
+
+def test_resume_with_other_settings_is_refused(tmp_path):
+    make_trainer(tmp_path, ckpt_every=3).fit(stop_at=3)
+    with pytest.raises(CheckpointMismatchError, match="lr: checkpoint 0.003 vs now 0.001"):
+        make_trainer(tmp_path, ckpt_every=3, lr=1e-3).fit(resume=True)
+    with pytest.raises(CheckpointMismatchError, match="model config differs"):
+        make_trainer(tmp_path, preset="tiny-gelu", ckpt_every=3).fit(resume=True)
+    # settings that change no update may differ
+    make_trainer(tmp_path, ckpt_every=2, eval_every=3).fit(resume=True)
+
+
+def test_non_finite_loss_aborts_and_saves_the_state_before_the_bad_step(tmp_path):
+    trainer = make_trainer(tmp_path, preset="tiny-gelu")
+    calls = {"n": 0}
+
+    def poison(module, inputs, output):
+        calls["n"] += 1
+        if calls["n"] == 4:  # the 4th training forward (step 4) returns NaN logits
+            return output * float("nan")
+        return output
+
+    trainer.base_model.blocks[1].register_forward_hook(lambda m, i, o: (poison(m, i, o[0]), o[1]))
+    with pytest.raises(DivergenceError, match="non-finite loss at step 4") as caught:
+        trainer.fit()
+    saved = tmp_path / "checkpoints" / "diverged_step_00000004"
+    assert caught.value.checkpoint == str(saved) and str(saved) in str(caught.value)
+    assert json.loads((saved / "trainer_state.json").read_text())["step"] == 3
+    weights = load_model(saved).state_dict()
+    assert all(torch.isfinite(t).all() for t in weights.values())
+    for name, tensor in trainer.base_model.state_dict().items():
+        assert torch.equal(weights[name], tensor), name  # the poisoned step never updated the weights
+    assert find_checkpoint(tmp_path) is None  # a diverged state is not something to resume from
+
+
+def test_rising_running_loss_aborts_through_the_guard(tmp_path):
+    """A learning rate too high for the model: the loss first falls, then climbs and stays up; the guard
+    stops the run on the rising running loss (the loss never becomes NaN)."""
+    trainer = make_trainer(tmp_path, preset="tiny-gelu", steps=80, lr=0.1, warmup=5, guard_window=8,
+                           guard_factor=1.5, grad_clip=0.0, eval_every=0)
+    with pytest.raises(DivergenceError, match="running perplexity rose") as caught:
+        trainer.fit()
+    records = log_records(tmp_path)
+    assert records[-1]["step"] == caught.value.step < 80  # the step that tripped the guard is logged
+    running = [r["running_loss"] for r in records if r["running_loss"] is not None]
+    assert running[-1] - min(running) > math.log(1.5)  # the logged running loss shows the rise
+    assert all(math.isfinite(r["loss"]) for r in records)  # a rise, not a NaN
+    saved = json.loads((tmp_path / "checkpoints" / f"diverged_step_{caught.value.step:08d}" / "trainer_state.json").read_text())
+    assert saved["step"] == caught.value.step
+
+
+def test_time_limit_stops_cleanly_and_the_run_resumes_to_the_same_losses(tmp_path):
+    full = make_trainer(tmp_path / "full")
+    full.fit()
+    limited = make_trainer(tmp_path / "limited", max_minutes=1e-9)
+    result = limited.fit()
+    assert result.stopped == "time limit" and result.step == 1 and math.isfinite(result.held_out_loss)
+    assert find_checkpoint(tmp_path / "limited").name == "step_00000001"
+    make_trainer(tmp_path / "limited", max_minutes=None).fit(resume=True)
+    assert comparable(log_records(tmp_path / "limited")) == comparable(log_records(tmp_path / "full"))
+
+
+def test_gradient_accumulation_matches_the_whole_batch(tmp_path):
+    whole = make_trainer(tmp_path / "a", steps=3, eval_every=0)
+    whole.fit()
+    accumulated = make_trainer(tmp_path / "b", steps=3, eval_every=0, grad_accum=2)
+    accumulated.fit()
+    for a, b in zip(log_records(tmp_path / "a"), log_records(tmp_path / "b")):
+        assert a["loss"] == pytest.approx(b["loss"], rel=1e-6, abs=1e-6)
+        assert a["grad_norm"] == pytest.approx(b["grad_norm"], rel=1e-5)
+    for (name, a), b in zip(whole.base_model.state_dict().items(), accumulated.base_model.state_dict().values()):
+        torch.testing.assert_close(a, b, rtol=0, atol=1e-5, msg=name)
+
+
+def test_settings_are_validated():
+    with pytest.raises(ValueError, match="divisible by ranks x grad_accum = 1 x 3"):
+        TrainConfig(batch_size=4, grad_accum=3).validate()
+    with pytest.raises(ValueError, match="seq_len 256 exceeds the model's context n_ctx=128"):
+        model = CircuitTransformer(ModelConfig.preset("tiny-gelu"))
+        windows = torch.zeros(4, 257, dtype=torch.int32)
+        Trainer(model, TrainConfig(seq_len=256), windows, windows, "unused", progress=False)
+    with pytest.raises(ValueError, match=r"shape \[n, seq_len \+ 1 = 33\]"):
+        model = CircuitTransformer(ModelConfig.preset("tiny-gelu"))
+        Trainer(model, TrainConfig(seq_len=32), torch.zeros(4, 32, dtype=torch.int32),
+                torch.zeros(4, 33, dtype=torch.int32), "unused", progress=False)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_bf16_autocast_on_cuda_keeps_float32_weights(tmp_path):
+    model = CircuitTransformer(ModelConfig.preset("tiny-sgatlin"))
+    windows = synthetic_windows(40)
+    trainer = Trainer(model, TrainConfig(steps=5, batch_size=4, seq_len=SEQ_LEN, warmup=1, eval_every=0),
+                      windows[:32], windows[32:], tmp_path, device="cuda", progress=False)
+    result = trainer.fit()
+    assert math.isfinite(result.held_out_loss)
+    assert all(p.dtype == torch.float32 for p in trainer.base_model.parameters())
+    assert os.path.exists(tmp_path / "train_log.jsonl")
