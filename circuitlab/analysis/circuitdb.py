@@ -148,6 +148,7 @@ class CircuitDB:
         index_reports: Mapping[int, dict] | None = None,
         model: Any = None,
         tokenizer: Any = None,
+        model_source: str | None = None,
     ) -> None:
         if not codes:
             raise CircuitDBError("a circuit database needs the codes of at least one layer")
@@ -167,6 +168,7 @@ class CircuitDB:
         self.index_reports: dict[int, dict] = {int(k): dict(v) for k, v in (index_reports or {}).items()}
         self.model = model
         self.tokenizer = tokenizer if tokenizer is not None else getattr(model, "tokenizer", None)
+        self.model_source = model_source  # where the model came from (folder or shipped name), when known
         self._lists: dict[int, InvertedLists] = {}
         self._workspace: tempfile.TemporaryDirectory | None = None
         self._fingerprint: str | None = None
@@ -652,6 +654,7 @@ class CircuitDB:
             "model_config_hash": self.model_config_hash,
             "tokenizer_hash": self.tokenizer_hash,
             "model_config": self.model_config,
+            "model_source": self.model_source,
             "layers": self.layers,
             "n_circuits": len(self),
             "corpus": self.corpus_stats,
@@ -785,6 +788,7 @@ class CircuitDB:
             corpus_stats=manifest.get("corpus"),
             indexes=indexes,
             index_reports=reports,
+            model_source=manifest.get("model_source"),
         )
         db._fingerprint = hashlib.sha256(json.dumps(manifest["files"], sort_keys=True).encode()).hexdigest()
         tokenizer = tokenizer if tokenizer is not None else getattr(model, "tokenizer", None)
@@ -900,7 +904,8 @@ def format_hits(hits, max_context: int = 64, marks: tuple[str, str] = TOKEN_MARK
         previous = row.query_position
         position = f"{row.query_position:>4}" if first else " " * 4
         token = repr(row.query_token)[1:-1] if first else ""
-        lines.append(f"{position}  {token:<12.12} {row.distance:9.2e}  {excerpt:<{max_context}}  {row.top_predictions}")
+        predictions = str(row.top_predictions).replace("\n", "\\n").replace("\r", "\\r")
+        lines.append(f"{position}  {token:<12.12} {row.distance:9.2e}  {excerpt:<{max_context}}  {predictions}")
     return "\n".join(lines)
 
 

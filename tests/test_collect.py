@@ -1,0 +1,120 @@
+"""Collection: every token of a corpus becomes one row per layer, with the code and context the model gives."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from circuitdb_fixtures import stories, tiny_model, tokenizer
+from circuitlab.analysis.codeindex import CodeMatrix
+from circuitlab.analysis.collect import Collection, collect
+
+
+def direct_run(model, token_ids):
+    """Logits and codes of one forward pass per window of n_ctx tokens, concatenated along positions."""
+    window = model.config.n_ctx
+    logits, codes = [], {}
+    for start in range(0, len(token_ids), window):
+        with torch.inference_mode():
+            window_logits, cache = model.run_with_cache(torch.tensor([token_ids[start : start + window]]))
+        logits.append(window_logits[0])
+        for layer, code in model.sparse_codes(cache).items():
+            codes.setdefault(layer, []).append(code.flatten())
+    merged = {
+        layer: type(parts[0])(torch.cat([p.indices for p in parts]), torch.cat([p.values for p in parts]), parts[0].size)
+        for layer, parts in codes.items()
+    }
+    return torch.cat(logits), merged
+
+
+def test_collect_records_codes_context_labels_and_predictions(tmp_path):
+    from circuitlab.data.stories import token_labels
+
+    model = tiny_model("tiny-sgatlin")
+    tok = model.tokenizer
+    corpus = list(stories(5)) + ["A plain text line\nwith no labels."]
+    collection = collect(model, corpus, out_dir=tmp_path, batch_size=4, progress=False)
+    metadata = collection.metadata()
+    encoded = [tok.encode_with_offsets(getattr(item, "text", item)) for item in corpus]
+    assert len(metadata) == sum(len(ids) for ids, _ in encoded) == collection.n_rows
+    assert metadata["circuit_id"].tolist() == list(range(len(metadata)))
+    assert collection.layers == [0, 1] and collection.code_sizes == {0: 128, 1: 128}
+    assert collection.stats.n_tokens == len(metadata) and collection.stats.n_sequences == 6
+
+    for sequence_id, item in enumerate(corpus):
+        text = getattr(item, "text", item)
+        ids, offsets = encoded[sequence_id]
+        rows = metadata[metadata["sequence_id"] == sequence_id]
+        assert rows["position"].tolist() == list(range(len(ids)))
+        assert rows["token_id"].tolist() == ids
+        assert rows["token"].tolist() == [tok.token_str(i) for i in ids]
+        expected_labels = token_labels(offsets, item.spans, text) if hasattr(item, "spans") else [None] * len(ids)
+        assert [c if isinstance(c, str) else None for c in rows["category"]] == expected_labels
+        for row in rows.itertuples():
+            start, end = offsets[row.position]
+            assert row.context[row.token_start : row.token_end] == text[start:end].replace("\n", " ")
+        logits, codes = direct_run(model, ids)
+        np.testing.assert_array_equal(np.stack(rows["top_prediction_ids"].to_numpy()), logits.topk(5).indices.numpy())
+        assert list(rows["top_predictions"].iloc[0]) == [tok.token_str(i) for i in logits[0].topk(5).indices.tolist()]
+        for layer in (0, 1):
+            stored = collection.codes(layer).rows(rows["circuit_id"].to_numpy())
+            expected = CodeMatrix.from_sparse_code(codes[layer])
+            np.testing.assert_array_equal(stored.indices, expected.indices)
+            np.testing.assert_allclose(stored.values, expected.values, rtol=1e-5, atol=1e-6)
+    assert metadata["category"].notna().sum() == sum(len(ids) for ids, _ in encoded[:5])
+    assert (metadata[metadata["sequence_id"] < 5]["category"] == "NAME").any()
+
+
+def test_shards_and_windows(tmp_path):
+    model = tiny_model("tiny-sgatlin")
+    tok = model.tokenizer
+    long_text = " ".join(story.text for story in stories(12))
+    ids = tok.encode(long_text)
+    assert len(ids) > 3 * 32
+    sharded = collect(model, [long_text, stories(1)[0]], [1], out_dir=tmp_path / "a", window=32, shard_rows=40, batch_size=2, progress=False)
+    assert len(sharded.shards) > 2
+    metadata = sharded.metadata()
+    rows = metadata[metadata["sequence_id"] == 0]
+    assert rows["position"].tolist() == list(range(len(ids)))
+    # The second window runs on its own: its codes are those of a fresh forward pass on those 32 tokens.
+    _, codes = direct_run(model, ids[32:64])
+    window_codes = sharded.codes(1).rows(np.arange(32, 64))
+    np.testing.assert_array_equal(window_codes.indices, CodeMatrix.from_sparse_code(codes[1]).indices)
+    # The excerpt still reaches back into the previous window: context comes from the whole text.
+    assert rows["token_start"].iloc[33] > 0
+    # Concatenated shards into memory maps equal the in-memory concatenation; the manifest reopens.
+    on_disk = sharded.codes(1, out=tmp_path / "arrays")
+    np.testing.assert_array_equal(on_disk.indices, sharded.codes(1).indices)
+    reopened = Collection.open(tmp_path / "a")
+    assert reopened.shards == sharded.shards and reopened.n_rows == len(metadata)
+
+
+@pytest.mark.parametrize(
+    "preset, size, nnz",
+    [("tiny-sgatlin", 2 * 64, 2 * 4), ("tiny-gelu", 128, 32), ("tiny-parity", 2**10, 8), ("tiny-legible", None, 16)],
+)
+def test_every_architecture_gives_codes(tmp_path, preset, size, nnz):
+    model = tiny_model(preset)
+    collection = collect(model, list(stories(3)), out_dir=tmp_path, progress=False)
+    for layer in (0, 1):
+        codes = collection.codes(layer)
+        assert codes.nnz == nnz and len(codes) == collection.n_rows
+        if size is not None:
+            assert codes.size == size
+        assert collection.layer_layouts[layer]["kind"] == {
+            "tiny-sgatlin": "sgatlin", "tiny-gelu": "mlp", "tiny-parity": "parity", "tiny-legible": "ncffn"
+        }[preset]
+
+
+def test_collect_refuses_bad_requests(tmp_path):
+    model = tiny_model("tiny-sgatlin")
+    with pytest.raises(ValueError, match=r"layers \[5\] do not exist"):
+        collect(model, ["hello"], [5], out_dir=tmp_path, progress=False)
+    other = tokenizer(other=True)
+    with pytest.raises(ValueError, match="vocab"):
+        collect(model, ["hello"], out_dir=tmp_path, tokenizer=other, progress=False)
+    bare = tiny_model("tiny-sgatlin")
+    bare.tokenizer = None
+    with pytest.raises(ValueError, match="needs a tokenizer"):
+        collect(bare, ["hello"], out_dir=tmp_path, progress=False)
