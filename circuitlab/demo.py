@@ -62,6 +62,19 @@ DLA_PROMPTS = (
     "The sun was hot, so the children went to the",
 )
 
+# key -> (what it is, its files): the run-folder contract the dashboard reads
+ARTIFACTS: dict[str, tuple[str, str]] = {
+    "card": ("model card and training log", "card.md, train_log.jsonl"),
+    "corpus": ("held-out story corpus", "corpus.jsonl"),
+    "circuitdb": ("circuit database", "circuitdb/"),
+    "semantic": ("semantic neighbour score", "semantic.parquet"),
+    "umap": ("UMAP maps of circuits", "umap_L{layer}.parquet"),
+    "usage": ("neuron usage, Gini and co-activation", "usage.json, usage_L{layer}.npz"),
+    "nie": ("NIE grid over the fact pairs", "nie.parquet"),
+    "legibility": ("legibility of bounded channels", "legibility_channels.parquet, legibility_summary.parquet"),
+    "dla": ("direct logit attribution of the demo prompts", "dla.parquet"),
+}
+
 _RUN_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]{0,99}")
 
 
@@ -368,6 +381,7 @@ class Step:
     inputs: tuple[str, ...]
     make: Callable[[PipelineContext], tuple[list[str], dict | None]]  # -> (files written, extra manifest fields)
     applies: Callable[[Any], str | None] = lambda model: None  # -> reason it does not apply, or None
+    version: int = 1  # raise when the artifact's file layout changes, so old run folders are remade
 
 
 @dataclass
@@ -559,8 +573,8 @@ def _make_dla(ctx: PipelineContext) -> tuple[list[str], dict | None]:
     for prompt in DLA_PROMPTS:
         table = direct_logit_attribution(ctx.model, prompt)
         table.insert(0, "prompt", prompt)
-        table["target"] = table.attrs["target"]
-        table["logit"] = table.attrs["logit"]
+        for name in DLA_ATTRS:
+            table[name] = table.attrs[name]
         frames.append(table)
     write_parquet_atomic(ctx.run.file("dla.parquet"), pd.concat(frames, ignore_index=True))
     return ["dla.parquet"], None
@@ -633,7 +647,7 @@ def run_pipeline(
     for step in bar:
         bar.set_postfix_str(step.key)
         params = dict(step.params, inputs={key: fingerprints.get(key) for key in step.inputs})
-        fingerprint = _digest({"key": step.key, "params": _normalise(params), "model": identity.key()})
+        fingerprint = _digest({"key": step.key, "version": step.version, "params": _normalise(params), "model": identity.key()})
         fingerprints[step.key] = fingerprint
         if run.is_fresh(step.key, fingerprint):
             report.actions[step.key] = "skipped" if run.skipped(step.key) else "cached"
@@ -682,6 +696,25 @@ def nie_from_parquet(table: pandas.DataFrame) -> pandas.DataFrame:
         out[column] = [int(v) if isinstance(v, str) and v.lstrip("-").isdigit() else v for v in out[column]]
         out[column] = out[column].astype(object)
     return out
+
+
+DLA_ATTRS = ("target", "target_id", "logit", "position")
+
+
+def dla_tables(table: pandas.DataFrame) -> dict[str, pandas.DataFrame]:
+    """dla.parquet split back into one attribution table per prompt, with the attrs the DLA figures read."""
+    tables = {}
+    for prompt, rows in table.groupby("prompt", sort=False):
+        rows = rows.drop(columns=["prompt", *DLA_ATTRS]).reset_index(drop=True)
+        # Parquet returns list cells as arrays; the figures' hover text expects lists
+        rows["promote_tokens"] = [list(v) if v is not None and not isinstance(v, float) else None for v in rows["promote_tokens"]]
+        first = table[table["prompt"] == prompt].iloc[0]
+        rows.attrs.update(
+            target=str(first["target"]), target_id=int(first["target_id"]), logit=float(first["logit"]),
+            position=int(first["position"]), baseline_id=None, baseline=None,
+        )
+        tables[str(prompt)] = rows
+    return tables
 
 
 def load_usage_reports(run: RunFolder) -> dict:
@@ -755,8 +788,9 @@ class Checked:
         return self.message is None
 
 
-def check_text(model: Any, text: Any, what: str = "text") -> Checked:
-    """Turn user text into token ids for `model`, or say why it cannot be used."""
+def check_text(model: Any, text: Any, what: str = "text", reserve: int = 0) -> Checked:
+    """Turn user text into token ids for `model`, or say why it cannot be used (`reserve`: context positions
+    kept free for tokens added in front)."""
     if not isinstance(text, str):
         return Checked(message=f"the {what} must be text")
     if not text.strip():
@@ -773,10 +807,10 @@ def check_text(model: Any, text: Any, what: str = "text") -> Checked:
     token_ids = list(tokenizer.encode(text))
     if not token_ids:
         return Checked(message=f"the {what} gives no tokens: type a sentence")
-    n_ctx = model.config.n_ctx
+    n_ctx = model.config.n_ctx - reserve
     if len(token_ids) > n_ctx:
         return Checked(
-            message=f"the {what} is {len(token_ids)} tokens, longer than the model's context of {n_ctx} tokens: "
+            message=f"the {what} is {len(token_ids)} tokens, longer than the {n_ctx} tokens the model's context leaves: "
             f"shorten it (the first {n_ctx} tokens end at character {_char_limit(tokenizer, text, n_ctx)})"
         )
     return Checked(token_ids=token_ids)
@@ -847,13 +881,17 @@ def attribute_prompt(
 def custom_patch_pair(
     model: Any, clean: Any, patch: Any, clean_answer: Any, patch_answer: Any
 ) -> tuple[Any, list, str | None]:
-    """A PatchPair from typed prompts and answers, the positions to patch, or a message."""
+    """A PatchPair from typed prompts and answers, the positions to patch, or a message.
+
+    Like the fact pairs (circuitlab.data.facts), each prompt starts with the end-of-text token, which is what
+    precedes a story in training, so position 0 is that token.
+    """
     from circuitlab.analysis.patching import PatchPair
 
-    checked_clean = check_text(model, clean, "clean prompt")
+    checked_clean = check_text(model, clean, "clean prompt", reserve=1)
     if not checked_clean.ok:
         return None, [], checked_clean.message
-    checked_patch = check_text(model, patch, "counterfactual prompt")
+    checked_patch = check_text(model, patch, "counterfactual prompt", reserve=1)
     if not checked_patch.ok:
         return None, [], checked_patch.message
     clean_id, message = single_token(model, clean_answer, "clean answer")
@@ -864,7 +902,8 @@ def custom_patch_pair(
         return None, [], message
     if clean_id == patch_id:
         return None, [], "the two answers are the same token: the logit difference would be 0; pick different answers"
-    clean_ids, patch_ids = checked_clean.token_ids, checked_patch.token_ids
+    start = [model.tokenizer.eos_id]
+    clean_ids, patch_ids = start + checked_clean.token_ids, start + checked_patch.token_ids
     pair = PatchPair(clean_tokens=tuple(clean_ids), patch_tokens=tuple(patch_ids), clean_answer_id=clean_id,
                      patch_answer_id=patch_id, name="your pair")
     if len(clean_ids) == len(patch_ids):
@@ -948,8 +987,10 @@ def demo(args: argparse.Namespace) -> int:
     import torch
 
     torch.set_grad_enabled(False)
+    if args.name:
+        check_run_name(args.name)  # before the model loads: a bad name fails at once
     model, folder = _load_for_demo(args.model)
-    name = check_run_name(args.name) if args.name else run_name_for(args.model, folder)
+    name = args.name or run_name_for(args.model, folder)
     run_path = run_folder_path(args.runs, name)
     run_path.mkdir(parents=True, exist_ok=True)
     run = RunFolder(run_path)
