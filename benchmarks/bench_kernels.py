@@ -86,6 +86,34 @@ def no_grad(forward: Callable[[], torch.Tensor]) -> Callable[[], object]:
     return run
 
 
+def kernel_breakdown(label: str, fn: Callable[[], object], device: str, top: int = 10) -> list[dict]:
+    """GPU time per call of each kernel in one call of `fn` (torch.profiler, averaged over 3 calls)."""
+    if device != "cuda":
+        return []
+    from torch.profiler import ProfilerActivity, profile
+
+    fn()
+    torch.cuda.synchronize()
+    calls = 3
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(calls):
+            fn()
+        torch.cuda.synchronize()
+    rows = []
+    for event in prof.key_averages():
+        us = getattr(event, "self_device_time_total", None)
+        if us is None:
+            us = getattr(event, "self_cuda_time_total", 0.0)
+        if us > 0:
+            rows.append(dict(kernel=event.key, ms=us / calls / 1e3, launches=event.count / calls))
+    rows.sort(key=lambda row: -row["ms"])
+    total = sum(row["ms"] for row in rows)
+    print(f"  breakdown {label}: {total:.3f} ms of kernels per call", flush=True)
+    for row in rows[:top]:
+        print(f"      {row['ms']:8.3f} ms  x{row['launches']:<4.0f} {row['kernel'][:90]}", flush=True)
+    return rows
+
+
 class Table:
     def __init__(self):
         self.rows: list[dict] = []
@@ -185,6 +213,9 @@ def sgatlin_case(table: Table, timer: Timer, case: str, n_tokens: int, d_model: 
         results[name] = result
         table.add(case, name, **result)
 
+    results["breakdown_fwd_bwd"] = kernel_breakdown(f"{case} triton fwd+bwd", fwd_bwd(
+        variants["triton (fused router)"], params, upstream), device)
+
     if check_reference:
         # the fused combine against a float32 reference on identical routing
         with torch.no_grad():
@@ -251,6 +282,8 @@ def scan_case(table: Table, timer: Timer, batch: int, n_pos: int, n_units: int, 
                 )
             results[f"{which}/{name}"] = result
             table.add(f"{which} scan", name, **result)
+        results[f"{which}/breakdown_fwd_bwd"] = kernel_breakdown(
+            f"{which} scan triton fwd+bwd", fwd_bwd(run_fast, [member, decay], upstream), device, top=5)
         with torch.no_grad():
             error = relative_error(run_fast(), step_loop(member.double(), decay.double()))
         table.check(f"{which} scan rel. error vs fp64 loop", error, 1e-5)
@@ -333,6 +366,8 @@ def parity_case(table: Table, timer: Timer, n_tokens: int, d_model: int, n_bits:
         result["fwd_io_GBps"] = io_bytes / result["fwd_ms"] / 1e6
         results[name] = result
         table.add("parity decode", name, **result)
+    results["breakdown_fwd_bwd"] = kernel_breakdown("parity decode triton fwd+bwd", fwd_bwd(fast, [values], upstream),
+                                                    device, top=5)
     with torch.no_grad():
         table.check("parity decode rel. error vs dictionary gather", relative_error(fast(), torch_gather().float()), 2e-2)
 
@@ -361,8 +396,10 @@ def parity_case(table: Table, timer: Timer, n_tokens: int, d_model: int, n_bits:
 # --- end to end -----------------------------------------------------------------------------------------------
 
 
-def end_to_end(presets: list[str], steps: int, batch: int, seq: int, device: str) -> list[dict]:
-    """Training tokens/s (AdamW, bf16 autocast) of each preset under the reference and the auto backend."""
+def end_to_end(presets: list[str], steps: int, batch: int, seq: int, device: str, rounds_per_backend: int = 3,
+               profile_kernels: bool = False) -> list[dict]:
+    """Training tokens/s (AdamW, bf16 autocast) of each preset under the reference and the auto backend:
+    the median over interleaved rounds of `steps` steps each."""
     import circuitlab
     import circuitlab.kernels as kernels
 
@@ -385,21 +422,32 @@ def end_to_end(presets: list[str], steps: int, batch: int, seq: int, device: str
             return loss.detach()
 
         row = dict(preset=name, batch=batch, seq=seq)
-        for backend in ("reference", "auto"):
+        for backend in ("reference", "auto"):  # warm-up (and Triton autotuning) outside the timed rounds
             with kernels.use_backend(backend):
                 for i in range(3):
                     step(batches[i % len(batches)])
-                if device == "cuda":
-                    torch.cuda.synchronize()
-                start = time.perf_counter()
-                for i in range(steps):
-                    loss = step(batches[i % len(batches)])
-                if device == "cuda":
-                    torch.cuda.synchronize()
-                seconds = (time.perf_counter() - start) / steps
-            row[f"{backend}_ms_per_step"] = seconds * 1e3
-            row[f"{backend}_tokens_per_s"] = batch * seq / seconds
-            row[f"{backend}_last_loss"] = float(loss)
+        rounds: dict[str, list[float]] = {"reference": [], "auto": []}
+        for _ in range(rounds_per_backend):  # interleaved, so drift hits both backends alike
+            for backend in ("reference", "auto"):
+                with kernels.use_backend(backend):
+                    if device == "cuda":
+                        torch.cuda.synchronize()
+                    start = time.perf_counter()
+                    for i in range(steps):
+                        loss = step(batches[i % len(batches)])
+                    if device == "cuda":
+                        torch.cuda.synchronize()
+                    rounds[backend].append((time.perf_counter() - start) / steps)
+                    row[f"{backend}_last_loss"] = float(loss)
+        for backend, seconds in rounds.items():
+            median = sorted(seconds)[len(seconds) // 2]
+            row[f"{backend}_ms_per_step"] = median * 1e3
+            row[f"{backend}_tokens_per_s"] = batch * seq / median
+        if profile_kernels:
+            for backend in ("reference", "auto"):
+                with kernels.use_backend(backend):
+                    row[f"{backend}_breakdown"] = kernel_breakdown(
+                        f"{name} training step, {backend}", lambda: step(batches[0]), device, top=8)
         row["speedup"] = row["auto_tokens_per_s"] / row["reference_tokens_per_s"]
         print(f"  {name:<18} reference {row['reference_tokens_per_s']:>11.0f} tok/s   auto {row['auto_tokens_per_s']:>11.0f}"
               f" tok/s   x{row['speedup']:.2f}", flush=True)
@@ -447,7 +495,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--e2e", action="store_true", help="time training steps of the shipped story presets")
     parser.add_argument("--presets", default="sgatlin-stories,gelu-stories,legible-stories,parity-stories")
-    parser.add_argument("--steps", type=int, default=10, help="timed training steps per preset and backend (--e2e)")
+    parser.add_argument("--steps", type=int, default=10, help="timed training steps per round (--e2e)")
+    parser.add_argument("--rounds", type=int, default=3, help="interleaved timing rounds per backend (--e2e)")
+    parser.add_argument("--profile", action="store_true", help="with --e2e: per-kernel GPU time of one step")
     parser.add_argument("--smoke", action="store_true", help="tiny sizes on the CPU (Triton interpreter)")
     parser.add_argument("--json", default=None, help="write results here (default: $OUT/bench_kernels.json if $OUT)")
     parser.add_argument("--skip", default="", help="comma list of cases to skip: copy,tinystories,scale8,scans,parity")
@@ -477,7 +527,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.e2e:
         presets = [p for p in args.presets.split(",") if p]
         batch, seq = (2, 16) if args.smoke else (32, 256)
-        results["e2e"] = end_to_end(presets, 1 if args.smoke else args.steps, batch, seq, device)
+        results["e2e"] = end_to_end(presets, 1 if args.smoke else args.steps, batch, seq, device,
+                                    rounds_per_backend=1 if args.smoke else args.rounds, profile_kernels=args.profile)
     else:
         run_cases(args, table, timer, device, skip, results)
         results["checks"] = table.checks

@@ -13,5 +13,5 @@ python3 -m pytest tests/test_kernels.py tests/test_kernels_dispatch.py -q -p no:
   2>&1 | tee "$OUT/tests.log" | tail -n 15
 python3 benchmarks/bench_kernels.py --json "$OUT/bench_kernels.json" 2>&1 | tee "$OUT/bench.log" | grep -v "^  check .* met$"
 if [ "${1:-}" = "--e2e" ]; then
-  timeout 150 python3 benchmarks/bench_kernels.py --e2e --steps 5 --json "$OUT/bench_e2e.json" 2>&1 | tee "$OUT/e2e.log"
+  timeout 150 python3 benchmarks/bench_kernels.py --e2e --steps 5 --rounds 3 --profile --json "$OUT/bench_e2e.json" 2>&1 | tee "$OUT/e2e.log"
 fi

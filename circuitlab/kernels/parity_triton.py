@@ -1,12 +1,12 @@
 """Triton fast paths for the parity dictionary (DESIGN section 5), with no dictionary in memory.
 
-Letters: M tokens (batch * pos flattened), D d_model, R index bits (padded to R2 >= 16 for the tensor
+Letters: M tokens (batch * pos flattened), D d_model, R index bits (padded to R2 >= 32 for the int8 tensor
 cores), F features (codes or candidates) per token.
 
 phi_i = e_i for i < D, and R(M bits(i)) / sqrt(D) otherwise. For a tile of tokens and one feature slot the
 kernels build the 0/1 matrix bits(i) [tokens, R2] in registers and multiply it by the code's transpose
-[R2, D-tile] on the tensor cores: the products are small exact integers whose parity is the sign bit of
-the pattern. The parity goes straight into the float's sign bit (an xor), so each (token, feature,
+[R2, D-tile] on the int8 tensor cores: the products are exact integer counts whose parity is the sign
+bit of the pattern. The parity goes straight into the float's sign bit (an xor), so each (token, feature,
 coordinate) costs a handful of integer/float instructions and no memory traffic. The only operands in
 memory are the code M (D x R bits) and the tokens' own indices, values and activations.
 
@@ -28,16 +28,17 @@ from circuitlab.kernels.dispatch import autocast_dtype
 
 
 @triton.jit
-def _pattern_sign_bits(indices, code_t, R2: tl.constexpr):
-    """[rows] indices, [R2, cols] 0/1 code (fp16) -> [rows, cols] int32 holding parity(bits(i) . M_j) << 31."""
+def _pattern_sign_bits(indices, code_tile, R2: tl.constexpr):
+    """[rows] indices, [cols, R2] 0/1 code rows (int8) -> [rows, cols] int32 holding parity(bits(i) . M_j) << 31,
+    i.e. the float sign bit of the pattern entry."""
     bit = tl.arange(0, R2)
     if R2 <= 32:  # 32-bit shifts are half the instructions of 64-bit ones
-        bits = ((indices.to(tl.int32)[:, None] >> bit[None, :]) & 1).to(tl.float16)
+        bits = ((indices.to(tl.int32)[:, None] >> bit[None, :]) & 1).to(tl.int8)
     else:
-        bits = ((indices[:, None] >> bit[None, :].to(tl.int64)) & 1).to(tl.float16)
-    counts = tl.dot(bits, code_t, out_dtype=tl.float32)
-    # + 2**23 puts the (exact, small) integer count in the low mantissa bits; << 31 keeps only its parity
-    return (counts + 8388608.0).to(tl.int32, bitcast=True) << 31
+        bits = ((indices[:, None] >> bit[None, :].to(tl.int64)) & 1).to(tl.int8)
+    # integer tensor-core products: exact counts (a float accumulator may drop low bits)
+    counts = tl.dot(bits, tl.trans(code_tile), out_dtype=tl.int32)
+    return counts << 31
 
 
 @triton.autotune(
@@ -53,7 +54,7 @@ def _pattern_sign_bits(indices, code_t, R2: tl.constexpr):
 )
 @triton.jit
 def _decode_kernel(
-    idx_ptr, val_ptr, code_t_ptr, out_ptr,
+    idx_ptr, val_ptr, code_ptr, out_ptr,
     M, D, F, inv_sqrt_d,
     R2: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_D: tl.constexpr,
 ):
@@ -62,14 +63,14 @@ def _decode_kernel(
     cols = tl.program_id(1) * BLOCK_D + tl.arange(0, BLOCK_D)
     col_ok = cols < D
     bit = tl.arange(0, R2)
-    code_t = tl.load(code_t_ptr + bit[:, None] * D + cols[None, :], mask=col_ok[None, :], other=0.0)
+    code_tile = tl.load(code_ptr + cols[:, None] * R2 + bit[None, :], mask=col_ok[:, None], other=0)
     acc = tl.zeros([BLOCK_M, BLOCK_D], dtype=tl.float32)
     for f in range(0, F):
         index = tl.load(idx_ptr + rows.to(tl.int64) * F + f, mask=row_ok, other=0).to(tl.int64)
         value = tl.load(val_ptr + rows.to(tl.int64) * F + f, mask=row_ok, other=0.0).to(tl.float32)
         is_pattern = index >= D
         weight = tl.where(is_pattern, value * inv_sqrt_d, 0.0)
-        signs = _pattern_sign_bits(index, code_t, R2)
+        signs = _pattern_sign_bits(index, code_tile, R2)
         acc += (weight.to(tl.int32, bitcast=True)[:, None] ^ signs).to(tl.float32, bitcast=True)
         if tl.sum((row_ok & (index < D)).to(tl.int32), axis=0) > 0:  # a basis feature e_i in this tile
             basis_value = tl.where(is_pattern, 0.0, value)
@@ -91,7 +92,7 @@ def _decode_kernel(
 )
 @triton.jit
 def _dots_kernel(
-    x_ptr, idx_ptr, code_t_ptr, out_ptr,
+    x_ptr, idx_ptr, code_ptr, out_ptr,
     M, D, F, inv_sqrt_d,
     R2: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_F: tl.constexpr,
 ):
@@ -105,7 +106,7 @@ def _dots_kernel(
     for d0 in range(0, D, BLOCK_D):
         cols = d0 + tl.arange(0, BLOCK_D)
         col_ok = cols < D
-        code_t = tl.load(code_t_ptr + bit[:, None] * D + cols[None, :], mask=col_ok[None, :], other=0.0)
+        code_tile = tl.load(code_ptr + cols[:, None] * R2 + bit[None, :], mask=col_ok[:, None], other=0)
         x = tl.load(
             x_ptr + rows.to(tl.int64)[:, None] * D + cols[None, :], mask=row_ok[:, None] & col_ok[None, :], other=0.0
         ).to(tl.float32)
@@ -113,7 +114,7 @@ def _dots_kernel(
         for j in tl.static_range(BLOCK_F):
             feature = tl.program_id(1) * BLOCK_F + j
             index = tl.load(idx_ptr + rows.to(tl.int64) * F + feature, mask=row_ok & (rows * 0 + feature < F), other=0)
-            signed = (x_bits ^ _pattern_sign_bits(index.to(tl.int64), code_t, R2)).to(tl.float32, bitcast=True)
+            signed = (x_bits ^ _pattern_sign_bits(index.to(tl.int64), code_tile, R2)).to(tl.float32, bitcast=True)
             acc += tl.where(slot[None, :] == j, tl.sum(signed, axis=1)[:, None], 0.0)
     pair_ok = row_ok[:, None] & feature_ok[None, :]
     index = tl.load(idx_ptr + rows.to(tl.int64)[:, None] * F + features[None, :], mask=pair_ok, other=0).to(tl.int64)
@@ -125,33 +126,32 @@ def _dots_kernel(
 
 
 def _code_operand(code_DxR: torch.Tensor) -> tuple[torch.Tensor, int]:
-    """The code's transpose as 0/1 fp16 [R2, D] (R2 >= 16, a power of two), rows past R zero. fp16 and not
-    bf16 because Triton's CPU interpreter multiplies bf16 dot operands as raw bits; 0/1 are exact in both."""
+    """The code as 0/1 int8 [D, R2] (R2 >= 32, a power of two, columns past R zero): the tensor-core operand."""
     d_model, n_bits = code_DxR.shape
-    r2 = max(16, next_power_of_2(n_bits))
-    code_t = torch.zeros((r2, d_model), dtype=torch.float16, device=code_DxR.device)
-    code_t[:n_bits] = (code_DxR.to(torch.int64) & 1).T.to(torch.float16)
-    return code_t, r2
+    r2 = max(32, next_power_of_2(n_bits))
+    code = torch.zeros((d_model, r2), dtype=torch.int8, device=code_DxR.device)
+    code[:, :n_bits] = (code_DxR.to(torch.int64) & 1).to(torch.int8)
+    return code, r2
 
 
-def _decode(indices_MxF: torch.Tensor, values_MxF: torch.Tensor, code_t: torch.Tensor, r2: int, out_dtype: torch.dtype):
+def _decode(indices_MxF: torch.Tensor, values_MxF: torch.Tensor, code_operand: torch.Tensor, r2: int, out_dtype: torch.dtype):
     n_tokens, n_features = indices_MxF.shape
-    d_model = code_t.shape[1]
+    d_model = code_operand.shape[0]
     out = torch.empty((n_tokens, d_model), dtype=out_dtype, device=values_MxF.device)
     if n_tokens > 0:
         grid = lambda meta: (triton.cdiv(n_tokens, meta["BLOCK_M"]), triton.cdiv(d_model, meta["BLOCK_D"]))  # noqa: E731
-        _decode_kernel[grid](indices_MxF, values_MxF, code_t, out, n_tokens, d_model, n_features,
+        _decode_kernel[grid](indices_MxF, values_MxF, code_operand, out, n_tokens, d_model, n_features,
                              1.0 / math.sqrt(d_model), R2=r2)
     return out
 
 
-def _dots(x_MxD: torch.Tensor, indices_MxF: torch.Tensor, code_t: torch.Tensor, r2: int, out_dtype: torch.dtype):
+def _dots(x_MxD: torch.Tensor, indices_MxF: torch.Tensor, code_operand: torch.Tensor, r2: int, out_dtype: torch.dtype):
     n_tokens, n_features = indices_MxF.shape
-    d_model = code_t.shape[1]
+    d_model = code_operand.shape[0]
     out = torch.empty((n_tokens, n_features), dtype=out_dtype, device=x_MxD.device)
     if n_tokens > 0 and n_features > 0:
         grid = lambda meta: (triton.cdiv(n_tokens, meta["BLOCK_M"]), triton.cdiv(n_features, meta["BLOCK_F"]))  # noqa: E731
-        _dots_kernel[grid](x_MxD, indices_MxF, code_t, out, n_tokens, d_model, n_features,
+        _dots_kernel[grid](x_MxD, indices_MxF, code_operand, out, n_tokens, d_model, n_features,
                            1.0 / math.sqrt(d_model), R2=r2)
     return out
 
@@ -163,18 +163,18 @@ class _ParityDecode(torch.autograd.Function):
         n_features = indices.shape[-1]
         indices_MxF = indices.reshape(-1, n_features).contiguous()
         values_MxF = values.reshape(-1, n_features).contiguous()
-        code_t, r2 = _code_operand(code_DxR)
-        out = _decode(indices_MxF, values_MxF, code_t, r2, values.dtype)
-        ctx.save_for_backward(indices_MxF, code_t)
+        code_operand, r2 = _code_operand(code_DxR)
+        out = _decode(indices_MxF, values_MxF, code_operand, r2, values.dtype)
+        ctx.save_for_backward(indices_MxF, code_operand)
         ctx.meta = (r2, values.shape, values.dtype)
         return out.view(*indices.shape[:-1], d_model)
 
     @staticmethod
     def backward(ctx, dout):  # type: ignore[override]
-        indices_MxF, code_t = ctx.saved_tensors
+        indices_MxF, code_operand = ctx.saved_tensors
         r2, values_shape, values_dtype = ctx.meta
-        dout_MxD = dout.reshape(-1, code_t.shape[1]).contiguous()
-        dvalues = _dots(dout_MxD, indices_MxF, code_t, r2, values_dtype)
+        dout_MxD = dout.reshape(-1, code_operand.shape[0]).contiguous()
+        dvalues = _dots(dout_MxD, indices_MxF, code_operand, r2, values_dtype)
         return None, dvalues.view(values_shape), None
 
 
@@ -185,18 +185,18 @@ class _ParityScores(torch.autograd.Function):
         n_features = candidates.shape[-1]
         x_MxD = x.reshape(-1, d_model).contiguous()
         candidates_MxF = candidates.reshape(-1, n_features).contiguous()
-        code_t, r2 = _code_operand(code_DxR)
-        scores = _dots(x_MxD, candidates_MxF, code_t, r2, x.dtype)
-        ctx.save_for_backward(candidates_MxF, code_t)
+        code_operand, r2 = _code_operand(code_DxR)
+        scores = _dots(x_MxD, candidates_MxF, code_operand, r2, x.dtype)
+        ctx.save_for_backward(candidates_MxF, code_operand)
         ctx.meta = (r2, x.shape, x.dtype)
         return scores.view(candidates.shape)
 
     @staticmethod
     def backward(ctx, dscores):  # type: ignore[override]
-        candidates_MxF, code_t = ctx.saved_tensors
+        candidates_MxF, code_operand = ctx.saved_tensors
         r2, x_shape, x_dtype = ctx.meta
         dscores_MxF = dscores.reshape(candidates_MxF.shape).contiguous()
-        dx = _decode(candidates_MxF, dscores_MxF, code_t, r2, x_dtype)
+        dx = _decode(candidates_MxF, dscores_MxF, code_operand, r2, x_dtype)
         return dx.view(x_shape), None, None
 
 

@@ -12,8 +12,10 @@ neuron_pre * back, dz = sum g * back * w_in, and keeps g * back per assignment; 
 sorted by expert row (c, i) and one program per expert row sums its own assignments' contributions,
 dw_in = sum g * back * z and dw_out = sum g * neuron_pre * dy: every expert-gradient row is written exactly
 once, so duplicate indices need no atomics and the result does not depend on scheduling.
-Router: one program per (token tile, channel) does both top-k selections and the top-k of the k * k pair
-sums in registers; its backward scatters the gate gradients back onto the two subkeys of each gate.
+Router: one program (one warp) per (token tile, channel) does both top-k selections and the top-k of the
+k * k pair sums in registers. Each candidate is packed into one int64 key (the score's bits made
+order-preserving, above who holds it), so each selection step is a single integer max reduction. Its
+backward scatters the gate gradients back onto the two subkeys of each gate.
 """
 
 from __future__ import annotations
@@ -256,18 +258,35 @@ def sgatlin_combine(z: torch.Tensor, indices: torch.Tensor, gates: torch.Tensor,
 
 
 @triton.jit
-def _top_k_of_rows(values, cols, K: tl.constexpr, BLOCK_K: tl.constexpr):
-    """Per row: the K largest entries (descending) and their column ids; ties go to the lower column."""
+def _packed_key(value, tie_break):
+    """int64 key ordered like the float `value`, ties going to the larger `tie_break` (0 <= tie_break < 2**31).
+    One integer max then yields the best value and who holds it in a single reduction."""
+    bits = value.to(tl.int32, bitcast=True)
+    ordered = bits ^ ((bits >> 31) & 0x7FFFFFFF)  # negative floats: flip the magnitude bits
+    return (ordered.to(tl.int64) << 32) | tie_break.to(tl.int64)
+
+
+@triton.jit
+def _unpack_key(key):
+    ordered = (key >> 32).to(tl.int32)
+    value = (ordered ^ ((ordered >> 31) & 0x7FFFFFFF)).to(tl.float32, bitcast=True)
+    tie_break = (key & 0xFFFFFFFF).to(tl.int32)
+    return value, tie_break
+
+
+@triton.jit
+def _top_k_keys(keys, K: tl.constexpr, BLOCK_K: tl.constexpr):
+    """Per row: the K largest keys, unpacked, in descending order."""
     slot = tl.arange(0, BLOCK_K)
-    top = tl.full([values.shape[0], BLOCK_K], float("-inf"), tl.float32)
-    top_id = tl.zeros([values.shape[0], BLOCK_K], dtype=tl.int32)
+    top = tl.full([keys.shape[0], BLOCK_K], float("-inf"), tl.float32)
+    top_tie = tl.zeros([keys.shape[0], BLOCK_K], dtype=tl.int32)
     for j in tl.static_range(K):
-        best = tl.max(values, axis=1)
-        best_id = tl.argmax(values, axis=1).to(tl.int32)
-        top = tl.where(slot[None, :] == j, best[:, None], top)
-        top_id = tl.where(slot[None, :] == j, best_id[:, None], top_id)
-        values = tl.where(cols[None, :] == best_id[:, None], float("-inf"), values)
-    return top, top_id
+        best = tl.max(keys, axis=1)
+        value, tie_break = _unpack_key(best)
+        top = tl.where(slot[None, :] == j, value[:, None], top)
+        top_tie = tl.where(slot[None, :] == j, tie_break[:, None], top_tie)
+        keys = tl.where(keys == best[:, None], -9223372036854775807 - 1, keys)
+    return top, top_tie
 
 
 @triton.jit
@@ -284,18 +303,18 @@ def _route_fwd_kernel(
     tile_ok = row_ok[:, None] & (cols[None, :] < n)
     first = tl.load(first_ptrs, mask=tile_ok, other=float("-inf")).to(tl.float32)
     second = tl.load(first_ptrs + C * n, mask=tile_ok, other=float("-inf")).to(tl.float32)
-    first_top, first_id = _top_k_of_rows(first, cols, K, BLOCK_K)
-    second_top, second_id = _top_k_of_rows(second, cols, K, BLOCK_K)
-    pair = tl.reshape(first_top[:, :, None] + second_top[:, None, :], [BLOCK_M, BLOCK_K * BLOCK_K])
-    pair_cols = tl.arange(0, BLOCK_K * BLOCK_K)
-    gate, pair_id = _top_k_of_rows(pair, pair_cols, K, BLOCK_K)
+    # ties between equal subkey scores go to the lower subkey
+    tie_by_col = (BLOCK_N - 1 - cols)[None, :] + tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.int32)
+    first_top, first_tie = _top_k_keys(_packed_key(first, tie_by_col), K, BLOCK_K)
+    second_top, second_tie = _top_k_keys(_packed_key(second, tie_by_col), K, BLOCK_K)
+    first_id = BLOCK_N - 1 - first_tie
+    second_id = BLOCK_N - 1 - second_tie
+    # the k * k pair sums, each keyed by its neuron i1 * n + i2 (ties go to the lower neuron)
+    pair_sum = tl.reshape(first_top[:, :, None] + second_top[:, None, :], [BLOCK_M, BLOCK_K * BLOCK_K])
+    pair_neuron = tl.reshape(first_id[:, :, None] * n + second_id[:, None, :], [BLOCK_M, BLOCK_K * BLOCK_K])
+    gate, neuron_tie = _top_k_keys(_packed_key(pair_sum, 2147483647 - pair_neuron), K, BLOCK_K)
+    neuron = (2147483647 - neuron_tie).to(tl.int64)
     slot = tl.arange(0, BLOCK_K)
-    neuron = tl.zeros([BLOCK_M, BLOCK_K], dtype=tl.int64)
-    for j in tl.static_range(K):
-        chosen = tl.sum(tl.where(slot[None, :] == j, pair_id, 0), axis=1)
-        i1 = tl.sum(tl.where(slot[None, :] == chosen[:, None] // BLOCK_K, first_id, 0), axis=1)
-        i2 = tl.sum(tl.where(slot[None, :] == chosen[:, None] % BLOCK_K, second_id, 0), axis=1)
-        neuron = tl.where(slot[None, :] == j, (i1.to(tl.int64) * n + i2)[:, None], neuron)
     out_offsets = rows.to(tl.int64)[:, None] * (C * K) + channel * K + slot[None, :]
     out_ok = row_ok[:, None] & (slot[None, :] < K)
     tl.store(idx_ptr + out_offsets, neuron, mask=out_ok)
@@ -306,22 +325,21 @@ def _route_fwd_kernel(
 def _route_bwd_kernel(
     dgate_ptr, idx_ptr, dscores_ptr,
     M, C, n,
-    K: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+    K: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
 ):
     channel = tl.program_id(1)
     rows = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
     row_ok = rows < M
-    slot = tl.arange(0, BLOCK_K)
-    gate_offsets = rows.to(tl.int64)[:, None] * (C * K) + channel * K + slot[None, :]
-    gate_ok = row_ok[:, None] & (slot[None, :] < K)
-    dgate = tl.load(dgate_ptr + gate_offsets, mask=gate_ok, other=0.0).to(tl.float32)
-    neuron = tl.load(idx_ptr + gate_offsets, mask=gate_ok, other=0)
-    first = tl.where(gate_ok, neuron // n, -1)
-    second = tl.where(gate_ok, neuron % n, -1)
     cols = tl.arange(0, BLOCK_N)
-    # gate = first_score[i1] + second_score[i2]: each gate's gradient lands on both of its subkeys
-    dfirst = tl.sum(tl.where(first[:, :, None] == cols[None, None, :], dgate[:, :, None], 0.0), axis=1)
-    dsecond = tl.sum(tl.where(second[:, :, None] == cols[None, None, :], dgate[:, :, None], 0.0), axis=1)
+    dfirst = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
+    dsecond = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
+    gate_row = rows.to(tl.int64) * (C * K) + channel * K
+    for j in tl.static_range(K):
+        dgate = tl.load(dgate_ptr + gate_row + j, mask=row_ok, other=0.0).to(tl.float32)
+        neuron = tl.load(idx_ptr + gate_row + j, mask=row_ok, other=0)
+        # gate = first_score[i1] + second_score[i2]: its gradient lands on both subkeys
+        dfirst += tl.where(cols[None, :] == (neuron // n)[:, None], dgate[:, None], 0.0)
+        dsecond += tl.where(cols[None, :] == (neuron % n)[:, None], dgate[:, None], 0.0)
     out_ptrs = dscores_ptr + rows.to(tl.int64)[:, None] * (2 * C * n) + channel * n + cols[None, :]
     tile_ok = row_ok[:, None] & (cols[None, :] < n)
     out_ty = dscores_ptr.dtype.element_ty
@@ -332,8 +350,9 @@ def _route_bwd_kernel(
 def _route_blocks(n_subkeys: int, k: int) -> tuple[int, int, int]:
     block_n = max(16, next_power_of_2(n_subkeys))
     block_k = max(2, next_power_of_2(k))
-    # the widest temporaries are [BLOCK_M, BLOCK_K * BLOCK_K] and [BLOCK_M, BLOCK_K, BLOCK_N]
-    block_m = max(1, min(64, 8192 // max(block_k * block_k, block_k * block_n, block_n)))
+    # one warp per program keeps every top-k reduction inside a warp; its widest int64 tile is
+    # [BLOCK_M, max(BLOCK_N, BLOCK_K ** 2)], kept near 32 keys per thread
+    block_m = max(1, min(32, 1024 // max(block_k * block_k, block_n)))
     return block_m, block_n, block_k
 
 
@@ -350,7 +369,7 @@ class _SgatlinRoute(torch.autograd.Function):
             grid = (triton.cdiv(n_tokens, block_m), n_channels)
             _route_fwd_kernel[grid](
                 scores_M, indices, gates, n_tokens, n_channels, n_subkeys,
-                K=k, BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k, num_warps=4,
+                K=k, BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k, num_warps=1,
             )
         ctx.mark_non_differentiable(indices)
         ctx.save_for_backward(indices)
@@ -365,16 +384,17 @@ class _SgatlinRoute(torch.autograd.Function):
         if dgates is None:
             dscores.zero_()
         elif n_tokens > 0:
-            block_m, block_n, block_k = _route_blocks(n_subkeys, k)
+            block_n = max(16, next_power_of_2(n_subkeys))
+            block_m = max(1, min(64, 4096 // block_n))
             grid = (triton.cdiv(n_tokens, block_m), n_channels)
             _route_bwd_kernel[grid](
                 dgates.contiguous(), indices, dscores, n_tokens, n_channels, n_subkeys,
-                K=k, BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k, num_warps=4,
+                K=k, BLOCK_M=block_m, BLOCK_N=block_n, num_warps=4,
             )
         return dscores.view(shape), None
 
 
 def sgatlin_route(scores: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
     """Same contract as `reference.sgatlin_route`: (indices long [..., C, k], gates [..., C, k] in the scores'
-    dtype, descending per channel). On exactly equal scores the lower subkey / pair wins."""
+    dtype, descending per channel). On exactly equal scores the lower subkey, and then the lower neuron, wins."""
     return _SgatlinRoute.apply(scores, k)
