@@ -4,15 +4,14 @@ import pytest
 import torch
 
 from circuitlab import CircuitTransformer, ModelConfig
-from circuitlab.architectures.feedforward.sgatlin import product_topk
-from circuitlab.kernels.reference import sgatlin_combine
+from circuitlab.kernels.reference import sgatlin_combine, sgatlin_route
 
 
 @pytest.mark.parametrize("n_keys, k", [(8, 4), (13, 5), (32, 8)])
 def test_product_topk_equals_brute_force(n_keys, k):
     generator = torch.Generator().manual_seed(n_keys)
     scores = torch.randn(3, 7, 2, 4, n_keys, generator=generator)
-    gates, neurons = product_topk(scores, k)
+    neurons, gates = sgatlin_route(scores, k)
     all_sums = (scores[:, :, 0, :, :, None] + scores[:, :, 1, :, None, :]).flatten(-2)  # [B,T,C,N], id i1*n+i2
     brute_values, brute_neurons = all_sums.topk(k, dim=-1)
     torch.testing.assert_close(gates, brute_values, rtol=0, atol=0)
@@ -29,7 +28,7 @@ def test_sgatlin_output_equals_explicit_circuit_matrix():
     z = torch.randn(2, 5, model.config.d_model)
     out, _ = layer(z)
     query = z @ layer.W_query
-    gates, indices = product_topk(torch.einsum("btq,qscn->btscn", query, layer.W_key), layer.k)
+    indices, gates = sgatlin_route(torch.einsum("btq,qscn->btscn", query, layer.W_key), layer.k)
     for b, t in itertools.product(range(2), range(5)):
         circuit = layer.circuit_matrix(indices[b, t], gates[b, t])
         assert torch.linalg.matrix_rank(circuit) <= layer.n_channels * layer.k

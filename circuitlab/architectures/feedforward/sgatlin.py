@@ -22,21 +22,6 @@ from circuitlab.architectures.components import is_hooked
 from circuitlab.config import ModelConfig
 
 
-def product_topk(
-    subkey_scores_BxTx2xCxn: Float[Tensor, "batch pos 2 channel n_keys"], k: int
-) -> tuple[Float[Tensor, "batch pos channel k"], Int[Tensor, "batch pos channel k"]]:
-    """Top-k of the n*n sums s1[i1] + s2[i2]; exact, because every member of the top-k of the sums has
-    both of its parts in the top-k of their halves. Returns (gate values, neuron indices i1 * n + i2),
-    sorted by decreasing gate value."""
-    n_keys = subkey_scores_BxTx2xCxn.shape[-1]
-    first_BxTxCxK, first_index = subkey_scores_BxTx2xCxn[:, :, 0].topk(k, dim=-1)
-    second_BxTxCxK, second_index = subkey_scores_BxTx2xCxn[:, :, 1].topk(k, dim=-1)
-    sums_BxTxCxKxK = first_BxTxCxK[..., :, None] + second_BxTxCxK[..., None, :]
-    gates_BxTxCxK, flat = sums_BxTxCxKxK.flatten(-2).topk(k, dim=-1)
-    neuron = first_index.gather(-1, flat // k) * n_keys + second_index.gather(-1, flat % k)
-    return gates_BxTxCxK, neuron
-
-
 class Sgatlin(nn.Module):
     unit_kind = "neuron"
 
@@ -59,7 +44,8 @@ class Sgatlin(nn.Module):
     def forward(self, z_BxTxD: Float[Tensor, "batch pos d_model"]) -> tuple[Tensor, None]:
         query_BxTxQ = self.hook_query(z_BxTxD @ self.W_query)
         subkey_BxTx2xCxn = self.hook_subkey_scores(torch.einsum("btq,qscn->btscn", query_BxTxQ, self.W_key))
-        gates_BxTxCxK, indices_BxTxCxK = product_topk(subkey_BxTx2xCxn, self.k)
+        # product top-k (exact: each member of the top-k of the n*n sums has both parts in its half's top-k)
+        indices_BxTxCxK, gates_BxTxCxK = kernels.sgatlin_route(subkey_BxTx2xCxn, self.k)
         indices_BxTxCxK = self.hook_gate_indices(indices_BxTxCxK)
         gates_BxTxCxK = self.hook_gate_values(gates_BxTxCxK)
         if not is_hooked(self.hook_neuron_pre, self.hook_neuron_post):
