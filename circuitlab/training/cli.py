@@ -184,7 +184,8 @@ def build_data_spec(args: argparse.Namespace) -> Any:
     return spec
 
 
-def build_model_config(args: argparse.Namespace, vocab_size: int) -> Any:
+def build_model_config(args: argparse.Namespace, vocab_size: int | None = None) -> Any:
+    """The preset or --config, with the selectivity overrides, and d_vocab set to the tokenizer's size."""
     from circuitlab.config import ModelConfig, SelectivityConfig
 
     config = ModelConfig.preset(args.preset) if args.preset else ModelConfig.from_json(args.config)
@@ -192,7 +193,7 @@ def build_model_config(args: argparse.Namespace, vocab_size: int) -> Any:
     for name in ("attn_sparsity", "attn_crispness", "ffn_sparsity", "ffn_crispness"):
         if getattr(args, name) is not None:
             pressures[name] = getattr(args, name)
-    config = config.replace(selectivity=SelectivityConfig(**pressures), d_vocab=vocab_size)
+    config = config.replace(selectivity=SelectivityConfig(**pressures), d_vocab=vocab_size or config.d_vocab)
     config.validate()
     return config
 
@@ -241,6 +242,13 @@ def run_train(args: argparse.Namespace) -> int:
     out = Path(args.out)
     train_config = build_train_config(args)
     spec = build_data_spec(args)
+    from circuitlab.training.distributed import launched_by_torchrun
+
+    if args.fsdp and not launched_by_torchrun():
+        raise ValueError("--fsdp shards a model across processes: launch with torchrun --nproc_per_node=N")
+    early_config = build_model_config(args)  # bad presets, configs and pressures fail before any data work
+    if train_config.seq_len > early_config.n_ctx:
+        raise ValueError(f"--seq-len {train_config.seq_len} exceeds the model's context n_ctx={early_config.n_ctx}")
     context = setup_distributed(args.device)
     try:
         train_config.validate(context.world_size)

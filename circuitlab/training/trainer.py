@@ -304,6 +304,8 @@ class Trainer:
             lr=config.lr,
             betas=(config.beta1, config.beta2),
             eps=config.adam_eps,
+            # one fused kernel per step on CUDA (these models' steps are bound by launches, not flops)
+            fused=self.device.type == "cuda" and not config.fsdp,
         )
         self.guard = DivergenceGuard(config.guard_window, config.guard_factor)
         self.sampler = WindowSampler(train_windows.shape[0], config.batch_size, config.seed)
@@ -361,9 +363,8 @@ class Trainer:
                 moments[f"{param_name}/{key}"] = torch.as_tensor(value).detach().cpu().contiguous()
         save_file(moments, folder / "optimizer.safetensors", metadata={"format": "pt"})
         rng = {"torch_cpu": torch.get_rng_state()}
-        if torch.cuda.is_available() and torch.cuda.is_initialized():
-            for index, state in enumerate(torch.cuda.get_rng_state_all()):
-                rng[f"torch_cuda_{index}"] = state
+        if self.device.type == "cuda":  # this rank's device only: touching the others would open contexts there
+            rng["torch_cuda"] = torch.cuda.get_rng_state(self.device)
         save_file(rng, folder / "rng.safetensors", metadata={"format": "pt"})
         python_rng = random.getstate()
         numpy_rng = np.random.get_state()
@@ -428,9 +429,8 @@ class Trainer:
         set_model_state_dict(self.model, tensors["model.safetensors"], options=options)
         set_optimizer_state_dict(self.model, self.optimizer, optim_state, options=options)
         torch.set_rng_state(tensors["rng.safetensors"]["torch_cpu"])
-        cuda_states = [tensors["rng.safetensors"][k] for k in sorted(tensors["rng.safetensors"]) if k.startswith("torch_cuda_")]
-        if cuda_states and torch.cuda.is_available():
-            torch.cuda.set_rng_state_all(cuda_states[: torch.cuda.device_count()])
+        if "torch_cuda" in tensors["rng.safetensors"] and self.device.type == "cuda":
+            torch.cuda.set_rng_state(tensors["rng.safetensors"]["torch_cuda"], self.device)
         python_rng = state["rng"]["python"]
         random.setstate((python_rng[0], tuple(python_rng[1]), python_rng[2]))
         numpy_rng = state["rng"]["numpy"]

@@ -1,0 +1,74 @@
+"""Session fixtures: tiny models trained once per test session with `circuitlab train`, for tests that need a
+model which has learned the story corpus (analyses, patching, the dashboard).
+
+    def test_something(tiny_trained):                 # Path of a trained tiny-sgatlin model folder
+        model = load_model(tiny_trained)
+
+    def test_other(tiny_trained_models):              # lazy mapping: a model is trained on first access
+        folder = tiny_trained_models["tiny-legible"]  # keys: tiny-sgatlin, tiny-gelu, tiny-legible, tiny-parity
+
+All of them share one generated corpus and one BPE tokenizer (3000 stories, vocabulary 2048, so every fact
+noun and adjective is a single token) and are deterministic (seed 0, one CPU thread). Each folder is a model
+folder (config.json, model.safetensors, tokenizer.json) plus train_log.jsonl, metrics.json and card.md.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+
+import pytest
+import torch
+
+# optimizer steps per fixture model: each trains in about 20-40 s on one CPU core
+TINY_FIXTURE_STEPS = {"tiny-sgatlin": 300, "tiny-gelu": 200, "tiny-legible": 200, "tiny-parity": 150}
+
+
+def train_tiny_model(preset: str, out: Path, data_dir: Path, steps: int) -> Path:
+    """Train `preset` with the tiny training defaults in-process (one thread, restored afterwards)."""
+    from circuitlab.cli import main
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        status = main(["train", "--preset", preset, "--out", str(out), "--data-dir", str(data_dir),
+                       "--steps", str(steps), "--threads", "1", "--quiet"])
+    finally:
+        torch.set_num_threads(threads)
+    if status != 0:
+        raise RuntimeError(f"training the {preset} fixture failed with exit status {status}")
+    return out
+
+
+class TinyModels(Mapping):
+    """Trained tiny model folders by preset name, each trained the first time it is asked for."""
+
+    def __init__(self, root: Path):
+        self.root = root
+        self.folders: dict[str, Path] = {}
+
+    def __getitem__(self, preset: str) -> Path:
+        if preset not in TINY_FIXTURE_STEPS:
+            raise KeyError(f"no tiny fixture model {preset!r}; available: {sorted(TINY_FIXTURE_STEPS)}")
+        if preset not in self.folders:
+            self.folders[preset] = train_tiny_model(
+                preset, self.root / preset, self.root / "data", TINY_FIXTURE_STEPS[preset]
+            )
+        return self.folders[preset]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(TINY_FIXTURE_STEPS)
+
+    def __len__(self) -> int:
+        return len(TINY_FIXTURE_STEPS)
+
+
+@pytest.fixture(scope="session")
+def tiny_trained_models(tmp_path_factory: pytest.TempPathFactory) -> TinyModels:
+    return TinyModels(tmp_path_factory.mktemp("tiny_models"))
+
+
+@pytest.fixture(scope="session")
+def tiny_trained(tiny_trained_models: TinyModels) -> Path:
+    """Folder of a tiny-sgatlin model trained for 300 steps on the story corpus."""
+    return tiny_trained_models["tiny-sgatlin"]
