@@ -195,7 +195,7 @@ class CircuitDB:
     ) -> "CircuitDB":
         """Collect the circuits of `texts` (strings or labelled stories) at `layers` (None = every layer).
 
-        index: "auto" builds an approximate FAISS index per layer when faiss is installed (flat below 100k
+        index: "auto" builds an approximate FAISS index per layer when faiss is installed (flat below 20k
         circuits, IVF above) and measures its recall@10 against exact search; "flat", "ivf" or "hnsw" force
         a kind; None builds none (exact search only; `build_index` adds one later).
         workdir: where shards and consolidated arrays go while the database lives (default: a temporary
@@ -440,7 +440,7 @@ class CircuitDB:
         if layer not in self.indexes:
             warnings.warn(f"layer {layer} has no approximate index yet: building one now (db.build_index)")
             self.build_index([layer], progress=False)
-        n_candidates = n_candidates or max(256, 20 * k)
+        n_candidates = n_candidates or max(512, 50 * k)
         candidates = self.indexes[layer].candidates(queries, n_candidates + (0 if exclude is None else 1))
         return rerank(codes, queries, candidates, k, exclude)
 
@@ -458,7 +458,7 @@ class CircuitDB:
         query: text (run through the attached model: every token becomes a query), a SparseCode of any
         leading shape (each row a query), a CodeMatrix, or `model.sparse_codes(cache)` ({layer: SparseCode}).
         exact: True = exact cosine search (equal to brute force); False = FAISS sketches + exact re-ranking of
-        `n_candidates` (default max(256, 20 k)) candidates.
+        `n_candidates` (default max(512, 50 k)) candidates.
 
         Columns: query_position, query_token, rank (1..k), distance (cosine distance), circuit_id, token,
         context (the neighbour's excerpt with the token marked «like this»), top_predictions (" | "-joined),
@@ -566,7 +566,7 @@ class CircuitDB:
         else:
             spec = self.indexes[layer].spec if layer in self.indexes else SketchSpec()
             index = ApproximateIndex.build(subset, spec, "auto")
-            wanted = n_candidates or max(256, 20 * k)
+            wanted = n_candidates or max(512, 50 * k)
             local_ids, distances = rerank(subset, queries, index.candidates(queries, wanted + 1), k, exclude)
         return np.where(local_ids >= 0, within[np.maximum(local_ids, 0)], -1), distances
 

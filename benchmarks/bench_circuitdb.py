@@ -1,0 +1,206 @@
+"""Circuit database performance: build time, queries per second and recall@10 of exact and approximate
+search on codes of the sgatlin shape (8 channels x k 8 of N 1024 neurons: size 8192, 64 non-zeros), and
+collection throughput of a shipped-size model.
+
+Codes are structured synthetic ones (`structured_synthetic_codes`: Zipf-distributed prototype circuits,
+30% of each code's neurons replaced at random, log-normal value noise, 10% exact duplicates). Queries are
+fresh codes drawn from the same prototypes (not stored rows, which would find themselves). Recall@10 of
+approximate search counts a returned circuit as correct when its exact distance is within the exact 10th
+neighbour's (ties are equally correct answers). Timings are wall clock on whatever machine runs this.
+
+    python benchmarks/bench_circuitdb.py                       # 1e5 and 1e6 codes, then collection
+    python benchmarks/bench_circuitdb.py --sizes 100000 --skip-collection
+    python benchmarks/bench_circuitdb.py --write BENCHMARKS.md # also record the results in that file
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import os
+import platform
+import re
+import resource
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from circuitlab.analysis.circuitdb import CircuitDB
+from circuitlab.analysis.codeindex import recall_at_k, structured_synthetic_codes
+
+SECTION = "Circuit database (CPU, 2 cores)"
+
+
+def peak_rss_gib() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
+
+
+def search_benchmark(n_codes: int, n_queries: int, seed: int, settings: list[dict]) -> list[dict]:
+    started = time.perf_counter()
+    codes = structured_synthetic_codes(n_codes, seed=seed)
+    queries = structured_synthetic_codes(n_queries, seed=seed + 1, prototypes_seed=seed)
+    generate_seconds = time.perf_counter() - started
+    db = CircuitDB.from_codes({0: codes})
+
+    started = time.perf_counter()
+    db.inverted_lists(0)
+    lists_seconds = time.perf_counter() - started
+    started = time.perf_counter()
+    db.build_index([0], measure_recall=False, progress=False)
+    index_seconds = time.perf_counter() - started
+    index = db.indexes[0]
+    print(f"{n_codes:>9} codes: generated in {generate_seconds:.1f} s; inverted lists {lists_seconds:.1f} s; "
+          f"{index.kind} sketch index {index_seconds:.1f} s {index.params}", flush=True)
+
+    started = time.perf_counter()
+    _, exact_distances = db.search_ids(queries, 0, 10, exact=True)
+    exact_seconds = time.perf_counter() - started
+    exact_qps = n_queries / exact_seconds
+    print(f"    exact: {exact_qps:.1f} queries/s", flush=True)
+    rows = []
+    for setting in settings:
+        if index.kind == "ivf" and "nprobe" in setting:
+            index.params["nprobe"] = setting["nprobe"]
+            index.faiss_index.nprobe = setting["nprobe"]
+        elif "nprobe" in setting:
+            continue
+        started = time.perf_counter()
+        _, approximate_distances = db.search_ids(queries, 0, 10, exact=False, n_candidates=setting["candidates"])
+        seconds = time.perf_counter() - started
+        recall = recall_at_k(exact_distances, approximate_distances)
+        row = {
+            "codes": n_codes,
+            "index": index.kind,
+            "nprobe": index.params.get("nprobe", "-"),
+            "candidates": setting["candidates"],
+            "build_seconds": lists_seconds + index_seconds,
+            "inverted_lists_seconds": lists_seconds,
+            "index_seconds": index_seconds,
+            "exact_qps": exact_qps,
+            "approximate_qps": n_queries / seconds,
+            "recall_at_10": recall,
+        }
+        rows.append(row)
+        print(f"    approximate nprobe {row['nprobe']}, {row['candidates']} candidates: {row['approximate_qps']:.1f} "
+              f"queries/s, recall@10 {recall:.4f}", flush=True)
+    del db, codes
+    return rows
+
+
+def collection_benchmark(n_stories: int, batch_size: int) -> dict:
+    from circuitlab import CircuitTransformer, ModelConfig
+    from circuitlab.analysis.collect import collect
+    from circuitlab.data.stories import generate_stories, held_out_stories
+    from circuitlab.data.tokenizer import train_tokenizer
+
+    tokenizer = train_tokenizer([s.text for s in generate_stories(2000)], vocab_size=4096, show_progress=False)
+    config = ModelConfig.preset("sgatlin-stories").replace(d_vocab=tokenizer.vocab_size)
+    torch.manual_seed(0)
+    model = CircuitTransformer(config, tokenizer=tokenizer).eval()
+    corpus = held_out_stories(n_stories)
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as folder:
+        collect(model, corpus[:batch_size], out_dir=Path(folder) / "warm", batch_size=batch_size, progress=False)
+        collection = collect(model, corpus, out_dir=Path(folder) / "run", batch_size=batch_size, progress=False)
+    # The bare forward pass on the same batches, for the overhead of recording.
+    token_lists = [tokenizer.encode(story.text)[: config.n_ctx] for story in corpus]
+    started = time.perf_counter()
+    with torch.inference_mode():
+        for start in range(0, len(token_lists), batch_size):
+            batch = token_lists[start : start + batch_size]
+            tokens = torch.full((len(batch), max(map(len, batch))), tokenizer.eos_id, dtype=torch.long)
+            for row, ids in enumerate(batch):
+                tokens[row, : len(ids)] = torch.tensor(ids)
+            model(tokens)
+    forward_seconds = time.perf_counter() - started
+    n_tokens = sum(map(len, token_lists))
+    result = {
+        "model": "sgatlin-stories shape (d_model 256, 4 layers, N 1024 x 8 channels, k 8), random weights",
+        "tokens": collection.stats.n_tokens,
+        "collect_tokens_per_second": collection.stats.tokens_per_second,
+        "forward_tokens_per_second": n_tokens / forward_seconds,
+        "batch_size": batch_size,
+        "threads": torch.get_num_threads(),
+    }
+    print(f"collection: {result['tokens']} tokens at {result['collect_tokens_per_second']:.0f} tokens/s "
+          f"(bare forward {result['forward_tokens_per_second']:.0f} tokens/s), batch {batch_size}", flush=True)
+    return result
+
+
+def markdown(rows: list[dict], collection: dict | None, n_queries: int) -> str:
+    today = datetime.date.today().isoformat()
+    lines = [
+        f"## {SECTION}",
+        "",
+        f"Measured {today} with `python benchmarks/bench_circuitdb.py` on {platform.machine()} "
+        f"({os.cpu_count()} cores, torch threads {torch.get_num_threads()}, other work may have shared the cores).",
+        "Codes of the sgatlin shape (size 8192, 64 non-zeros: 8 channels x k 8 of N 1024), structured synthetic "
+        f"(prototypes + noise + 10% duplicates); {n_queries} fresh queries from the same prototypes; k = 10. "
+        "Exact search = inverted lists over neuron ids (equal to brute force). Approximate = 512-dim count "
+        "sketches in FAISS (IVF over 2 sqrt(n) k-means cells, 8-bit scalar quantization), the candidates re-ranked "
+        "with the exact sparse cosine distance. Build = inverted lists + sketching + FAISS training and adding.",
+        "",
+        "| codes | build: inverted lists (s) | build: FAISS index (s) | exact queries/s | approximate index | nprobe | candidates | approximate queries/s | recall@10 |",
+        "|---:|---:|---:|---:|---|---:|---:|---:|---:|",
+    ]
+    for row in rows:
+        lines.append(
+            f"| {row['codes']:,} | {row['inverted_lists_seconds']:.1f} | {row['index_seconds']:.1f} | {row['exact_qps']:.0f} "
+            f"| {row['index']} | {row['nprobe']} | {row['candidates']} | {row['approximate_qps']:.0f} | {row['recall_at_10']:.4f} |"
+        )
+    if collection:
+        lines += [
+            "",
+            f"Collection throughput ({collection['model']}; generated held-out stories, batch {collection['batch_size']}, "
+            f"{collection['threads']} torch threads): **{collection['collect_tokens_per_second']:.0f} tokens/s** recording "
+            f"codes of all 4 layers, context and top-5 predictions to Parquet/.npy shards ({collection['tokens']:,} tokens), "
+            f"against {collection['forward_tokens_per_second']:.0f} tokens/s for the bare forward pass.",
+        ]
+    return "\n".join(lines) + "\n"
+
+
+def write_section(path: Path, text: str) -> None:
+    """Replace this benchmark's section of `path` (or append it), leaving other sections alone."""
+    existing = path.read_text() if path.exists() else "# Benchmarks\n"
+    pattern = re.compile(rf"^## {re.escape(SECTION)}\n.*?(?=^## |\Z)", re.S | re.M)
+    if pattern.search(existing):
+        updated = pattern.sub(lambda _: text + "\n", existing)
+    else:
+        updated = existing.rstrip("\n") + "\n\n" + text
+    path.write_text(updated)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--sizes", type=int, nargs="+", default=[100_000, 1_000_000])
+    parser.add_argument("--queries", type=int, default=300)
+    parser.add_argument("--candidates", type=int, nargs="+", default=[256, 512, 1024])
+    parser.add_argument("--nprobe", type=int, nargs="+", default=[None], help="IVF cells visited (default: the index's own)")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--skip-collection", action="store_true")
+    parser.add_argument("--stories", type=int, default=256, help="stories collected for the throughput test")
+    parser.add_argument("--batch-size", type=int, default=16)
+    parser.add_argument("--write", default=None, help="record the results in this markdown file (own section only)")
+    args = parser.parse_args()
+
+    settings = [
+        {"candidates": c, **({} if p is None else {"nprobe": p})} for p in args.nprobe for c in args.candidates
+    ]
+    rows = []
+    for size in args.sizes:
+        rows += search_benchmark(size, args.queries, args.seed, settings)
+        print(f"    peak memory so far {peak_rss_gib():.1f} GiB", flush=True)
+    collection = None if args.skip_collection else collection_benchmark(args.stories, args.batch_size)
+    text = markdown(rows, collection, args.queries)
+    print()
+    print(text)
+    if args.write:
+        write_section(Path(args.write), text)
+        print(f"wrote the '{SECTION}' section of {args.write}")
+
+
+if __name__ == "__main__":
+    main()
