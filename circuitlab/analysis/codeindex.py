@@ -442,38 +442,39 @@ def rerank(
     exclude: Int[np.ndarray, " Q"] | None = None,
 ) -> tuple[Int[np.ndarray, "Q k"], Float[np.ndarray, "Q k"]]:
     """Exact cosine distances of each query to its candidate rows; the k best by (distance, id)."""
-    n_queries = len(queries)
+    n_queries, n_candidates = candidates.shape
     ids = np.full((n_queries, k), -1, dtype=np.int64)
     distances = np.full((n_queries, k), np.inf, dtype=np.float64)
-    if n_queries == 0 or candidates.shape[1] == 0:
+    if n_queries == 0 or n_candidates == 0:
         return ids, distances
-    size = np.int64(codes.size)
-    chunk = max(1, (1 << 20) // max(1, candidates.shape[1] * codes.nnz))
+    # A block of queries is densified (block * size floats) so each candidate's dot product is a gather.
+    chunk = max(1, min((1 << 22) // codes.size, (1 << 20) // (n_candidates * codes.nnz)))
     for start in range(0, n_queries, chunk):
         stop = min(start + chunk, n_queries)
         block_queries = queries.rows(np.arange(start, stop))
         block_candidates = candidates[start:stop]
         valid = block_candidates >= 0
         safe = np.where(valid, block_candidates, 0)
-        slot = np.arange(stop - start, dtype=np.int64)
-        # Offsetting every query's sorted indices by slot * size gives one globally sorted array to search.
-        query_keys = (block_queries.indices.astype(np.int64) + slot[:, None] * size).ravel()
-        query_values = block_queries.values.astype(np.float64).ravel()
-        candidate_keys = codes.indices[safe].astype(np.int64) + (slot * size)[:, None, None]
-        where = np.minimum(np.searchsorted(query_keys, candidate_keys), query_keys.size - 1)
-        matched = query_keys[where] == candidate_keys
-        dots = (query_values[where] * codes.values[safe].astype(np.float64) * matched).sum(axis=-1)
+        offsets = np.arange(stop - start, dtype=np.int64) * codes.size
+        dense_queries = np.bincount(
+            (block_queries.indices + offsets[:, None]).ravel(),
+            weights=block_queries.values.astype(np.float64).ravel(),
+            minlength=(stop - start) * codes.size,
+        )
+        gathered = dense_queries[codes.indices[safe] + offsets[:, None, None]]
+        dots = np.einsum("qmk,qmk->qm", gathered, codes.values[safe].astype(np.float64))
         denominator = block_queries.norms[:, None] * codes.norms[safe]
         with np.errstate(divide="ignore", invalid="ignore"):
             cosine = np.where(denominator > 0, dots / np.where(denominator > 0, denominator, 1.0), 0.0)
         block_distances = np.where(valid, np.clip(1.0 - cosine, 0.0, 2.0), np.inf)
         if exclude is not None:
             block_distances[block_candidates == exclude[start:stop, None]] = np.inf
-        for row in range(stop - start):
-            order = np.lexsort((block_candidates[row], block_distances[row]))[:k]
-            keep = order[np.isfinite(block_distances[row, order])]
-            ids[start + row, : keep.size] = block_candidates[row, keep]
-            distances[start + row, : keep.size] = block_distances[row, keep]
+        order = np.lexsort((block_candidates, block_distances), axis=-1)[:, :k]
+        best_ids = np.take_along_axis(block_candidates, order, axis=1)
+        best_distances = np.take_along_axis(block_distances, order, axis=1)
+        found = np.isfinite(best_distances)
+        ids[start:stop, : order.shape[1]] = np.where(found, best_ids, -1)
+        distances[start:stop, : order.shape[1]] = best_distances
     return ids, distances
 
 
