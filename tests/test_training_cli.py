@@ -65,8 +65,10 @@ def test_tiny_preset_learns_well_below_the_unigram_entropy(tiny_trained):
     assert entropy == pytest.approx(metrics["held_out_unigram_entropy"], abs=1e-9)
     assert loss < entropy - 2.0, (loss, entropy)  # measured: about 1.5 vs 5.2 nats
     assert metrics["held_out_ppl"] == pytest.approx(math.exp(loss), rel=1e-4)
-    # the tiny preset is meant to train in under a minute on 2 cores; allow slack for a busy machine
-    assert metrics["train_seconds"] < 120, metrics["train_seconds"]
+    # the tiny preset trains in under a minute on 2 cores: the fixture uses one thread, so the command's CPU
+    # time (data generation, tokenizer, 300 steps, evaluation; measured ~30 s) bounds its wall time on an
+    # idle machine and does not depend on what else the machine runs
+    assert metrics["cpu_seconds"] < 60, metrics["cpu_seconds"]
 
 
 def test_run_folder_contents_log_card_and_facts(tiny_trained):
@@ -179,7 +181,7 @@ def read_losses(folder: Path) -> list[tuple[int, float, float]]:
 def test_sigkill_mid_run_then_resume_equals_uninterrupted(tmp_path, quick_data):
     """Issue 8: a run killed with SIGKILL after a checkpoint resumes to bitwise the same losses."""
     args = [sys.executable, "-m", "circuitlab.cli", "train", "--preset", "tiny-gelu", "--data-dir", str(quick_data),
-            *QUICK, "--steps", "400", "--ckpt-every", "25", "--eval-every", "100", "--device", "cpu"]
+            *QUICK, "--steps", "240", "--ckpt-every", "20", "--eval-every", "60", "--device", "cpu"]
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     # build the shared data cache first so both runs read identical windows
     assert train(["--preset", "tiny-gelu", "--out", str(tmp_path / "prep"), "--data-dir", str(quick_data), *QUICK,
@@ -190,7 +192,7 @@ def test_sigkill_mid_run_then_resume_equals_uninterrupted(tmp_path, quick_data):
     latest = tmp_path / "killed" / "checkpoints" / "latest.json"
     deadline = time.monotonic() + 240
     while time.monotonic() < deadline:
-        if latest.exists() and json.loads(latest.read_text())["step"] >= 50:
+        if latest.exists() and json.loads(latest.read_text())["step"] >= 40:
             break
         assert victim.poll() is None, victim.stderr.read().decode()[-2000:]
         time.sleep(0.02)
@@ -199,7 +201,7 @@ def test_sigkill_mid_run_then_resume_equals_uninterrupted(tmp_path, quick_data):
     victim.stderr.close()
     assert victim.returncode == -signal.SIGKILL
     killed_at = json.loads(latest.read_text())["step"]
-    assert 50 <= killed_at < 400 and not (tmp_path / "killed" / "metrics.json").exists()
+    assert 40 <= killed_at < 240 and not (tmp_path / "killed" / "metrics.json").exists()
 
     resumed = subprocess.run([*args, "--out", str(tmp_path / "killed"), "--resume"], env=env, capture_output=True,
                              text=True, timeout=300)
@@ -209,9 +211,9 @@ def test_sigkill_mid_run_then_resume_equals_uninterrupted(tmp_path, quick_data):
     assert whole.returncode == 0, whole.stderr[-2000:]
 
     after_kill, uninterrupted = read_losses(tmp_path / "killed"), read_losses(tmp_path / "whole")
-    assert [step for step, _, _ in after_kill] == list(range(1, 401))
+    assert [step for step, _, _ in after_kill] == list(range(1, 241))
     assert after_kill == uninterrupted  # bitwise: steps after the resume included
     a, b = load_file(tmp_path / "killed" / "model.safetensors"), load_file(tmp_path / "whole" / "model.safetensors")
     assert all(torch.equal(a[name], b[name]) for name in a)
     metrics = json.loads((tmp_path / "killed" / "metrics.json").read_text())
-    assert metrics["steps"] == 400 and metrics["tokens_seen"] == 400 * 4 * 32
+    assert metrics["steps"] == 240 and metrics["tokens_seen"] == 240 * 4 * 32

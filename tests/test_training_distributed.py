@@ -78,7 +78,10 @@ def losses(out: Path) -> list[float]:
     return [json.loads(line)["loss"] for line in (out / "train_log.jsonl").read_text().splitlines()]
 
 
-@pytest.mark.parametrize(("preset", "fsdp"), [("tiny-sgatlin", False), ("tiny-legible", True)])
+@pytest.mark.parametrize(("preset", "fsdp"), [
+    ("tiny-sgatlin", False),
+    pytest.param("tiny-legible", True, marks=pytest.mark.slow),  # FSDP2 on gloo: ~15-25 s
+])
 def test_two_gloo_ranks_equal_one_process_on_the_same_global_batch(tmp_path, preset, fsdp):
     mp.spawn(rank_worker, args=(2, free_port(), str(tmp_path / "ddp"), preset, fsdp), nprocs=2, join=True)
     reference, reference_loss = single_process(tmp_path / "single", preset)

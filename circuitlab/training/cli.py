@@ -222,6 +222,7 @@ def _check_out_folder(out: Path, resume: bool) -> None:
 
 def run_train(args: argparse.Namespace) -> int:
     started = time.monotonic()
+    cpu_started = time.process_time()
     import torch
 
     from circuitlab.training.distributed import (
@@ -252,8 +253,7 @@ def run_train(args: argparse.Namespace) -> int:
     context = setup_distributed(args.device)
     try:
         train_config.validate(context.world_size)
-        if context.is_main:
-            _check_out_folder(out, args.resume or args.prepare_only)
+        _check_out_folder(out, args.resume or args.prepare_only)  # on every rank, so all of them stop together
         device = device_for(context, args.device)
         if device.type == "cuda":
             torch.backends.cuda.matmul.allow_tf32 = True
@@ -315,8 +315,8 @@ def run_train(args: argparse.Namespace) -> int:
                 final_model = CircuitTransformer(model_config, tokenizer=prepared.tokenizer)
                 final_model.load_state_dict(full_state)
                 final_model.to(device)
-            _finish(args, out, final_model, result, train_config, prepared, device, context.world_size, started,
-                    unigram_entropy(prepared.held_out_windows, prepared.tokenizer.vocab_size))
+            _finish(args, out, final_model, result, train_config, prepared, device, context.world_size,
+                    (started, cpu_started), unigram_entropy(prepared.held_out_windows, prepared.tokenizer.vocab_size))
         barrier(context)
         return 0
     finally:
@@ -324,7 +324,9 @@ def run_train(args: argparse.Namespace) -> int:
 
 
 def _finish(args, out, model, result, train_config, prepared, device, world_size, started, entropy) -> None:
-    """Save the model folder, measure fact accuracy, write metrics.json and card.md (rank 0)."""
+    """Save the model folder, measure fact accuracy, write metrics.json and card.md (rank 0).
+
+    started: (time.monotonic(), time.process_time()) at the start of the command."""
     import torch
 
     from circuitlab.architectures.checkpoint import save_model
@@ -344,7 +346,7 @@ def _finish(args, out, model, result, train_config, prepared, device, world_size
             fact_note = f"not measured: {error}"
     parameters = sum(p.numel() for p in model.parameters())
     # earlier sessions' training time plus all of this command (data, training, evaluation, saving)
-    wall_seconds = result.train_seconds - result.session_seconds + (time.monotonic() - started)
+    wall_seconds = result.train_seconds - result.session_seconds + (time.monotonic() - started[0])
     metrics = {
         "name": model.config.name or out.name,
         "held_out_loss": result.held_out_loss,
@@ -357,6 +359,7 @@ def _finish(args, out, model, result, train_config, prepared, device, world_size
         "stopped": result.stopped,
         "train_seconds": result.train_seconds,
         "wall_seconds": wall_seconds,
+        "cpu_seconds": time.process_time() - started[1],  # this command, this process, all its threads
         "device": _device_description(device, world_size),
         "world_size": world_size,
         "command": command_line(args, world_size),
