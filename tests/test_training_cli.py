@@ -122,10 +122,16 @@ def test_text_and_jsonl_sources(tmp_path):
     assert train([*common, "--out", str(tmp_path / "text"), "--text", str(tmp_path / "a.txt")]) == 0
     assert train([*common, "--out", str(tmp_path / "jsonl"), "--jsonl", str(tmp_path / "b.jsonl"),
                   "--text-field", "body"]) == 0
-    for name, documents in (("text", 60), ("jsonl", 60)):
+    # the Hugging Face path, offline: a local JSON-lines data file read by `datasets`
+    assert train([*common, "--out", str(tmp_path / "hf"), "--hf-dataset", str(tmp_path / "b.jsonl"),
+                  "--text-field", "body"]) == 0
+    for name, documents in (("text", 60), ("jsonl", 60), ("hf", 60)):
         metrics = json.loads((tmp_path / name / "metrics.json").read_text())
         assert metrics["data"]["train_documents"] + metrics["data"]["held_out_documents"] == documents
         assert metrics["data"]["held_out_documents"] == 6 and metrics["fact_accuracy"] is None
+    # the same documents through `datasets` give the same split, windows and model
+    hf, jsonl = (json.loads((tmp_path / name / "metrics.json").read_text()) for name in ("hf", "jsonl"))
+    assert hf["held_out_loss"] == jsonl["held_out_loss"] and hf["data"]["train_windows"] == jsonl["data"]["train_windows"]
 
 
 def test_user_errors_are_one_line_and_exit_2(tmp_path, quick_data, capsys):

@@ -55,8 +55,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="train a model (stories corpus by default); resumable, torchrun-ready",
         description="Train a circuitlab model with AdamW and a warmup-stable-decay schedule. Settings left out "
         "come from the preset's training defaults. Outputs a model folder plus train_log.jsonl, metrics.json "
-        "and card.md in --out.",
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+        "and card.md in --out. Exit status 2: a user error; 3: the run diverged.",
+        epilog="training defaults: " + "; ".join(
+            f"{family}: " + ", ".join(f"{k}={v}" for k, v in values.items()) for family, values in TRAINING_DEFAULTS.items()
+        ) + " (tiny = tiny-* presets, stories = *-stories and seed000-tinystories)",
     )
     model = parser.add_argument_group("model")
     which = model.add_mutually_exclusive_group(required=True)
@@ -69,14 +71,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     run = parser.add_argument_group("run")
     run.add_argument("--out", required=True, help="run folder (created)")
     run.add_argument("--resume", action="store_true", help="continue from the newest checkpoint in --out")
-    run.add_argument("--seed", type=int, default=0, help="seed of the model init and the data order")
-    run.add_argument("--device", default="auto", help="auto (CUDA when present), cpu, cuda, cuda:N")
+    run.add_argument("--seed", type=int, default=0, help="seed of the model init and the data order (default 0)")
+    run.add_argument("--device", default="auto", help="auto (CUDA when present; the default), cpu, cuda, cuda:N")
     run.add_argument("--threads", type=int, default=None, help="CPU threads for torch (default: torch's choice)")
     run.add_argument("--compile", action="store_true", help="torch.compile the model")
     run.add_argument("--fsdp", action="store_true", help="shard the model with FSDP2 (torchrun only)")
     run.add_argument("--max-minutes", type=float, default=None,
                      help="stop cleanly (checkpoint, evaluate, save) once this much wall time has passed")
-    run.add_argument("--save-dtype", choices=("float32", "bf16"), default="float32", help="dtype of model.safetensors")
+    run.add_argument("--save-dtype", choices=("float32", "bf16"), default="float32", help="dtype of model.safetensors (default float32; checkpoints stay float32)")
     run.add_argument("--card-notes", default=None, help="a text/markdown file for the card's design notes")
     run.add_argument("--quiet", action="store_true", help="no progress bars")
 
@@ -102,10 +104,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     source.add_argument("--text", nargs="+", default=None, help="UTF-8 text files or folders (blank-line documents)")
     source.add_argument("--jsonl", nargs="+", default=None, help="JSON-lines files (field --text-field)")
     source.add_argument("--hf-dataset", nargs="+", default=None, help="Hugging Face dataset name, save_to_disk folder or data file")
-    data.add_argument("--text-field", default="text", help="text field of --jsonl / --hf-dataset records")
-    data.add_argument("--hf-split", default="train", help="split of --hf-dataset")
+    data.add_argument("--text-field", default="text", help="text field of --jsonl / --hf-dataset records (default text)")
+    data.add_argument("--hf-split", default="train", help="split of --hf-dataset (default train)")
     data.add_argument("--hf-limit", type=int, default=None, help="read at most this many --hf-dataset rows")
-    data.add_argument("--held-out-fraction", type=float, default=0.02, help="documents held out from --text/--jsonl/--hf-dataset")
+    data.add_argument("--held-out-fraction", type=float, default=0.02, help="fraction of --text/--jsonl/--hf-dataset documents held out (default 0.02)")
     data.add_argument("--n-stories", type=int, default=None, help="generated training stories")
     data.add_argument("--held-out-stories", type=int, default=None, help="held-out stories (the held-out generator seed)")
     data.add_argument("--tokenizer", default=None, help="reuse this tokenizer.json instead of training one")

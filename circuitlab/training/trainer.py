@@ -4,11 +4,13 @@ evaluation, selectivity pressures, a divergence guard, and checkpoints that resu
 Optimizer (seed 000, appendix B.1): AdamW with weight decay 0.1 on matrices only. Vectors and scalars
 (norm scales, biases, NC-FFN decay logits) are not decayed: decay would pull norm scales towards zero and
 quantifier decays towards a half-life of one token, which is a change of function, not a regulariser.
-Embeddings ARE decayed (`decay_embeddings=True`, the default): seed 000 excludes only scalar parameters, and
-in every preset the embedding is tied to the unembedding, so it is the output matrix too, the largest matrix
-of these small models and the one whose norm sets the logit scale; leaving it free lets the logits grow
-without bound on a small synthetic corpus. Rows of tokens that never occur only shrink towards zero
-(a logit of 0), which is harmless. `decay_embeddings=False` (CLI --no-embedding-decay) opts out.
+Embeddings ARE decayed (`decay_embeddings=True`, the default). Seed 000 decays everything but scalar
+parameters, and the embedding is a matrix. The usual reason to exempt embeddings (a row is only updated
+when its token occurs, so decay keeps shrinking rare rows between updates) is weaker here: every preset ties
+the embedding to the unembedding, so each row also gets a gradient from every softmax, and the matrix is the
+model's output layer, which decay regularises in any dense layer. Rows of tokens that never occur shrink
+towards zero, a logit of 0, which is harmless. `decay_embeddings=False` (CLI --no-embedding-decay) opts out,
+e.g. for untied embeddings.
 
 Data: `train_windows` holds fixed-length windows of seq_len + 1 tokens (inputs are the first seq_len, targets
 the last seq_len). The order is a pure function of (seed, step): sample p of the run is window
@@ -311,6 +313,7 @@ class Trainer:
         self.sampler = WindowSampler(train_windows.shape[0], config.batch_size, config.seed)
         self.step = 0
         self.train_seconds_before = 0.0
+        self._session_start = time.monotonic()  # reset when fit() starts
         self.history: list[dict[str, Any]] = []
 
     # --- state -------------------------------------------------------------------------------------------
@@ -465,7 +468,7 @@ class Trainer:
     # --- loop --------------------------------------------------------------------------------------------
 
     def _session_seconds(self) -> float:
-        return time.monotonic() - self._session_start if hasattr(self, "_session_start") else 0.0
+        return time.monotonic() - self._session_start
 
     @torch.no_grad()
     def evaluate(self, max_windows: int | None = None) -> float:
