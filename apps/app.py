@@ -2,27 +2,28 @@
 
     streamlit run apps/app.py --server.address 127.0.0.1 -- --run runs/sgatlin-stories
     (or: circuitlab dashboard --run runs/sgatlin-stories)
+
+The pages live in views/, not pages/: Streamlit treats a pages/ folder beside the entry script as the
+legacy multipage layout (file names in the sidebar, pages run without this script) until st.navigation
+first runs, so the first visitor would see the wrong navigation.
 """
 
 from __future__ import annotations
 
 import streamlit as st
 
-from app_support import APP_TITLE, sidebar_run_picker
+from app_support import APP_TITLE
 
 st.set_page_config(page_title=APP_TITLE, page_icon=":material/hub:", layout="wide")
 
 PAGES = [
-    st.Page("pages/overview.py", title="Overview", icon=":material/home:", default=True),
-    st.Page("pages/lookup.py", title="Circuit lookup", icon=":material/search:"),
-    st.Page("pages/circuit_map.py", title="Circuit map", icon=":material/scatter_plot:"),
-    st.Page("pages/patching.py", title="Patching", icon=":material/swap_horiz:"),
-    st.Page("pages/legibility.py", title="Legibility", icon=":material/visibility:"),
-    st.Page("pages/attribution.py", title="Attribution", icon=":material/bar_chart:"),
-    st.Page("pages/neurons.py", title="Neurons", icon=":material/grid_on:"),
+    st.Page("views/overview.py", title="Overview", icon=":material/home:", default=True),
+    st.Page("views/lookup.py", title="Circuit lookup", icon=":material/search:"),
+    st.Page("views/circuit_map.py", title="Circuit map", icon=":material/scatter_plot:"),
+    st.Page("views/patching.py", title="Patching", icon=":material/swap_horiz:"),
+    st.Page("views/legibility.py", title="Legibility", icon=":material/visibility:"),
+    st.Page("views/attribution.py", title="Attribution", icon=":material/bar_chart:"),
+    st.Page("views/neurons.py", title="Neurons", icon=":material/grid_on:"),
 ]
 
-navigation = st.navigation(PAGES)
-st.sidebar.markdown(f"**{APP_TITLE}**")
-sidebar_run_picker()
-navigation.run()
+st.navigation(PAGES).run()  # each page draws the sidebar's run picker itself (app_support.require_run)

@@ -59,8 +59,13 @@ def sidebar_run_picker() -> None:
 
 
 def require_run() -> RunFolder:
-    """The run folder shown, or an explanation and a stop."""
-    path = Path(st.session_state.setdefault(RUN_KEY, str(initial_run_path())))
+    """The run folder shown (after the sidebar's run picker), or an explanation and a stop.
+
+    Every page calls this first, so the picker is drawn once per page run, also when a page script is run
+    on its own (AppTest.from_file on a view).
+    """
+    sidebar_run_picker()
+    path = Path(st.session_state[RUN_KEY])
     try:
         return RunFolder.open(path)
     except RunFolderError as error:

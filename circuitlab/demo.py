@@ -953,7 +953,7 @@ def dashboard_command(run_path: Path, host: str = DEFAULT_HOST, port: int = DEFA
     return [
         sys.executable, "-m", "streamlit", "run", str(APP_PATH),
         "--server.address", host, "--server.port", str(int(port)), "--server.headless", "true",
-        "--browser.gatherUsageStats", "false", "--", "--run", str(run_path),
+        "--browser.gatherUsageStats", "false", "--client.toolbarMode", "minimal", "--", "--run", str(run_path),
     ]
 
 

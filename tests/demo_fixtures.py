@@ -1,6 +1,6 @@
 """Tiny models and `circuitlab demo --fast` run folders for the demo and dashboard tests.
 
-Two random-weight models (tiny-sgatlin and tiny-legible, the latter for the legibility page) share a BPE
+Two random-weight models (tiny-sgatlin, and tiny-legible with saturated operands for the legibility page) share a BPE
 tokenizer trained on 1000 generated stories with 1536 tokens, enough for most fact nouns and adjectives to
 be single tokens (so the fact pairs exist). Building twice in one session is cheap: the second
 `circuitlab demo` finds every artifact cached.
@@ -36,10 +36,25 @@ def make_tiny_models(root: Path) -> dict[str, Path]:
     for index, (name, folder) in enumerate(folders.items()):
         torch.manual_seed(index)
         model = CircuitTransformer(ModelConfig.preset(name).replace(d_vocab=tokenizer.vocab_size), tokenizer=tokenizer)
+        if name == "tiny-legible":
+            _saturate_bounded_channels(model)
         model.save(folder)
         (folder / "card.md").write_text(CARD.format(name=name))
         (folder / "train_log.jsonl").write_text("".join(json.dumps(record) + "\n" for record in TRAIN_LOG))
     return folders
+
+
+def _saturate_bounded_channels(model) -> None:
+    """Large operand weights push the sigmoids to their rails, as trained legible models do (seed 002):
+    random small weights leave every channel near 0.5, so nothing would fire and the channel browser
+    would have no contexts to show."""
+    import torch
+
+    with torch.no_grad():
+        for block in model.blocks:
+            for name in ("W_A", "W_B"):
+                getattr(block.attn, name).mul_(60.0)
+            block.mlp.W_in.mul_(60.0)
 
 
 def build_runs(base: Path) -> tuple[Path, dict[str, Path], dict[str, Path]]:

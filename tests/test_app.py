@@ -1,0 +1,298 @@
+"""The dashboard, page by page, under streamlit's AppTest: every page renders its key elements without an
+exception, missing artifacts say which command makes them, and odd input gives a message."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("streamlit")
+from streamlit.testing.v1 import AppTest
+
+from circuitlab.demo import RUN_MANIFEST
+from demo_fixtures import build_runs
+
+APP = str(Path(__file__).resolve().parents[1] / "apps" / "app.py")
+PAGES = {
+    "Overview": "views/overview.py",
+    "Circuit lookup": "views/lookup.py",
+    "Circuit map": "views/circuit_map.py",
+    "Patching": "views/patching.py",
+    "Legibility": "views/legibility.py",
+    "Attribution": "views/attribution.py",
+    "Neurons": "views/neurons.py",
+}
+
+
+@pytest.fixture(scope="session")
+def demo_runs(tmp_path_factory):
+    return build_runs(tmp_path_factory.getbasetemp() / "circuitlab-demo")
+
+
+def open_page(run: Path, page: str) -> AppTest:
+    app = AppTest.from_file(APP, default_timeout=120)
+    app.session_state["run_path"] = str(run)
+    app.run()
+    app.switch_page(PAGES[page])
+    app.run()
+    assert not app.exception, [e.value for e in app.exception]
+    assert [title.value for title in app.title] == [page]
+    return app
+
+
+def plotly_charts(app: AppTest) -> list:
+    return list(app.get("plotly_chart"))
+
+
+def texts(elements) -> str:
+    return " ".join(str(element.value) for element in elements)
+
+
+# ---------------------------------------------------------------------------------------- every page
+
+
+@pytest.mark.parametrize("page", list(PAGES))
+@pytest.mark.parametrize("model", ["tiny-sgatlin", "tiny-legible"])
+def test_every_page_renders_for_every_model(demo_runs, model, page):
+    _, _, runs = demo_runs
+    app = open_page(runs[model], page)
+    assert not app.error, texts(app.error)
+    assert not app.warning, texts(app.warning)
+
+
+def test_overview_shows_card_training_curve_parameters_and_artifacts(demo_runs):
+    from circuitlab import load_model
+
+    _, models, runs = demo_runs
+    app = open_page(runs["tiny-sgatlin"], "Overview")
+    model = load_model(models["tiny-sgatlin"])
+    metrics = {metric.label: metric.value for metric in app.metric}
+    assert metrics["parameters"] == f"{model.parameter_counts()['total']:,}"
+    assert metrics["active parameters per token"] == f"{model.active_parameters_per_token():,}"
+    assert "A random-weight tiny-sgatlin model" in texts(app.markdown)
+    assert len(plotly_charts(app)) == 1  # the training curve
+    artifacts = app.dataframe[1].value
+    assert set(artifacts["artifact"]) == {"card", "corpus", "circuitdb", "semantic", "umap", "usage", "nie", "legibility", "dla"}
+    assert dict(zip(artifacts["artifact"], artifacts["status"]))["legibility"] == "not applicable"
+
+
+def test_lookup_renders_the_heatmap_and_the_table_of_neighbours(demo_runs):
+    _, models, runs = demo_runs
+    app = open_page(runs["tiny-sgatlin"], "Circuit lookup")
+    assert len(plotly_charts(app)) == 1
+    table = app.dataframe[0].value
+    assert {"query_token", "distance", "context", "top_predictions"} <= set(table.columns)
+    assert table["rank"].max() == 5
+    app.slider[0].set_value(3)
+    app.text_area[0].input("Tom was happy.")
+    app.button[0].click()
+    app.run()
+    assert not app.exception
+    table = app.dataframe[0].value
+    assert table["rank"].max() == 3 and len(table) == 3 * table["query_position"].nunique()
+
+
+@pytest.mark.parametrize(
+    "text, expected",
+    [
+        ("", "empty"),
+        ("   ", "empty"),
+        ("The turtle was slow. " * 80, "longer than"),
+        ("x, " * 6000, "longer than"),
+    ],
+)
+def test_lookup_odd_input_gives_a_message(demo_runs, text, expected):
+    _, _, runs = demo_runs
+    app = open_page(runs["tiny-sgatlin"], "Circuit lookup")
+    app.text_area[0].input(text)
+    app.button[0].click()
+    app.run()
+    assert not app.exception
+    assert expected in texts(app.warning)
+    assert not plotly_charts(app)
+
+
+@pytest.mark.parametrize("text", ["🙂🚀 ✓", "中文 العربية", "\x00\x07", "<|endoftext|>"])
+def test_lookup_unusual_characters_still_work(demo_runs, text):
+    _, _, runs = demo_runs
+    app = open_page(runs["tiny-sgatlin"], "Circuit lookup")
+    app.text_area[0].input(text)
+    app.button[0].click()
+    app.run()
+    assert not app.exception and not app.warning and not app.error
+    assert len(plotly_charts(app)) == 1
+
+
+def test_circuit_map_switches_layer_colour_and_token_filter(demo_runs):
+    _, _, runs = demo_runs
+    app = open_page(runs["tiny-sgatlin"], "Circuit map")
+    assert len(plotly_charts(app)) == 2  # the map and the semantic score
+    app.radio[0].set_value("token")
+    next(box for box in app.selectbox if box.label == "Layer").set_value(0)
+    app.run()
+    assert not app.exception
+    tokens = app.multiselect[0].options
+    app.multiselect[0].select(tokens[0])
+    app.run()
+    assert not app.exception
+    assert "circuits of 1 tokens" in texts(app.caption)
+
+
+def test_patching_shows_the_fact_grid_and_patches_a_typed_pair(demo_runs):
+    from circuitlab import load_model
+    from circuitlab.data.facts import single_token_facts
+
+    _, models, runs = demo_runs
+    tokenizer = load_model(models["tiny-sgatlin"]).tokenizer
+    clean, patch = single_token_facts(tokenizer)[:2]
+    app = open_page(runs["tiny-sgatlin"], "Patching")
+    assert len(plotly_charts(app)) == 1
+    inputs = app.text_input
+    inputs[0].input(f"The {clean.noun} was")
+    inputs[1].input(clean.adjective)
+    inputs[2].input(f"The {patch.noun} was")
+    inputs[3].input(patch.adjective)
+    app.button[0].click()
+    app.run()
+    assert not app.exception and not app.warning, texts(app.warning)
+    assert len(plotly_charts(app)) == 2
+    assert {metric.label for metric in app.metric} == {"m(clean)", "m(counterfactual)"}
+
+
+@pytest.mark.parametrize(
+    "clean, clean_answer, patch, patch_answer, expected",
+    [
+        ("", "x", "The fox was", "y", "empty"),
+        ("The fox was", "", "The fox was", "y", "empty"),
+        ("The fox was", "a", "The cat was", "a", "same token"),
+        ("The fox was", "supercalifragilistic", "The cat was", "a", "single tokens"),
+        ("word " * 200, "a", "The cat was", "b", "longer than"),
+    ],
+)
+def test_patching_form_odd_input_gives_a_message(demo_runs, clean, clean_answer, patch, patch_answer, expected):
+    _, _, runs = demo_runs
+    app = open_page(runs["tiny-sgatlin"], "Patching")
+    for field, value in zip(app.text_input, (clean, clean_answer, patch, patch_answer)):
+        field.input(value)
+    app.button[0].click()
+    app.run()
+    assert not app.exception
+    assert expected in texts(app.warning)
+
+
+def test_attribution_shows_demo_prompts_and_a_typed_prompt(demo_runs):
+    _, _, runs = demo_runs
+    app = open_page(runs["tiny-sgatlin"], "Attribution")
+    assert len(plotly_charts(app)) == 2  # overview heatmap and layer detail of the first demo prompt
+    metrics = {metric.label: float(metric.value) for metric in app.metric}
+    logit_label = next(label for label in metrics if label.startswith("logit of"))
+    assert metrics[logit_label] == pytest.approx(metrics["sum of the parts"], abs=2e-3)
+    app.text_input[0].input("Lily went to the")
+    app.button[0].click()
+    app.run()
+    assert not app.exception and not app.warning
+    assert len(plotly_charts(app)) == 4
+
+
+@pytest.mark.parametrize("prompt, target, expected", [("", "", "empty"), ("Lily went", "zzzqqqxxx", "single tokens"),
+                                                      ("The turtle was slow. " * 80, "", "longer than")])
+def test_attribution_odd_input_gives_a_message(demo_runs, prompt, target, expected):
+    _, _, runs = demo_runs
+    app = open_page(runs["tiny-sgatlin"], "Attribution")
+    app.text_input[0].input(prompt)
+    app.text_input[1].input(target)
+    app.button[0].click()
+    app.run()
+    assert not app.exception
+    assert expected in texts(app.warning)
+
+
+def test_legibility_page_figures_and_channel_contexts(demo_runs):
+    import pandas as pd
+
+    _, _, runs = demo_runs
+    app = open_page(runs["tiny-legible"], "Legibility")
+    assert len(plotly_charts(app)) == 2  # regimes by layer, per-head heatmap
+    summary = app.dataframe[0].value
+    assert set(summary["surface"]) == {"attention", "ffn"}
+    channels = pd.read_parquet(runs["tiny-legible"] / "legibility_channels.parquet")
+    selective = channels[channels["combined"] & (channels["regime"] == "SELECTIVE") & (channels["surface"] == "attention")
+                         & (channels["layer"] == 0)]
+    assert len(selective) > 0  # the saturated operands make detectors
+    labels = next(box for box in app.selectbox if box.label == "Channel").options
+    assert len(labels) == len(selective)
+    app.button[0].click()
+    app.run()
+    assert not app.exception and not app.error
+    contexts = app.dataframe[-1].value
+    assert contexts.columns.tolist() == ["token", "p_fire", "fires", "count", "lift", "value", "context"]
+    assert (contexts["value"] > 0.9).all() and contexts["context"].str.contains(r"\[").all()
+    regime = next(box for box in app.selectbox if box.label == "Regime")
+    regime.set_value("any")
+    app.run()
+    assert not app.exception
+
+
+def test_neurons_page_shows_usage_and_says_when_it_does_not_apply(demo_runs):
+    _, _, runs = demo_runs
+    app = open_page(runs["tiny-sgatlin"], "Neurons")
+    assert len(plotly_charts(app)) == 2
+    assert set(app.dataframe[0].value["layer"]) == {0, 1}
+    app = open_page(runs["tiny-legible"], "Neurons")
+    assert "does not apply" in texts(app.info) and not plotly_charts(app)
+
+
+# ---------------------------------------------------------------------------------- missing artifacts
+
+
+@pytest.mark.parametrize(
+    "page, removed, what",
+    [
+        ("Circuit map", "umap_L0.parquet", "UMAP maps"),
+        ("Circuit lookup", "circuitdb", "circuit database"),
+        ("Patching", "nie.parquet", "NIE grid"),
+        ("Attribution", "dla.parquet", "direct logit attribution"),
+        ("Neurons", "usage.json", "neuron usage"),
+    ],
+)
+def test_a_missing_artifact_names_itself_and_the_command_that_makes_it(demo_runs, tmp_path, page, removed, what):
+    _, _, runs = demo_runs
+    copy = tmp_path / "runs" / "tiny-sgatlin"
+    shutil.copytree(runs["tiny-sgatlin"], copy)
+    target = copy / removed
+    shutil.rmtree(target) if target.is_dir() else target.unlink()
+    app = open_page(copy, page)
+    assert f"This run folder has no {what}" in texts(app.warning)
+    command = texts(app.code)
+    assert command.startswith("circuitlab demo ") and "--fast" in command
+
+
+def test_a_damaged_artifact_is_a_message_not_a_traceback(demo_runs, tmp_path):
+    _, _, runs = demo_runs
+    copy = tmp_path / "runs" / "tiny-sgatlin"
+    shutil.copytree(runs["tiny-sgatlin"], copy)
+    (copy / "nie.parquet").write_bytes(b"PAR1 not really parquet")
+    app = open_page(copy, "Patching")
+    assert "cannot be read" in texts(app.error)
+    assert "circuitlab demo" in texts(app.code)
+
+
+def test_a_folder_that_is_not_a_run_says_how_to_make_one(tmp_path):
+    app = AppTest.from_file(APP, default_timeout=60)
+    app.session_state["run_path"] = str(tmp_path / "nowhere")
+    app.run()
+    assert not app.exception
+    assert "circuitlab demo" in texts(app.error) + texts(app.code)
+
+
+def test_the_sidebar_offers_the_other_runs_beside_this_one(demo_runs):
+    _, _, runs = demo_runs
+    app = open_page(runs["tiny-sgatlin"], "Overview")
+    picker = app.sidebar.selectbox[0]
+    assert picker.options == ["tiny-legible", "tiny-sgatlin"]
+    picker.set_value("tiny-legible")
+    app.run()
+    assert Path(app.session_state["run_path"]) == runs["tiny-legible"].resolve()
+    assert (Path(app.session_state["run_path"]) / RUN_MANIFEST).is_file()

@@ -1,0 +1,48 @@
+"""The dashboard served by streamlit on a free localhost port and rendered by headless Chromium: the page
+title is in the DOM, the Overview's content renders, and a PNG screenshot of the window is written."""
+
+from __future__ import annotations
+
+import importlib.util
+import struct
+from pathlib import Path
+
+import pytest
+
+from demo_fixtures import build_runs
+
+SCREENSHOTS = Path(__file__).resolve().parents[1] / "apps" / "screenshots.py"
+
+
+def _screenshots_module():
+    spec = importlib.util.spec_from_file_location("dashboard_screenshots", SCREENSHOTS)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture(scope="session")
+def demo_runs(tmp_path_factory):
+    return build_runs(tmp_path_factory.getbasetemp() / "circuitlab-demo")
+
+
+@pytest.mark.slow
+def test_chromium_renders_the_dashboard_and_writes_a_screenshot(demo_runs, tmp_path):
+    shots = _screenshots_module()
+    if shots.chromium_binary() is None:
+        pytest.skip("chromium is not installed (Debian: apt-get install chromium; scripts/test.sh installs it)")
+    _, _, runs = demo_runs
+    profile = tmp_path / "profile"
+    with shots.served(runs["tiny-sgatlin"], log=tmp_path / "server.log") as base, \
+            shots.Browser(profile, window="1400,900", timeout=120) as browser:
+        assert base.startswith("http://127.0.0.1:")
+        dom = browser.open(base + "/", shots.PAGES["overview"])
+        png = browser.screenshot(tmp_path / "overview.png")
+    assert "<title>circuitlab dashboard</title>" in dom
+    text = shots.page_text(dom)
+    assert "Model card" in text and "active parameters per token" in text
+    header = png.read_bytes()[:24]
+    assert header[:8] == b"\x89PNG\r\n\x1a\n" and header[12:16] == b"IHDR"
+    width, height = struct.unpack(">II", header[16:24])
+    assert (width, height) == (1400, 900)
+    assert png.stat().st_size > 20_000  # a rendered page, not a blank window
