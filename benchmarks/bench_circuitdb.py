@@ -143,21 +143,28 @@ def markdown(rows: list[dict], collection: dict | None, n_queries: int) -> str:
         "sketches in FAISS (IVF over 2 sqrt(n) k-means cells, 8-bit scalar quantization), the candidates re-ranked "
         "with the exact sparse cosine distance. Build = inverted lists + sketching + FAISS training and adding.",
         "",
-        "| codes | build: inverted lists (s) | build: FAISS index (s) | exact queries/s | approximate index | nprobe | candidates | approximate queries/s | recall@10 |",
-        "|---:|---:|---:|---:|---|---:|---:|---:|---:|",
+        "| codes | build: inverted lists (s) | build: FAISS index (s) | exact queries/s | approximate index | nprobe | candidates | approximate queries/s | recall@10 | peak memory (GiB) |",
+        "|---:|---:|---:|---:|---|---:|---:|---:|---:|---:|",
     ]
     for row in rows:
         lines.append(
             f"| {row['codes']:,} | {row['inverted_lists_seconds']:.1f} | {row['index_seconds']:.1f} | {row['exact_qps']:.0f} "
-            f"| {row['index']} | {row['nprobe']} | {row['candidates']} | {row['approximate_qps']:.0f} | {row['recall_at_10']:.4f} |"
+            f"| {row['index']} | {row['nprobe']} | {row['candidates']} | {row['approximate_qps']:.0f} | {row['recall_at_10']:.4f} "
+            f"| {row.get('peak_gib', float('nan')):.1f} |"
         )
+    lines += [
+        "",
+        "Peak memory is the process's, cumulative over the rows above it. Query rates are measured on one batch "
+        "each and move by up to 2x between runs when other processes share the cores.",
+    ]
     if collection:
         lines += [
             "",
             f"Collection throughput ({collection['model']}; generated held-out stories, batch {collection['batch_size']}, "
             f"{collection['threads']} torch threads): **{collection['collect_tokens_per_second']:.0f} tokens/s** recording "
             f"codes of all 4 layers, context and top-5 predictions to Parquet/.npy shards ({collection['tokens']:,} tokens), "
-            f"against {collection['forward_tokens_per_second']:.0f} tokens/s for the bare forward pass.",
+            f"against {collection['forward_tokens_per_second']:.0f} tokens/s for the bare forward pass: the model's "
+            "forward pass, not the recording, sets the pace.",
         ]
     return "\n".join(lines) + "\n"
 
@@ -191,8 +198,12 @@ def main() -> None:
     ]
     rows = []
     for size in args.sizes:
-        rows += search_benchmark(size, args.queries, args.seed, settings)
-        print(f"    peak memory so far {peak_rss_gib():.1f} GiB", flush=True)
+        size_rows = search_benchmark(size, args.queries, args.seed, settings)
+        peak = peak_rss_gib()
+        for row in size_rows:
+            row["peak_gib"] = peak
+        rows += size_rows
+        print(f"    peak memory so far {peak:.1f} GiB", flush=True)
     collection = None if args.skip_collection else collection_benchmark(args.stories, args.batch_size)
     text = markdown(rows, collection, args.queries)
     print()

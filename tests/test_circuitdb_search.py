@@ -141,7 +141,8 @@ def test_database_search_table():
     assert first["token"] == metadata["token"][first["circuit_id"]]
     assert first["context"] == mark_token(*metadata.loc[first["circuit_id"], ["context", "token_start", "token_end"]])
     assert first["top_predictions"] == " | ".join(metadata["top_predictions"][first["circuit_id"]])
-    approximate = db.search(queries, layer=2, k=5, exact=False)  # builds the missing index on demand
+    with pytest.warns(UserWarning, match="no approximate index yet"):  # built on demand
+        approximate = db.search(queries, layer=2, k=5, exact=False)
     assert approximate["distance"].iloc[0] == pytest.approx(0.0, abs=1e-9)
     text = format_hits(hits)
     assert text.count("\n") == 10 and "«" in text
