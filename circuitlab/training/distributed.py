@@ -54,7 +54,7 @@ def setup_distributed(device: str = "auto", timeout_minutes: float = 30.0) -> Di
         return DistributedContext()
     rank, world_size = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     local_rank = int(os.environ.get("LOCAL_RANK", rank))
-    use_cuda = torch.cuda.is_available() and device in ("auto", "cuda") or device.startswith("cuda")
+    use_cuda = device.startswith("cuda") or (device == "auto" and torch.cuda.is_available())
     backend = "nccl" if use_cuda else "gloo"
     if use_cuda:
         torch.cuda.set_device(local_rank)
