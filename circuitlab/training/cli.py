@@ -117,10 +117,28 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.set_defaults(func=run_train, train_parser=parser)
 
 
+def _typed_arguments(args: argparse.Namespace) -> list[str] | None:
+    """The arguments after `train` on this process's command line, if they are the ones parsed into `args`
+    (not so when main() was called with its own argv, as tests do)."""
+    if len(sys.argv) < 2 or Path(sys.argv[0]).name not in ("circuitlab", "cli.py") or sys.argv[1] != "train":
+        return None
+    typed = sys.argv[2:]
+    try:
+        reparsed = args.train_parser.parse_args(typed)
+    except SystemExit:
+        return None
+    mine = {k: v for k, v in vars(args).items() if k != "verb"}
+    return [a for a in typed if a != "--resume"] if vars(reparsed) == mine else None
+
+
 def command_line(args: argparse.Namespace, world_size: int) -> str:
-    """The command that reproduces this run: every option given a non-default value, in parser order."""
+    """The command of this run as typed (without --resume); when that is unknown, every option that was given
+    a non-default value, in parser order."""
     parts = ["circuitlab", "train"] if world_size == 1 else [
         "torchrun", f"--nproc_per_node={world_size}", "-m", "circuitlab.cli", "train"]
+    typed = _typed_arguments(args)
+    if typed is not None:
+        return shlex.join(parts + typed)
     for action in args.train_parser._actions:
         if not action.option_strings or action.dest in ("help", "resume", "prepare_only"):
             continue
