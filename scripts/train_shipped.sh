@@ -18,6 +18,11 @@ cd "$(dirname "$0")/.."
 RUN="${RUN:-runs/shipped}"
 PYTHON="${PYTHON:-python}"
 STEPS="${STEPS:-3000}"
+N_STORIES="${N_STORIES:-400000}"
+DEVICE="${DEVICE:-cuda}"
+MAX_MINUTES="${MAX_MINUTES:-9}"
+# GPUs to spread the four runs over (round robin); one GPU takes all four
+read -r -a GPUS <<< "${GPUS:-0}"
 mkdir -p "$RUN/notes"
 circuitlab() { "$PYTHON" -m circuitlab.cli "$@"; }
 
@@ -29,7 +34,7 @@ fi
 
 # 2. the shared corpus cache: 400k training stories (seed 0), 2000 held-out stories (the held-out seed)
 circuitlab train --preset sgatlin-stories --out "$RUN/prepare" --tokenizer "$RUN/tokenizer.json" \
-  --data-dir "$RUN/data" --n-stories 400000 --held-out-stories 2000 --seq-len 256 --prepare-only --quiet
+  --data-dir "$RUN/data" --n-stories "$N_STORIES" --held-out-stories 2000 --seq-len 256 --prepare-only --quiet
 
 cat > "$RUN/notes/common.md" <<'EOF'
 Trained with `circuitlab train` (AdamW, weight decay 0.1 on matrices and the tied embedding, none on
@@ -63,11 +68,14 @@ EOF
 
 # 3. the four runs, concurrently on one GPU
 pids=()
+run_index=0
 for name in sgatlin-stories gelu-stories legible-stories parity-stories; do
+  gpu="${GPUS[$((run_index % ${#GPUS[@]}))]}"
+  run_index=$((run_index + 1))
   { cat "$RUN/notes/$name.md"; echo; cat "$RUN/notes/common.md"; } > "$RUN/notes/$name.card.md"
-  circuitlab train --preset "$name" --steps "$STEPS" --batch-size 64 --seq-len 256 --lr 1e-3 --warmup 100 \
-    --grad-clip 2.0 --eval-every 250 --ckpt-every 500 --n-stories 400000 --held-out-stories 2000 \
-    --tokenizer "$RUN/tokenizer.json" --data-dir "$RUN/data" --seed 0 --device cuda --max-minutes 9 \
+  CUDA_VISIBLE_DEVICES="$gpu" circuitlab train --preset "$name" --steps "$STEPS" --batch-size 64 --seq-len 256 --lr 1e-3 --warmup 100 \
+    --grad-clip 2.0 --eval-every 250 --ckpt-every 500 --n-stories "$N_STORIES" --held-out-stories 2000 \
+    --tokenizer "$RUN/tokenizer.json" --data-dir "$RUN/data" --seed 0 --device "$DEVICE" --max-minutes "$MAX_MINUTES" \
     --save-dtype bf16 --card-notes "$RUN/notes/$name.card.md" --quiet --out "$RUN/$name" \
     > "$RUN/$name.log" 2>&1 &
   pids+=($!)

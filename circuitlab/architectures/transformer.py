@@ -199,7 +199,8 @@ class CircuitTransformer(HookedRootModule):
                 f"prompt of {tokens.shape[1]} tokens is longer than the model's context n_ctx={self.config.n_ctx};"
                 " shorten it or split it into windows"
             )
-        if tokens.numel() and (int(tokens.min()) < 0 or int(tokens.max()) >= self.config.d_vocab):
+        # range check on host tensors only: on the GPU it would force a sync every training step
+        if tokens.device.type == "cpu" and tokens.numel() and (int(tokens.min()) < 0 or int(tokens.max()) >= self.config.d_vocab):
             raise ValueError(
                 f"token ids must lie in [0, d_vocab={self.config.d_vocab}), got [{int(tokens.min())}, "
                 f"{int(tokens.max())}] (was the text tokenized with another tokenizer?)"
