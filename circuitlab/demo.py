@@ -117,7 +117,10 @@ def run_folder_path(runs_root: str | os.PathLike, name: str) -> Path:
 def run_name_for(model_spec: str, model_folder: Path) -> str:
     """The run name of a model: its shipped name, or its folder's name."""
     name = Path(model_folder).resolve().name or str(model_spec)
-    return check_run_name(name)
+    try:
+        return check_run_name(name)
+    except RunFolderError as error:
+        raise RunFolderError(f"{error}; the model folder's name cannot name its run folder: choose one with --name") from None
 
 
 def list_runs(runs_root: str | os.PathLike) -> list[str]:
@@ -589,7 +592,7 @@ def corpus_windows(model: Any, texts: Sequence[str], seq_len: int) -> Any:
     return held_out_windows(model, texts, seq_len=seq_len)
 
 
-def pipeline_steps(model: Any, model_folder: Path, sizes: Sizes) -> list[Step]:
+def pipeline_steps(model_folder: Path, sizes: Sizes) -> list[Step]:
     """The demo's artifacts in the order they are made."""
     return [
         Step("card", "model card and training log", _card_params(model_folder), (), _make_card),
@@ -639,7 +642,7 @@ def run_pipeline(
         log(f"{run.path}: the model changed since this run folder was made; recomputing every artifact")
     run.manifest["fast"] = sizes == Sizes.fast()
     run.save()
-    steps = pipeline_steps(model, Path(identity.folder), sizes)
+    steps = pipeline_steps(Path(identity.folder), sizes)
     ctx = PipelineContext(model=model, run=run, sizes=sizes, progress=progress)
     fingerprints: dict[str, str] = {}
     report = PipelineReport()

@@ -109,6 +109,17 @@ def test_cli_refuses_an_escaping_name_without_touching_the_disk(demo_runs, tmp_p
     assert not (tmp_path / "escaped").exists() and not runs.exists()
 
 
+def test_a_model_folder_name_that_cannot_name_a_run_asks_for_name(demo_runs, tmp_path, capsys):
+    from circuitlab.cli import main
+
+    _, models, _ = demo_runs
+    odd = tmp_path / "my model"
+    shutil.copytree(models["tiny-sgatlin"], odd)
+    assert main(["demo", str(odd), "--runs", str(tmp_path / "runs"), "--no-serve", "--quiet"]) == 2
+    assert "--name" in capsys.readouterr().err
+    assert not (tmp_path / "runs" / "my model").exists()
+
+
 # ------------------------------------------------------------------------------- localhost binding
 
 
@@ -134,6 +145,24 @@ def test_bad_hosts_are_refused_by_the_cli(host, capsys):
     with pytest.raises(SystemExit) as exit_info:
         build_parser().parse_args(["dashboard", "--host", host])
     assert exit_info.value.code == 2
+
+
+@settings(max_examples=200, deadline=None)
+@given(host=st.text(max_size=40), port=st.text(max_size=8))
+def test_dashboard_arguments_parse_or_exit_2(host, port):
+    from circuitlab.cli import build_parser
+
+    try:
+        args = build_parser().parse_args(["dashboard", "--host", host, "--port", port])
+    except SystemExit as exit_info:
+        assert exit_info.code == 2
+        return
+    try:
+        command = dashboard_command(Path("runs/x"), args.host, args.port)
+    except ValueError as error:
+        assert "--port" in str(error)
+        return
+    assert command[command.index("--server.address") + 1] == host
 
 
 def test_loopback_detection():

@@ -3,6 +3,8 @@ and how often a circuit's neighbours share its word category."""
 
 from __future__ import annotations
 
+import re
+
 import pandas as pd
 import plotly.graph_objects as go
 import streamlit as st
@@ -17,8 +19,8 @@ st.markdown(
 )
 run = require_run()
 if need(run, "umap"):
-    files = run.entry("umap")["files"]
-    layers = sorted(int(name.split("_L")[1].split(".")[0]) for name in files)
+    named = (re.fullmatch(r"umap_L(\d+)\.parquet", name) for name in run.entry("umap")["files"])
+    layers = sorted(int(match.group(1)) for match in named if match)
     left, middle, right = st.columns([1, 1, 2])
     with left:
         layer = layer_choice("Layer", layers, penultimate(layers))
