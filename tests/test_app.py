@@ -133,11 +133,16 @@ def test_circuit_map_switches_layer_colour_and_token_filter(demo_runs):
     next(box for box in app.selectbox if box.label == "Layer").set_value(0)
     app.run()
     assert not app.exception
+    next(box for box in app.selectbox if box.label == "Layer").set_value("all layers")
+    app.run()
+    assert not app.exception and len(plotly_charts(app)) == 2
+    assert "circuits of 30 tokens" in texts(app.caption)  # --fast maps the 30 most frequent tokens
     tokens = app.multiselect[0].options
     app.multiselect[0].select(tokens[0])
     app.run()
     assert not app.exception
-    assert "circuits of 1 tokens" in texts(app.caption)
+    assert "circuits of 1 token" in texts(app.caption)
+    assert set(app.multiselect[0].value) == {tokens[0]}
 
 
 def test_patching_shows_the_fact_grid_and_patches_a_typed_pair(demo_runs):

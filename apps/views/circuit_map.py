@@ -9,7 +9,7 @@ import pandas as pd
 import plotly.graph_objects as go
 import streamlit as st
 
-from app_support import layer_choice, load_artifact, need, penultimate, read_parquet, require_run
+from app_support import load_artifact, need, penultimate, read_parquet, require_run
 from circuitlab.analysis.embedding import embedding_figure
 
 st.title("Circuit map")
@@ -23,10 +23,17 @@ if need(run, "umap"):
     layers = sorted(int(match.group(1)) for match in named if match)
     left, middle, right = st.columns([1, 1, 2])
     with left:
-        layer = layer_choice("Layer", layers, penultimate(layers))
+        # "all layers" side by side is seed 000's Figure 9; one layer is Figure 5
+        choices = [*layers, "all layers"]
+        default = penultimate(layers)
+        layer = st.selectbox("Layer", choices, index=choices.index(default) if default in choices else 0,
+                             format_func=lambda l: l if isinstance(l, str) else f"layer {l}")
     with middle:
         colour = st.radio("Colour by", ["category", "token"], horizontal=True)
-    frame = load_artifact(run, "umap", lambda: read_parquet(run.file(f"umap_L{layer}.parquet")))
+    shown = layers if layer == "all layers" else [layer]
+    frame = load_artifact(
+        run, "umap", lambda: pd.concat([read_parquet(run.file(f"umap_L{l}.parquet")) for l in shown], ignore_index=True)
+    )
     if frame is not None:
         tokens = frame["token"].value_counts().index.tolist()
         with right:
@@ -36,10 +43,12 @@ if need(run, "umap"):
         if frame.empty:
             st.info("No points left: clear the token filter.")
         else:
-            figure = embedding_figure(frame, color=colour, title=f"Circuits of the most frequent tokens, layer {layer}")
+            title = "Circuits of the most frequent tokens" + ("" if layer == "all layers" else f", layer {layer}")
+            figure = embedding_figure(frame, color=colour, title=title)
             figure.update_layout(width=None)
             st.plotly_chart(figure)
-            st.caption(f"{len(frame):,} circuits of {frame['token'].nunique()} tokens")
+            n_tokens = frame["token"].nunique()
+            st.caption(f"{len(frame):,} circuits of {n_tokens} token{'s' if n_tokens != 1 else ''}")
 
 st.header("Do neighbouring circuits share a meaning?")
 scores = load_artifact(run, "semantic", lambda: read_parquet(run.file("semantic.parquet"))) if need(run, "semantic") else None

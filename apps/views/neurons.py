@@ -6,7 +6,7 @@ import streamlit as st
 
 from app_support import layer_choice, load_artifact, need, penultimate, require_run
 from circuitlab.analysis.usage import usage_figure, usage_summary_figure, usage_table
-from circuitlab.demo import load_usage_reports
+from circuitlab.demo import RunFolder, load_usage_reports
 
 st.title("Neurons")
 st.markdown(
@@ -14,9 +14,17 @@ st.markdown(
     "often each is active (each distinct input token counted once; seed 000 reports 0.58), and co-activation "
     "P(j active | i active) of the first neurons, with pairs that share a product-key subkey marked."
 )
+
+
+@st.cache_data(show_spinner=False, max_entries=8)
+def _usage(run_path: str, file_times: tuple) -> dict:
+    return load_usage_reports(RunFolder(run_path))
+
+
 run = require_run()
 if need(run, "usage"):
-    reports = load_artifact(run, "usage", lambda: load_usage_reports(run))
+    file_times = tuple(run.file(name).stat().st_mtime for name in run.entry("usage")["files"])
+    reports = load_artifact(run, "usage", lambda: _usage(str(run.path), file_times))
     if reports:
         st.dataframe(usage_table(reports), hide_index=True)
         st.plotly_chart(usage_summary_figure(reports))

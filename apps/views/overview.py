@@ -32,7 +32,7 @@ if model is not None:
            if config.attention.value_mode != "standard" else "")
         + ("; parity bottleneck" if config.bottleneck is not None else "")
     )
-    parts = pd.DataFrame({"part": list(counts), "parameters": list(counts.values())})
+    parts = pd.DataFrame({"part": list(counts), "parameters": [f"{n:,}" for n in counts.values()]})
     st.dataframe(parts, hide_index=True)
 
 st.header("Model card")
