@@ -61,13 +61,11 @@ def free_port() -> int:
 @contextlib.contextmanager
 def served(run: Path, port: int | None = None, timeout: float = 120.0, log: Path | None = None) -> Iterator[str]:
     """The dashboard on 127.0.0.1 for the duration of the block; yields its base URL."""
+    from circuitlab.demo import dashboard_command
+
     port = port or free_port()
-    command = [
-        sys.executable, "-m", "streamlit", "run", str(APP), "--server.address", "127.0.0.1", "--server.port", str(port),
-        "--server.headless", "true", "--browser.gatherUsageStats", "false", "--server.fileWatcherType", "none",
-        "--client.toolbarMode", "minimal",
-        "--", "--run", str(run),
-    ]
+    command = dashboard_command(run, "127.0.0.1", port)  # what `circuitlab dashboard` runs
+    command[command.index("--"):command.index("--")] = ["--server.fileWatcherType", "none"]
     log_handle = open(log, "w") if log else subprocess.DEVNULL
     process = subprocess.Popen(command, stdout=log_handle, stderr=subprocess.STDOUT, cwd=APP.parent.parent)
     base = f"http://127.0.0.1:{port}"

@@ -1,9 +1,11 @@
-"""The dashboard served by streamlit on a free localhost port and rendered by headless Chromium: the page
-title is in the DOM, the Overview's content renders, and a PNG screenshot of the window is written."""
+"""The dashboard served as `circuitlab dashboard` serves it, on a free localhost port, and rendered by
+headless Chromium: other interfaces refuse the port, the page title is in the DOM, the Overview's content
+renders, and a PNG screenshot of the window is written."""
 
 from __future__ import annotations
 
 import importlib.util
+import socket
 import struct
 from pathlib import Path
 
@@ -21,6 +23,17 @@ def _screenshots_module():
     return module
 
 
+def _other_addresses() -> list[str]:
+    """This machine's non-loopback IPv4 addresses (the one a default route would use), if any."""
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+        try:
+            probe.connect(("10.254.254.254", 1))  # no packet is sent: this only picks the outgoing interface
+            address = probe.getsockname()[0]
+        except OSError:
+            return []
+    return [] if address.startswith("127.") or address == "0.0.0.0" else [address]
+
+
 @pytest.fixture(scope="session")
 def demo_runs(tmp_path_factory):
     return build_runs(tmp_path_factory.getbasetemp() / "circuitlab-demo")
@@ -36,6 +49,11 @@ def test_chromium_renders_the_dashboard_and_writes_a_screenshot(demo_runs, tmp_p
     with shots.served(runs["tiny-sgatlin"], log=tmp_path / "server.log") as base, \
             shots.Browser(profile, window="1400,900", timeout=120) as browser:
         assert base.startswith("http://127.0.0.1:")
+        port = int(base.rsplit(":", 1)[1])
+        for address in _other_addresses():  # bound to loopback only: other interfaces refuse the port
+            with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+                probe.settimeout(2)
+                assert probe.connect_ex((address, port)) != 0, f"the dashboard answers on {address}"
         dom = browser.open(base + "/", shots.PAGES["overview"])
         png = browser.screenshot(tmp_path / "overview.png")
     assert "<title>circuitlab dashboard</title>" in dom
