@@ -1,26 +1,26 @@
 #!/usr/bin/env bash
 # Train the four shipped story models (models/sgatlin-stories, gelu-stories, legible-stories,
-# parity-stories) on ONE GPU, all four at once, then copy them into models/ and print their metrics.
+# parity-stories) concurrently, then copy them into models/ and print their metrics.
 #
-#   bash scripts/train_shipped.sh                 # needs a CUDA GPU; about 10 minutes on one H200
-#   RUN=runs/shipped2 bash scripts/train_shipped.sh
+#   bash scripts/train_shipped.sh                       # one CUDA GPU takes all four runs
+#   GPUS="0 1" bash scripts/train_shipped.sh            # spread the runs over two GPUs (how the shipped ones were made)
+#   RUN=runs/shipped2 STEPS=3000 N_STORIES=150000 bash scripts/train_shipped.sh
 #
 # Same corpus and same tokenizer for all four: the tokenizer is trained once (step 1), the corpus is
 # generated, tokenized and packed once into a shared data cache (step 2), and the four runs read it.
-# Sizing (step 3): 3000 steps of 64 x 256 tokens = 49.2M tokens per model (about 1.8 passes over the
-# 400k-story corpus). A measured single-model step at batch 32 x 256 on one H200 takes 30-42 ms and is
-# bound by the host (BENCHMARKS.md, end to end); at 64 x 256 and four processes sharing the GPU, a step
-# should take about 80-120 ms, i.e. 4-6 minutes of training per model. --max-minutes 9 is a guard: a run
-# that reaches it stops cleanly (checkpoint, evaluation, saved model; metrics.json says "time limit").
+# Sizing (step 3): 3000 steps of 64 x 256 tokens = 49.2M tokens per model (about 4.8 passes over the
+# 10.2M tokens of 150k stories). Measured on two H200s, two runs per GPU: 2.3 to 3.3 minutes of training
+# per model, 4 min 40 s for the whole script. --max-minutes is a guard: a run that reaches it stops
+# cleanly (checkpoint, evaluation, saved model; metrics.json says "time limit").
 # A run killed for any other reason resumes with the same command plus --resume.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 RUN="${RUN:-runs/shipped}"
 PYTHON="${PYTHON:-python}"
 STEPS="${STEPS:-3000}"
-N_STORIES="${N_STORIES:-400000}"
+N_STORIES="${N_STORIES:-150000}"
 DEVICE="${DEVICE:-cuda}"
-MAX_MINUTES="${MAX_MINUTES:-9}"
+MAX_MINUTES="${MAX_MINUTES:-6}"
 # GPUs to spread the four runs over (round robin); one GPU takes all four
 read -r -a GPUS <<< "${GPUS:-0}"
 mkdir -p "$RUN/notes"
@@ -32,7 +32,7 @@ if [ ! -f "$RUN/tokenizer.json" ]; then
   circuitlab tokenizer --vocab-size 4096 --n 100000 --seed 0 --out "$RUN/tokenizer.json" --quiet
 fi
 
-# 2. the shared corpus cache: 400k training stories (seed 0), 2000 held-out stories (the held-out seed)
+# 2. the shared corpus cache: N_STORIES training stories (seed 0), 2000 held-out stories (the held-out seed)
 circuitlab train --preset sgatlin-stories --out "$RUN/prepare" --tokenizer "$RUN/tokenizer.json" \
   --data-dir "$RUN/data" --n-stories "$N_STORIES" --held-out-stories 2000 --seq-len 256 --prepare-only --quiet
 
@@ -40,10 +40,11 @@ cat > "$RUN/notes/common.md" <<'EOF'
 Trained with `circuitlab train` (AdamW, weight decay 0.1 on matrices and the tied embedding, none on
 norm scales or other vectors; warmup-stable-decay with 100 warmup steps and square-root decay over the
 last 20% of steps; gradient clipping at 2.0 as in seed 000's TinyStories setting; bf16 autocast with
-float32 master weights), on 400,000 generated stories (seed 0), evaluated on 2,000 stories of the
+float32 master weights), on @N_STORIES@ generated stories (seed 0), evaluated on 2,000 stories of the
 held-out generator seed. The four shipped models share this corpus and this tokenizer; the tokenizer's
 vocabulary saturates below the preset's 4096, and d_vocab follows it. Weights are stored in bf16.
 EOF
+sed -i "s/@N_STORIES@/$N_STORIES/" "$RUN/notes/common.md"
 cat > "$RUN/notes/sgatlin-stories.md" <<'EOF'
 The shape of seed 000's TinyStories model (4 layers, d_model 256, 4 heads of 64, QK-norm, RoPE, tied
 embeddings; sgatlin FFN with 8 channels of N = 1024 neurons, k = 8 per channel, d_key 128), trained
