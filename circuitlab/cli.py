@@ -53,6 +53,9 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:  # output piped into a reader that closed early (`| head`)
+        sys.stderr.close()
+        return 0
     except (UserError, ValueError, FileNotFoundError, KeyError, PermissionError, IsADirectoryError) as error:
         message = error.args[0] if isinstance(error, KeyError) and error.args else error
         print(f"circuitlab {args.verb}: error: {message}", file=sys.stderr)

@@ -12,19 +12,28 @@ from circuitlab.config import PRESETS, ModelConfig
 
 
 def build_from_spec(spec: str) -> Any:
-    """A preset name, a config.json path, or a model folder (or shipped model name)."""
-    from circuitlab.architectures.checkpoint import CheckpointError, load_model, resolve_model_folder
+    """A model folder, a shipped model name, a config.json path, or a preset ("preset:NAME" forces the
+    randomly initialised preset when a shipped model has the same name)."""
+    from circuitlab.architectures.checkpoint import CheckpointError, load_model, models_root
     from circuitlab.architectures.transformer import CircuitTransformer
 
-    if spec in PRESETS:
-        return CircuitTransformer(ModelConfig.preset(spec))
+    if spec.startswith("preset:"):
+        name = spec[len("preset:"):]
+        return CircuitTransformer(ModelConfig.preset(name))
     path = Path(spec)
     if path.is_file():
         return CircuitTransformer(ModelConfig.from_json(path))
-    try:
-        return load_model(resolve_model_folder(spec))
-    except CheckpointError as error:
-        raise ValueError(f"{spec!r} is neither a preset ({', '.join(sorted(PRESETS))}), a config.json, nor a model folder: {error}") from None
+    if path.is_dir() or (models_root() / spec).is_dir():
+        try:
+            return load_model(spec)
+        except CheckpointError as error:
+            raise ValueError(str(error)) from None
+    if spec in PRESETS:
+        return CircuitTransformer(ModelConfig.preset(spec))
+    raise ValueError(
+        f"{spec!r} is neither a model folder, a shipped model, a config.json, nor a preset "
+        f"({', '.join(sorted(PRESETS))})"
+    )
 
 
 def hook_shapes(model: Any, n_pos: int = 8) -> dict[str, tuple[int, ...]]:
@@ -80,5 +89,6 @@ def run(args: argparse.Namespace) -> int:
 def register(subparsers: Any) -> None:
     parser = subparsers.add_parser("summary", help="parameters per part and hook names of a model")
     parser.add_argument("model", nargs="?", default="sgatlin-stories",
-                        help="preset name, config.json, model folder or shipped model (default: sgatlin-stories)")
+                        help="model folder, shipped model, config.json or preset (preset:NAME forces the "
+                             "untrained preset; default: sgatlin-stories)")
     parser.set_defaults(func=run)
