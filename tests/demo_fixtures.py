@@ -1,8 +1,8 @@
 """Tiny models and `circuitlab demo --fast` run folders for the demo and dashboard tests.
 
-Two random-weight models (tiny-sgatlin, and tiny-legible with saturated operands for the legibility page) share a BPE
-tokenizer trained on 1000 generated stories with 1536 tokens, enough for most fact nouns and adjectives to
-be single tokens (so the fact pairs exist). Building twice in one session is cheap: the second
+Random-weight tiny versions of the four shipped designs (sgatlin, legible with saturated operands for the
+legibility page, parity bottleneck, GELU baseline) share a BPE tokenizer trained on 1000 generated stories
+with 1536 tokens, enough for most fact nouns and adjectives to be single tokens (so the fact pairs exist). Building twice in one session is cheap: the second
 `circuitlab demo` finds every artifact cached.
 """
 
@@ -12,7 +12,7 @@ import json
 from pathlib import Path
 
 VOCAB = 1536
-MODELS = ("tiny-sgatlin", "tiny-legible")
+MODELS = ("tiny-sgatlin", "tiny-legible", "tiny-parity", "tiny-gelu")
 CARD = "# {name}\n\nA random-weight {name} model for the dashboard tests.\n"
 TRAIN_LOG = [
     {"step": 1, "loss": 7.4, "lr": 1e-4, "running_loss": 7.4},

@@ -54,7 +54,7 @@ def texts(elements) -> str:
 
 
 @pytest.mark.parametrize("page", list(PAGES))
-@pytest.mark.parametrize("model", ["tiny-sgatlin", "tiny-legible"])
+@pytest.mark.parametrize("model", ["tiny-sgatlin", "tiny-legible", "tiny-parity", "tiny-gelu"])
 def test_every_page_renders_for_every_model(demo_runs, model, page):
     _, _, runs = demo_runs
     app = open_page(runs[model], page)
@@ -296,7 +296,7 @@ def test_the_sidebar_offers_the_other_runs_beside_this_one(demo_runs):
     _, _, runs = demo_runs
     app = open_page(runs["tiny-sgatlin"], "Overview")
     picker = app.sidebar.selectbox[0]
-    assert picker.options == ["tiny-legible", "tiny-sgatlin"]
+    assert picker.options == ["tiny-gelu", "tiny-legible", "tiny-parity", "tiny-sgatlin"]
     picker.set_value("tiny-legible")
     app.run()
     assert Path(app.session_state["run_path"]) == runs["tiny-legible"].resolve()

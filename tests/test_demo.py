@@ -227,6 +227,10 @@ def test_the_run_folder_records_every_artifact_with_its_params(demo_runs):
     legible = json.loads((runs["tiny-legible"] / RUN_MANIFEST).read_text())
     assert "dense activations" in legible["artifacts"]["usage"]["skipped"]
     assert "skipped" not in legible["artifacts"]["legibility"]
+    parity = json.loads((runs["tiny-parity"] / RUN_MANIFEST).read_text())
+    assert "skipped" not in parity["artifacts"]["usage"] and "skipped" in parity["artifacts"]["legibility"]
+    gelu = json.loads((runs["tiny-gelu"] / RUN_MANIFEST).read_text())
+    assert {key for key, entry in gelu["artifacts"].items() if entry.get("skipped")} == {"usage", "legibility"}
     for entry in manifest["artifacts"].values():
         for name in entry["files"]:
             assert (runs["tiny-sgatlin"] / name).exists(), name
