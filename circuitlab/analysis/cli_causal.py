@@ -31,7 +31,7 @@ def _require_tokenizer(model: Any, why: str) -> Any:
 def _write_figure(figure: Any, path: str | None) -> None:
     if path:
         Path(path).parent.mkdir(parents=True, exist_ok=True)
-        figure.write_html(path, include_plotlyjs="cdn")
+        figure.write_html(path, include_plotlyjs=True)  # self-contained: opens offline
         print(f"wrote {path}")
 
 
