@@ -20,7 +20,6 @@ per query.
 from __future__ import annotations
 
 import math
-import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -491,21 +490,6 @@ def recall_at_k(
     found = (approximate_distances <= kth + tolerance) & np.isfinite(approximate_distances)
     wanted = np.isfinite(exact_distances).sum(axis=1)
     return float(np.mean(np.minimum(found.sum(axis=1), wanted) / np.maximum(wanted, 1)))
-
-
-@dataclass
-class SearchTiming:
-    """Queries per second of one search mode, measured on `n_queries` queries."""
-
-    queries_per_second: float
-    n_queries: int
-
-
-def timed(function, n_queries: int):
-    start = time.perf_counter()
-    result = function()
-    elapsed = time.perf_counter() - start
-    return result, SearchTiming(n_queries / max(elapsed, 1e-12), n_queries)
 
 
 # ------------------------------------------------------------------------------------- synthetic codes
