@@ -55,7 +55,15 @@ def sidebar_run_picker() -> None:
                 st.session_state[RUN_KEY] = str(run_folder_path(current.parent, choice))
             except RunFolderError as error:
                 st.sidebar.error(str(error))
-    st.sidebar.caption(f"run folder: `{st.session_state[RUN_KEY]}`")
+    st.sidebar.caption(f"run folder: `{display_path(Path(st.session_state[RUN_KEY]))}`")
+
+
+def display_path(path: Path) -> str:
+    """The path relative to the working directory when it lies below it (shorter, and no machine paths)."""
+    try:
+        return str(path.resolve().relative_to(Path.cwd().resolve()))
+    except ValueError:
+        return str(path)
 
 
 def require_run() -> RunFolder:

@@ -5,12 +5,12 @@ from __future__ import annotations
 import pandas as pd
 import streamlit as st
 
-from app_support import guarded, model_of, require_run
+from app_support import display_path, guarded, model_of, require_run
 from circuitlab.demo import ARTIFACTS, read_train_log, train_log_figure
 
 st.title("Overview")
 run = require_run()
-st.caption(f"model `{run.model_spec}` · run folder `{run.path}`" + (" · fast samples" if run.manifest.get("fast") else ""))
+st.caption(f"model `{run.model_spec}` · run folder `{display_path(run.path)}`" + (" · fast samples" if run.manifest.get("fast") else ""))
 
 model = model_of(run, stop=False)
 if model is not None:
