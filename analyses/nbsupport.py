@@ -64,7 +64,7 @@ class Sizes:
     @classmethod
     def full(cls) -> Sizes:
         return cls(db_stories=400, umap_tokens=100, umap_points=4000, search_k=10, semantic_queries=2000,
-                   semantic_shuffles=20, nie_pairs=300, legibility_stories=400, legibility_seq_len=256,
+                   semantic_shuffles=20, nie_pairs=128, legibility_stories=400, legibility_seq_len=256,
                    name_channels=12, min_token_count=5)
 
     @classmethod
@@ -159,7 +159,7 @@ def describe(model: Any, spec: str = "") -> str:
         except json.JSONDecodeError:
             record = {}
         trained = [f"{key} {record[key]:.4g}" if isinstance(record[key], float) else f"{key} {record[key]}"
-                   for key in ("step", "eval_loss", "eval_ppl") if key in record]
+                   for key in ("steps", "held_out_loss", "held_out_ppl", "fact_accuracy") if key in record]
         if trained:
             line += "; trained: " + ", ".join(trained)
     if spec in SHIPPED_MODELS and config.name and config.name != spec:
@@ -175,10 +175,6 @@ def is_same(spec: str, model: Any) -> bool:
     folder, _ = find_model_folder(spec)
     source = getattr(model, "source_folder", None)
     return folder is not None and source is not None and Path(folder).resolve() == Path(source).resolve()
-
-
-def is_stand_in(model: Any, spec: str) -> bool:
-    return spec in SHIPPED_MODELS and bool(model.config.name) and model.config.name != spec
 
 
 # ---------------------------------------------------------------------------------------------- caching
