@@ -1,7 +1,7 @@
 """`circuitlab <verb>`: one entry point; each part of the library registers its own verbs.
 
-User errors (bad arguments, missing files, mismatched models) print one line and exit with status 2;
-they never show a traceback.
+User errors (bad arguments, missing or unreadable files, mismatched models, sizes that do not fit in memory)
+print one line and exit with status 2; they never show a traceback.
 """
 
 from __future__ import annotations
@@ -56,10 +56,30 @@ def main(argv: list[str] | None = None) -> int:
     except BrokenPipeError:  # output piped into a reader that closed early (`| head`)
         sys.stderr.close()
         return 0
-    except (UserError, ValueError, FileNotFoundError, KeyError, PermissionError, IsADirectoryError) as error:
+    except (UserError, ValueError, KeyError, OSError) as error:  # OSError: missing, unwritable, not-a-folder paths
         message = error.args[0] if isinstance(error, KeyError) and error.args else error
-        print(f"circuitlab {args.verb}: error: {message}", file=sys.stderr)
+        print(f"circuitlab {args.verb}: error: {one_line(message)}", file=sys.stderr)
         return 2
+    except (MemoryError, RuntimeError) as error:
+        if not is_out_of_memory(error):
+            raise  # a bug, not bad input: keep the traceback
+        print(f"circuitlab {args.verb}: error: out of memory ({one_line(error) or type(error).__name__}); use a "
+              "smaller model, batch, corpus or context, or a machine with more memory", file=sys.stderr)
+        return 2
+
+
+def one_line(message: object) -> str:
+    """A message on one line (library errors sometimes span several)."""
+    return " ".join(line.strip() for line in str(message).splitlines() if line.strip())
+
+
+def is_out_of_memory(error: BaseException) -> bool:
+    """MemoryError, torch's OutOfMemoryError, or the CPU allocator's failure (a RuntimeError), e.g. for a config
+    whose sizes ask for more memory than the machine has."""
+    if isinstance(error, MemoryError) or type(error).__name__ == "OutOfMemoryError":
+        return True
+    text = str(error)
+    return isinstance(error, RuntimeError) and ("can't allocate memory" in text or "out of memory" in text.lower())
 
 
 if __name__ == "__main__":

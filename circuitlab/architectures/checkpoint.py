@@ -1,20 +1,35 @@
-"""Checkpoints as folders: config.json + model.safetensors (+ tokenizer.json). Never unpickles."""
+"""Checkpoints as folders: config.json + model.safetensors (+ tokenizer.json). Never unpickles.
+
+model.safetensors records, in its header metadata, the sha256 of its tensors and the hashes of the config and
+tokenizer it was saved with. Loading checks all three, so a damaged weights file, a config.json edited into
+another architecture of the same shapes, or a tokenizer.json swapped for another of the same size is an error
+that names the file rather than a model that quietly computes something else. Folders written before these
+records existed (or by other tools) are checked against the hashes in a training run's metrics.json when
+there is one.
+"""
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
 import tempfile
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import torch
-from safetensors import SafetensorError
-from safetensors.torch import load_file, save_file
+from safetensors import SafetensorError, safe_open
+from safetensors.torch import save_file
+from torch import Tensor
 
 from circuitlab.config import ConfigError, ModelConfig
 
 PICKLE_SUFFIXES = (".pt", ".pth", ".bin", ".ckpt", ".pkl", ".pickle")
 CONFIG_FILE, WEIGHTS_FILE, TOKENIZER_FILE = "config.json", "model.safetensors", "tokenizer.json"
+METRICS_FILE = "metrics.json"  # written by `circuitlab train` beside the model
+# keys of the safetensors header metadata (string values)
+TENSORS_SHA256, CONFIG_SHA256, TOKENIZER_SHA256 = "circuitlab.sha256", "circuitlab.config_sha256", "circuitlab.tokenizer_sha256"
 
 
 class CheckpointError(ValueError):
@@ -26,12 +41,18 @@ def models_root() -> Path:
     return Path(os.environ.get("CIRCUITLAB_MODELS", Path(__file__).resolve().parents[2] / "models"))
 
 
+def is_plain_name(name: str) -> bool:
+    """A name that stays one folder below where it is joined: no separators, not '.' or '..', not hidden."""
+    return bool(name) and not name.startswith(".") and not any(sep in name for sep in ("/", "\\", os.sep, os.altsep or "/"))
+
+
 def resolve_model_folder(name_or_path: str | os.PathLike) -> Path:
+    """A model folder path as given, else a shipped model by plain name (names never reach outside models_root)."""
     path = Path(name_or_path)
     if path.is_dir():
         return path
     shipped = models_root() / str(name_or_path)
-    if shipped.is_dir():
+    if is_plain_name(str(name_or_path)) and shipped.is_dir():
         return shipped
     known = sorted(p.name for p in models_root().glob("*") if (p / CONFIG_FILE).exists()) if models_root().is_dir() else []
     raise CheckpointError(
@@ -51,15 +72,57 @@ def _atomic_write(path: Path, write: Any) -> None:
             os.remove(tmp)
 
 
+def tensors_sha256(tensors: Mapping[str, Tensor]) -> str:
+    """sha256 over every tensor's name, dtype, shape and bytes, in name order: equal digests, equal tensors."""
+    digest = hashlib.sha256()
+    for name in sorted(tensors):
+        tensor = tensors[name].detach().contiguous().cpu()
+        digest.update(f"{name}\0{tensor.dtype}\0{tuple(tensor.shape)}\0".encode())
+        digest.update(tensor.reshape(-1).view(torch.uint8).numpy())
+    return digest.hexdigest()
+
+
+def save_tensors(tensors: Mapping[str, Tensor], path: str | os.PathLike, metadata: Mapping[str, str] | None = None) -> Path:
+    """Write a safetensors file atomically, recording the tensors' sha256 in its metadata (see load_tensors)."""
+    path = Path(path)
+    tensors = {name: tensor.detach().contiguous().cpu() for name, tensor in tensors.items()}
+    header = {"format": "pt", **(metadata or {}), TENSORS_SHA256: tensors_sha256(tensors)}
+    _atomic_write(path, lambda tmp: save_file(tensors, tmp, metadata=header))
+    return path
+
+
+def load_tensors(path: str | os.PathLike) -> tuple[dict[str, Tensor], dict[str, str]]:
+    """Tensors and header metadata of a safetensors file; CheckpointError naming the file if it is truncated,
+    not safetensors, or its tensors differ from the sha256 recorded when it was saved."""
+    path = Path(path)
+    try:
+        with safe_open(str(path), framework="pt") as handle:
+            metadata = dict(handle.metadata() or {})
+            tensors = {name: handle.get_tensor(name) for name in handle.keys()}
+    except (SafetensorError, OSError, ValueError, RuntimeError) as error:
+        raise CheckpointError(f"{path} is not a readable safetensors file ({error}); is it truncated?") from error
+    recorded = metadata.get(TENSORS_SHA256)
+    if recorded is not None and tensors_sha256(tensors) != recorded:
+        raise CheckpointError(
+            f"{path}: the tensors differ from the sha256 recorded when the file was saved (the file is damaged or "
+            "was modified); copy or download it again"
+        )
+    return tensors, metadata
+
+
 def save_model(model: Any, folder: str | os.PathLike, dtype: torch.dtype | None = None) -> Path:
-    """Write config.json, model.safetensors (optionally cast, e.g. bf16) and tokenizer.json, each atomically."""
+    """Write config.json, model.safetensors (optionally cast, e.g. bf16) and tokenizer.json, each atomically;
+    the weights file records the hashes of its tensors, the config and the tokenizer."""
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     tensors = {
         name: (t.detach().to(dtype) if dtype is not None and t.is_floating_point() else t.detach()).contiguous().cpu()
         for name, t in model.state_dict().items()
     }
-    _atomic_write(folder / WEIGHTS_FILE, lambda tmp: save_file(tensors, tmp, metadata={"format": "pt"}))
+    records = {CONFIG_SHA256: model.config.hash()}
+    if model.tokenizer is not None:
+        records[TOKENIZER_SHA256] = model.tokenizer.hash()
+    save_tensors(tensors, folder / WEIGHTS_FILE, records)
     _atomic_write(folder / CONFIG_FILE, lambda tmp: Path(tmp).write_text(model.config.to_json() + "\n"))
     if model.tokenizer is not None:
         _atomic_write(folder / TOKENIZER_FILE, lambda tmp: model.tokenizer.save(tmp))
@@ -89,12 +152,10 @@ def load_model(
         raise CheckpointError(f"{folder} has no {CONFIG_FILE}")
     try:
         config = ModelConfig.from_json(folder / CONFIG_FILE)
-    except (ConfigError, TypeError) as error:
+    except (ConfigError, TypeError, AttributeError, ValueError) as error:  # fields of the wrong JSON type included
         raise CheckpointError(f"{folder / CONFIG_FILE}: {error}") from error
-    try:
-        state = load_file(weights)
-    except (SafetensorError, OSError, ValueError, RuntimeError) as error:
-        raise CheckpointError(f"{weights} is not a readable safetensors file ({error}); is it truncated?") from error
+    state, metadata = load_tensors(weights)
+    recorded = _recorded_hashes(folder, metadata)
 
     tokenizer = None
     if load_tokenizer and (folder / TOKENIZER_FILE).exists():
@@ -108,6 +169,12 @@ def load_model(
             raise CheckpointError(
                 f"{folder / TOKENIZER_FILE}: tokenizer vocab {tokenizer.vocab_size} != model d_vocab {config.d_vocab}"
                 " (was this checkpoint trained with another tokenizer?)"
+            )
+        if recorded["tokenizer"] is not None and tokenizer.hash() != recorded["tokenizer"]:
+            raise CheckpointError(
+                f"{folder / TOKENIZER_FILE}: tokenizer sha256 {tokenizer.hash()[:12]} != {recorded['tokenizer'][:12]} "
+                f"recorded in {recorded['where']} (was this checkpoint trained with another tokenizer?); put back the "
+                "tokenizer.json the model was saved with"
             )
 
     model = CircuitTransformer(config, tokenizer=tokenizer)
@@ -123,9 +190,32 @@ def load_model(
     unexpected = sorted(set(state) - set(expected))
     if unexpected:
         raise CheckpointError(f"{weights}: tensors {unexpected[:5]} are not part of the configured model")
+    if recorded["config"] is not None and config.hash() != recorded["config"]:
+        raise CheckpointError(
+            f"{folder / CONFIG_FILE}: config hash {config.hash()[:12]} != {recorded['config'][:12]} recorded in "
+            f"{recorded['where']}: the weights were saved with another architecture of the same shapes; put back the "
+            "config.json the model was saved with"
+        )
     for name, tensor in state.items():
         if tensor.is_floating_point() and not torch.isfinite(tensor).all():
             raise CheckpointError(f"{weights}: tensor {name!r} holds NaN or infinite values (corrupted?)")
     model.load_state_dict({k: v.to(expected[k].dtype) for k, v in state.items()})
     # loaded models are for analysis: evaluation mode (TransformerLens' tools insist on it); train() to train
     return model.to(device=device, dtype=dtype).eval()
+
+
+def _recorded_hashes(folder: Path, metadata: Mapping[str, str]) -> dict[str, str | None]:
+    """Config and tokenizer hashes the weights were saved with: from the weights' own metadata, else from a
+    training run's metrics.json beside them (folders saved before the metadata existed)."""
+    if CONFIG_SHA256 in metadata:
+        return {"config": metadata[CONFIG_SHA256], "tokenizer": metadata.get(TOKENIZER_SHA256),
+                "where": str(folder / WEIGHTS_FILE)}
+    metrics_path = folder / METRICS_FILE
+    try:
+        metrics = json.loads(metrics_path.read_text(encoding="utf-8")) if metrics_path.is_file() else {}
+    except (OSError, ValueError):
+        metrics = {}  # metrics.json is a report, not part of the model; an unreadable one checks nothing
+    if not isinstance(metrics, dict):
+        metrics = {}
+    hashes = {key: metrics.get(f"{key}_hash") for key in ("config", "tokenizer")}
+    return {key: value if isinstance(value, str) else None for key, value in hashes.items()} | {"where": str(metrics_path)}

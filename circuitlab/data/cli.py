@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+from pathlib import Path
 
 from circuitlab.data._io import DataError
 
@@ -60,6 +61,8 @@ def run_corpus(args: argparse.Namespace) -> int:
     if args.held_out and args.seed is not None:
         return _fail("--held-out and --seed both given; choose one")
     seed = HELD_OUT_SEED if args.held_out else (TRAIN_SEED if args.seed is None else args.seed)
+    if Path(args.out).is_dir():  # before generating, not after
+        return _fail(f"--out {args.out} is a folder; give the path of the .jsonl file to write")
     started = time.perf_counter()
     try:
         path = write_corpus(args.out, args.n, seed=seed, show_progress=not args.quiet)
@@ -89,7 +92,7 @@ def run_tokenizer(args: argparse.Namespace) -> int:
         path = tokenizer.save(args.out)
     except (DataError, FileNotFoundError) as error:
         return _fail(str(error))
-    except OSError as error:
+    except OSError as error:  # the file named by the error: an input that cannot be read, or the output
         return _fail(f"{getattr(error, 'filename', None) or args.out}: {error.strerror or error}")
     print(f"trained a {tokenizer.vocab_size}-token BPE on {source}; saved {path} (sha256 {tokenizer.hash()[:12]})")
     if tokenizer.vocab_size < args.vocab_size:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import zipfile
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
@@ -144,9 +145,16 @@ def load_hf_dataset(
         raise DataError(f"{path} is a folder but not a dataset saved with save_to_disk (no dataset_info.json)")
     else:
         name = str(name_or_path)
-        if path.is_absolute() or name.startswith((".", "~")) or os.sep + os.sep in name:
+        # a path-like name or a data-file name is a missing local file, never a question for the hub
+        if path.is_absolute() or name.startswith((".", "~")) or os.sep + os.sep in name or path.suffix.lower() in _DATA_FILE_BUILDERS:
             raise DataError(f"{name}: no such file or folder")
-        dataset = datasets.load_dataset(name, split=split, streaming=limit is not None)
+        try:
+            dataset = datasets.load_dataset(name, split=split, streaming=limit is not None)
+        except (OSError, ValueError) as error:  # not found, offline or unreachable, bad split
+            raise DataError(
+                f"cannot load the Hugging Face dataset {name!r} (split {split!r}): {error}; check the name and split, "
+                "and that the hub is reachable (or pass a local file or save_to_disk folder)"
+            ) from None
     columns = list(dataset.column_names or [])
     if columns and text_field not in columns:
         raise DataError(f"dataset {name_or_path} has no {text_field!r} column (columns: {columns}); pass text_field=")
@@ -218,6 +226,23 @@ def _corpus_key(texts: Sequence[str], tokenizer) -> str:
     return digest.hexdigest()[:24]
 
 
+def _read_token_cache(path: Path, n_documents: int) -> list[list[int]] | None:
+    """Token ids stored by tokenize_documents, or None when there is no cache or it is damaged (then rebuilt)."""
+    if not path.exists():
+        return None
+    try:
+        with np.load(path, allow_pickle=False) as stored:
+            flat, offsets = stored["ids"], stored["offsets"]
+    except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile):
+        return None
+    if (
+        offsets.ndim != 1 or len(offsets) != n_documents + 1 or offsets[0] != 0 or offsets[-1] != len(flat)
+        or bool((np.diff(offsets) < 0).any())
+    ):
+        return None  # written for other texts or cut short: not trustworthy
+    return [flat[offsets[i] : offsets[i + 1]].tolist() for i in range(n_documents)]
+
+
 def tokenize_documents(
     texts: Sequence[str],
     tokenizer,
@@ -230,10 +255,9 @@ def tokenize_documents(
     cache_path = None
     if cache_dir is not None:
         cache_path = Path(cache_dir) / f"tokens-{_corpus_key(texts, tokenizer)}.npz"
-        if cache_path.exists():
-            with np.load(cache_path) as stored:
-                flat, offsets = stored["ids"], stored["offsets"]
-            return [flat[offsets[i] : offsets[i + 1]].tolist() for i in range(len(offsets) - 1)]
+        cached = _read_token_cache(cache_path, len(texts))
+        if cached is not None:
+            return cached
     batches = range(0, len(texts), batch_size)
     if show_progress:
         from tqdm.auto import tqdm

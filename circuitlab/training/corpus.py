@@ -33,8 +33,6 @@ from typing import Any
 import numpy as np
 import torch
 from jaxtyping import Int
-from safetensors import SafetensorError
-from safetensors.torch import load_file, save_file
 from torch import Tensor
 
 
@@ -138,12 +136,6 @@ def load_split_documents(spec: DataSpec, show_progress: bool = True) -> tuple[li
     return [d for i, d in enumerate(documents) if i not in held], [documents[i] for i in sorted(held)]
 
 
-def _atomic_save_tensors(tensors: dict[str, Tensor], path: Path) -> None:
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    save_file(tensors, tmp)
-    os.replace(tmp, path)
-
-
 def _atomic_write_text(path: Path, text: str) -> None:
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     tmp.write_text(text)
@@ -164,6 +156,7 @@ def prepare_data(
     spec: DataSpec, seq_len: int, data_dir: str | os.PathLike, show_progress: bool = True
 ) -> PreparedData:
     """Load or build the tokenizer and the packed windows of `spec` (see the module docstring)."""
+    from circuitlab.architectures.checkpoint import CheckpointError, load_tensors, save_tensors
     from circuitlab.data import CircuitTokenizer, train_tokenizer
 
     spec.validate()
@@ -182,9 +175,13 @@ def prepare_data(
             raise ValueError(f"--tokenizer {path} cannot be read as a tokenizer.json ({error})") from None
     else:
         path = data_dir / f"tokenizer-{source_key}.json"
+        tokenizer = None
         if path.exists():
-            tokenizer = CircuitTokenizer.from_file(path)
-        else:
+            try:
+                tokenizer = CircuitTokenizer.from_file(path)
+            except ValueError:
+                tokenizer = None  # a damaged cache file: train the tokenizer again below
+        if tokenizer is None:
             documents = load_split_documents(spec, show_progress)
             tokenizer = train_tokenizer(documents[0], vocab_size=spec.vocab_size, show_progress=False)
             tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
@@ -197,9 +194,9 @@ def prepare_data(
     manifest_path = data_dir / f"windows-{windows_key}.json"
     if windows_path.exists() and manifest_path.exists():
         try:
-            stored = load_file(windows_path)
+            stored = load_tensors(windows_path)[0]  # checks the sha256 recorded when the cache was written
             return PreparedData(stored["train"], stored["held_out"], tokenizer, json.loads(manifest_path.read_text()))
-        except (SafetensorError, OSError, ValueError, KeyError, RuntimeError):
+        except (CheckpointError, OSError, ValueError, KeyError):
             pass  # damaged cache: rebuild it below
     if documents is None:
         documents = load_split_documents(spec, show_progress)
@@ -219,7 +216,7 @@ def prepare_data(
         "train_tokens": int(train_windows.numel()),
         "held_out_tokens": int(held_out_windows.numel()),
     }
-    _atomic_save_tensors({"train": train_windows.contiguous(), "held_out": held_out_windows.contiguous()}, windows_path)
+    save_tensors({"train": train_windows.contiguous(), "held_out": held_out_windows.contiguous()}, windows_path)
     _atomic_write_text(manifest_path, json.dumps(manifest, indent=1) + "\n")
     return PreparedData(train_windows, held_out_windows, tokenizer, manifest)
 

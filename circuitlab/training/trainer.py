@@ -50,8 +50,6 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 from jaxtyping import Int
-from safetensors import SafetensorError
-from safetensors.torch import load_file, save_file
 from torch import Tensor, nn
 
 from circuitlab.training.distributed import (
@@ -243,13 +241,22 @@ class _StateHolder:
 
 def find_checkpoint(out_dir: str | os.PathLike) -> Path | None:
     """The newest complete checkpoint folder of a run, or None."""
+    from circuitlab.architectures.checkpoint import is_plain_name
+
     root = Path(out_dir) / "checkpoints"
     latest = root / "latest.json"
     if latest.exists():
         try:
-            folder = root / json.loads(latest.read_text())["folder"]
-        except (json.JSONDecodeError, KeyError, TypeError) as error:
+            name = json.loads(latest.read_text())["folder"]
+        except (json.JSONDecodeError, UnicodeDecodeError, KeyError, TypeError) as error:
             raise CheckpointMismatchError(f"{latest} is not a valid checkpoint pointer ({error})") from error
+        if not isinstance(name, str) or not is_plain_name(name):
+            # the pointer only ever names a folder beside it; anything else would read a checkpoint from elsewhere
+            raise CheckpointMismatchError(
+                f"{latest} points to {name!r}, which is not a checkpoint folder inside {root}; delete {latest} to "
+                "resume from the newest step_* folder"
+            )
+        folder = root / name
         if (folder / "trainer_state.json").exists():
             return folder
     complete = sorted(p for p in root.glob("step_*") if (p / "trainer_state.json").exists()) if root.is_dir() else []
@@ -356,7 +363,7 @@ class Trainer:
         return final
 
     def _write_checkpoint(self, folder: Path, model_state: dict[str, Tensor], optim_state: dict[str, Any]) -> None:
-        from circuitlab.architectures.checkpoint import save_model
+        from circuitlab.architectures.checkpoint import save_model, save_tensors
 
         folder.mkdir(parents=True)
         save_model(_StateHolder(model_state, unwrap_model(self.base_model).config, self.tokenizer), folder)
@@ -364,11 +371,11 @@ class Trainer:
         for param_name, param_state in optim_state["state"].items():
             for key, value in param_state.items():
                 moments[f"{param_name}/{key}"] = torch.as_tensor(value).detach().cpu().contiguous()
-        save_file(moments, folder / "optimizer.safetensors", metadata={"format": "pt"})
+        save_tensors(moments, folder / "optimizer.safetensors")
         rng = {"torch_cpu": torch.get_rng_state()}
         if self.device.type == "cuda":  # this rank's device only: touching the others would open contexts there
             rng["torch_cuda"] = torch.cuda.get_rng_state(self.device)
-        save_file(rng, folder / "rng.safetensors", metadata={"format": "pt"})
+        save_tensors(rng, folder / "rng.safetensors")
         python_rng = random.getstate()
         numpy_rng = np.random.get_state()
         state = {
@@ -407,22 +414,29 @@ class Trainer:
             set_optimizer_state_dict,
         )
 
+        from circuitlab.architectures.checkpoint import CheckpointError, load_tensors
+
         folder = Path(folder)
         state_path = folder / "trainer_state.json"
         try:
             state = json.loads(state_path.read_text())
-        except (OSError, json.JSONDecodeError) as error:
+        except (OSError, ValueError) as error:  # JSON and UTF-8 decoding errors are ValueErrors
             raise CheckpointMismatchError(f"{state_path} cannot be read ({error}); the checkpoint is damaged") from error
-        if state.get("format") != CHECKPOINT_FORMAT:
+        if not isinstance(state, dict) or state.get("format") != CHECKPOINT_FORMAT:
             raise CheckpointMismatchError(f"{state_path} is not a circuitlab training checkpoint")
+        missing = sorted({"step", "train_seconds", "param_groups", "guard", "train_config", "model_config_hash", "data",
+                          "rng"} - set(state))
+        if missing:
+            raise CheckpointMismatchError(f"{state_path} lacks {', '.join(missing)}; the checkpoint is damaged")
         self._check_compatible(state, state_path)
         tensors = {}
         for file in ("model.safetensors", "optimizer.safetensors", "rng.safetensors"):
             try:
-                tensors[file] = load_file(folder / file)
-            except (SafetensorError, OSError, ValueError, RuntimeError) as error:
+                tensors[file] = load_tensors(folder / file)[0]
+            except CheckpointError as error:
                 raise CheckpointMismatchError(
-                    f"{folder / file} is not a readable safetensors file ({error}); the checkpoint is damaged"
+                    f"{error}. The checkpoint is damaged: delete {folder} to resume from the one before it, or "
+                    "start a new run"
                 ) from error
         optim_state: dict[str, Any] = {"state": {}, "param_groups": state["param_groups"]}
         for key, value in tensors["optimizer.safetensors"].items():
