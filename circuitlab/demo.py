@@ -42,6 +42,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from circuitlab.analysis.circuitdb import sha256_file
+
 if TYPE_CHECKING:
     import pandas
 
@@ -173,14 +175,6 @@ def write_npz_atomic(path: Path, **arrays: Any) -> None:
             np.savez(handle, **arrays)
 
     _atomic(path, write)
-
-
-def sha256_file(path: Path, chunk_bytes: int = 1 << 22) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        while block := handle.read(chunk_bytes):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def _normalise(data: Any) -> Any:
