@@ -128,11 +128,8 @@ def read_parquet(path: Path) -> Any:
 
 @st.cache_resource(show_spinner="loading the model ...", max_entries=4)
 def _load_model(folder: str, weights_sha256: str | None) -> Any:
-    import torch
-
     from circuitlab.architectures.checkpoint import load_model
 
-    torch.set_grad_enabled(False)
     return load_model(folder)
 
 

@@ -983,7 +983,11 @@ def _load_for_demo(spec: str) -> tuple[Any, Path]:
 def demo(args: argparse.Namespace) -> int:
     import torch
 
-    torch.set_grad_enabled(False)
+    with torch.no_grad():  # scoped: demo() also runs inside other programs (tests, notebooks)
+        return _demo(args)
+
+
+def _demo(args: argparse.Namespace) -> int:
     if args.name:
         check_run_name(args.name)  # before the model loads: a bad name fails at once
     model, folder = _load_for_demo(args.model)

@@ -72,3 +72,12 @@ def tiny_trained_models(tmp_path_factory: pytest.TempPathFactory) -> TinyModels:
 def tiny_trained(tiny_trained_models: TinyModels) -> Path:
     """Folder of a tiny-sgatlin model trained for 300 steps on the story corpus."""
     return tiny_trained_models["tiny-sgatlin"]
+
+
+@pytest.fixture(autouse=True)
+def _autograd_stays_enabled():
+    """A test (or the code it calls) must not leave autograd disabled for the tests after it."""
+    yield
+    leaked = not torch.is_grad_enabled()
+    torch.set_grad_enabled(True)
+    assert not leaked, "autograd was left disabled globally; use `with torch.no_grad():` instead"
