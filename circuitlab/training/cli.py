@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import shlex
 import sys
 import time
@@ -227,6 +228,51 @@ def _device_description(device: Any, world_size: int) -> str:
     return f"cpu ({torch.get_num_threads()} threads{f', {world_size} processes' if world_size > 1 else ''}, float32)"
 
 
+# float32 weights, their gradients and AdamW's two moments: a floor on what training holds per parameter
+TRAINING_BYTES_PER_PARAMETER = 16
+
+
+def device_memory_bytes(device: Any) -> int | None:
+    """Total memory of a CUDA device, or the machine's physical memory for the CPU; None when unknown."""
+    import torch
+
+    if device.type == "cuda":
+        return int(torch.cuda.get_device_properties(device).total_memory)
+    try:
+        return int(os.sysconf("SC_PHYS_PAGES")) * int(os.sysconf("SC_PAGE_SIZE"))
+    except (AttributeError, ValueError, OSError):  # not a POSIX system that reports it
+        return None
+
+
+def check_model_fits(config: Any, device: Any, world_size: int = 1, fsdp: bool = False) -> int:
+    """Refuse, before any data work, a config whose parameters alone cannot be trained on `device`.
+
+    The parameter count comes from building the model on the meta device (no memory) with the smallest
+    vocabulary a tokenizer can have, so it never overestimates; activations are not counted either. Returns
+    the count."""
+    import torch
+
+    from circuitlab.architectures.transformer import CircuitTransformer
+    from circuitlab.data.tokenizer import MIN_VOCAB_SIZE
+
+    with torch.device("meta"):
+        parameters = sum(p.numel() for p in CircuitTransformer(config.replace(d_vocab=MIN_VOCAB_SIZE)).parameters())
+    available = device_memory_bytes(device)
+    if available is None:
+        return parameters
+    per_device = TRAINING_BYTES_PER_PARAMETER * parameters / (world_size if fsdp else 1)
+    # processes on the CPU share the machine's memory; on CUDA each rank has its own device
+    needed = per_device * (world_size if device.type == "cpu" else 1)
+    if needed > available:
+        raise ValueError(
+            f"the model config{f' {config.name!r}' if config.name else ''} has at least {parameters:,} parameters: "
+            f"training needs at least {needed / 2**30:,.1f} GiB for weights, gradients and AdamW moments, but "
+            f"{'the machine has' if device.type == 'cpu' else f'{device} has'} {available / 2**30:,.1f} GiB; "
+            "reduce d_model, n_layers or the feed-forward width" + ("" if fsdp or world_size == 1 else ", or shard with --fsdp")
+        )
+    return parameters
+
+
 def _check_out_folder(out: Path, resume: bool) -> None:
     from circuitlab.training.trainer import LOG_FILE
 
@@ -275,6 +321,7 @@ def run_train(args: argparse.Namespace) -> int:
         train_config.validate(context.world_size)
         _check_out_folder(out, args.resume or args.prepare_only)  # on every rank, so all of them stop together
         device = device_for(context, args.device)
+        check_model_fits(early_config, device, context.world_size, train_config.fsdp)  # before minutes of data work
         if device.type == "cuda":
             torch.backends.cuda.matmul.allow_tf32 = True
             torch.backends.cudnn.allow_tf32 = True
