@@ -81,3 +81,17 @@ def _autograd_stays_enabled():
     leaked = not torch.is_grad_enabled()
     torch.set_grad_enabled(True)
     assert not leaked, "autograd was left disabled globally; use `with torch.no_grad():` instead"
+
+
+@pytest.fixture(autouse=True)
+def _main_module_is_restored():
+    """Streamlit's AppTest runs app scripts as __main__; put pytest's __main__ back, or processes that
+    multiprocessing spawns later would try to re-import the app script."""
+    import sys
+
+    main = sys.modules.get("__main__")
+    main_file = getattr(main, "__file__", None)
+    yield
+    sys.modules["__main__"] = main
+    if main_file is not None and getattr(main, "__file__", None) != main_file:
+        main.__file__ = main_file
