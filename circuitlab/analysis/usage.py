@@ -220,6 +220,7 @@ def usage_figure(report: UsageReport):
         rows=1,
         cols=3,
         column_widths=[0.4, 0.3, 0.3],
+        horizontal_spacing=0.12,  # room for the co-activation colour bar between the first two panels
         subplot_titles=(
             f"co-activation P(j | i), first {report.coactivation_neurons.size} neurons",
             f"activations per neuron ({report.fraction_used:.1%} used at least once)",
@@ -231,7 +232,7 @@ def usage_figure(report: UsageReport):
     np.fill_diagonal(matrix, np.nan)
     figure.add_trace(
         go.Heatmap(
-            z=matrix, x=shown, y=shown, colorscale="Magma", colorbar={"title": "P(j|i)", "x": 0.37},
+            z=matrix, x=shown, y=shown, colorscale="Magma", colorbar={"title": "P(j|i)", "x": 0.315, "thickness": 12},
             hovertemplate="i %{y}, j %{x}: %{z:.3f}<extra></extra>",
         ),
         row=1, col=1,
