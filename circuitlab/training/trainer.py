@@ -17,7 +17,7 @@ the last seq_len). The order is a pure function of (seed, step): sample p of the
 perm_e[p mod n] of epoch e = p // n, each epoch a fresh seeded permutation. So the data position of a
 checkpoint is just its step, and a resumed run draws exactly the batches the uninterrupted one would have.
 
-Checkpoints (`<out>/checkpoints/step_XXXXXXXX/`) hold, never pickled:
+Checkpoints (`<out>/checkpoints/step_<8-digit step>/`) hold, never pickled:
     config.json, model.safetensors, tokenizer.json   a loadable model folder (float32 weights)
     optimizer.safetensors   AdamW moments and step counts, keyed `<param name>/<exp_avg|exp_avg_sq|step>`
     rng.safetensors         torch CPU (and CUDA) generator states
