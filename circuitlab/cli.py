@@ -69,8 +69,8 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def one_line(message: object) -> str:
-    """A message on one line (library errors sometimes span several)."""
-    return " ".join(line.strip() for line in str(message).splitlines() if line.strip())
+    """A message on one terminal line (library errors sometimes span several)."""
+    return " ".join(part.strip() for part in str(message).replace("\r", "\n").split("\n") if part.strip())
 
 
 def is_out_of_memory(error: BaseException) -> bool:
