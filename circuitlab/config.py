@@ -105,18 +105,40 @@ class ModelConfig:
     name: str = ""
 
     def __post_init__(self) -> None:
-        for attr, cls in (
-            ("attention", AttentionConfig),
-            ("feedforward", FeedForwardConfig),
-            ("selectivity", SelectivityConfig),
-        ):
-            if isinstance(getattr(self, attr), dict):
-                setattr(self, attr, cls(**getattr(self, attr)))
-        if isinstance(self.bottleneck, dict):
-            self.bottleneck = BottleneckConfig(**self.bottleneck)
+        parts = [("attention", AttentionConfig), ("feedforward", FeedForwardConfig), ("selectivity", SelectivityConfig)]
         if self.bottleneck is not None:
-            self.bottleneck.beams = tuple(int(b) for b in self.bottleneck.beams)
+            parts.append(("bottleneck", BottleneckConfig))
+        for attr, cls in parts:
+            value = getattr(self, attr)
+            if isinstance(value, dict):
+                try:
+                    setattr(self, attr, cls(**value))
+                except TypeError as error:
+                    raise ConfigError(f"invalid model config: {attr}: {error}") from None
+            elif not isinstance(value, cls):
+                raise ConfigError(
+                    f"invalid model config: {attr} must be an object with the fields of {cls.__name__}, "
+                    f"got {type(value).__name__}"
+                )
+        if self.bottleneck is not None:
+            if not isinstance(self.bottleneck.beams, (list, tuple)):
+                raise ConfigError(f"invalid model config: bottleneck.beams must be a list, got {self.bottleneck.beams!r}")
+            self.bottleneck.beams = tuple(self.bottleneck.beams)
+        self._check_integers()
         self.validate()
+
+    def _check_integers(self) -> None:
+        """Sizes must be JSON integers (a 2.5 or a true would only fail later, deep inside the model)."""
+        fields = [(self, key) for key in ("d_vocab", "d_model", "n_layers", "n_heads", "d_head", "n_ctx")]
+        fields += [(self.attention, "n_special")]
+        fields += [(self.feedforward, key) for key in ("d_ffw", "n_channels", "k", "d_key", "n_quantifiers", "code_k")]
+        if self.bottleneck is not None:
+            fields += [(self.bottleneck, key) for key in ("n_bits", "k", "bits_per_level", "code_seed")]
+            fields += [(self.bottleneck, f"beams[{i}]") for i in range(len(self.bottleneck.beams))]
+        for owner, key in fields:
+            value = owner.beams[int(key[6:-1])] if key.startswith("beams[") else getattr(owner, key)
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise ConfigError(f"invalid model config: {key} must be an integer, got {value!r}")
 
     # --- validation -------------------------------------------------------------------------------------
 
@@ -236,13 +258,15 @@ class ModelConfig:
         if not text.lstrip().startswith("{"):
             path = Path(text_or_path)
             try:
-                text = path.read_text()
-            except OSError as error:
+                text = path.read_text(encoding="utf-8")
+            except (OSError, UnicodeDecodeError) as error:
                 raise ConfigError(f"cannot read model config {path}: {error}") from error
         try:
             data = json.loads(text)
         except json.JSONDecodeError as error:
             raise ConfigError(f"model config is not valid JSON ({error})") from error
+        if not isinstance(data, dict):
+            raise ConfigError(f"a model config is a JSON object, got {type(data).__name__}")
         return cls.from_dict(data)
 
     def hash(self) -> str:

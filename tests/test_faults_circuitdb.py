@@ -252,9 +252,6 @@ def test_a_file_damaged_before_it_was_checksummed_is_still_an_error_naming_it(tm
         CircuitDB.load(folder, mmap=False)
 
 
-@pytest.mark.xfail(strict=True, reason="gap in circuitlab/analysis/circuitdb.py: load does not check that stored "
-                   "neuron indices lie in [0, code_size); a damaged indices array surfaces at search time as a numpy "
-                   "error that names no file (see the issue 8 audit report)")
 def test_code_indices_out_of_range_are_found_at_load(tmp_path, old_and_new):
     folder = tmp_path / "db"
     shutil.copytree(old_and_new[0], folder)

@@ -175,9 +175,6 @@ def test_the_training_memory_floor_counts_parameters_exactly(monkeypatch):
         train_cli.check_model_fits(config, cpu)
 
 
-@pytest.mark.xfail(strict=True, reason="gap in circuitlab/config.py: from_dict/validate do not check field types, so "
-                   "a null feedforward or a fractional n_heads crash inside the model (AttributeError/TypeError) "
-                   "instead of a ConfigError (see the issue 8 audit report)")
 @pytest.mark.parametrize("changes", [{"feedforward": None}, {"n_heads": 2.5}, {"attention": [1]}])
 def test_a_config_with_fields_of_the_wrong_type(tmp_path, capsys, changes):
     path = tmp_path / "config.json"
@@ -236,9 +233,6 @@ def test_a_missing_data_file_is_never_looked_up_on_the_hub(tmp_path, monkeypatch
         load_hf_dataset("someone/stories")  # a real hub name that cannot be reached: still a DataError
 
 
-@pytest.mark.xfail(strict=True, reason="gap in circuitlab/analysis/cli_db.py (_labelled_jsonl) and cli_causal.py "
-                   "(legibility --text): they decode UTF-8 themselves and the error names no file; read through "
-                   "circuitlab.data._io.read_utf8 (see the issue 8 audit report)")
 @pytest.mark.parametrize("argv", [["db", "build", "--model", "{model}", "--corpus", "{latin_jsonl}", "--out", "{root}/db_latin"],
                                   ["legibility", "{legible}", "--text", "{latin_txt}"]])
 def test_other_verbs_name_a_file_that_is_not_utf8(world, capsys, argv):

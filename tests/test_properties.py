@@ -14,7 +14,7 @@ from contextlib import redirect_stderr, redirect_stdout
 from pathlib import Path
 
 import pytest
-from hypothesis import HealthCheck, assume, example, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from circuitlab.data import DataError, load_jsonl, load_text_files
@@ -301,8 +301,6 @@ def test_random_options_on_a_real_model_and_database_exit_0_or_2(model_and_datab
     tokens = data.draw(st.lists(st.tuples(st.sampled_from(options), value), max_size=3)) if options else []
     argv = [*verb.split(), *(a.format(model=folder, db=database) for a in DEEP_VERBS[verb]),
             *[part for pair in tokens for part in pair], *(["--quiet"] if "--quiet" in OPTIONS[verb] else [])]
-    assume(not (verb == "db semantic" and any(option == "--shuffles" and _int(v) is not None and _int(v) <= 0
-                                              for option, v in tokens)))  # known gap: see the xfail test below
     status, out, err = run_cli(argv)
     assert status in (0, 2), (argv, status, err[-1500:])
     if err != "argparse":
@@ -314,17 +312,6 @@ def test_random_options_on_a_real_model_and_database_exit_0_or_2(model_and_datab
             assert out.strip(), argv  # a result was printed
 
 
-def _int(text: str) -> int | None:
-    try:
-        return int(text)
-    except ValueError:
-        return None
-
-
-@pytest.mark.xfail(strict=True, reason="gap in circuitlab/analysis/circuitdb.py (semantic_score) and cli_db.py "
-                   "(run_semantic): --shuffles 0 crashes with an IndexError and --queries -1 says 'negative "
-                   "dimensions are not allowed'; both should be refused as 'must be a positive number' (see the "
-                   "issue 8 audit report)")
 @pytest.mark.parametrize("option", [["--shuffles", "0"], ["--queries", "-1"]])
 def test_semantic_scores_refuse_counts_below_one(model_and_database, option):
     _, database = model_and_database

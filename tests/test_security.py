@@ -253,8 +253,6 @@ def test_the_checkpoint_pointer_cannot_lead_out_of_the_run(tmp_path):
             find_checkpoint(tmp_path / "run")
 
 
-@pytest.mark.xfail(strict=True, reason="gap in circuitlab/analysis/circuitdb.py: _read_manifest accepts any "
-                   "data_dir; it should require a plain name starting with 'data-' (see the issue 8 audit report)")
 def test_a_database_manifest_cannot_point_its_data_outside_the_folder(tmp_path):
     from circuitlab.analysis.circuitdb import CircuitDB, CircuitDBError
     from circuitlab.analysis.codeindex import structured_synthetic_codes
@@ -288,8 +286,6 @@ def test_the_installed_pyarrow_does_not_unpickle_parquet_metadata():
     assert _version(pyarrow.__version__) >= SAFE_PYARROW, pyarrow.__version__
 
 
-@pytest.mark.xfail(strict=True, reason="gap in pyproject.toml: 'pyarrow>=14' admits 14.0.0 (CVE-2023-47248); "
-                   "require pyarrow>=14.0.1")
 def test_the_declared_pyarrow_requirement_excludes_vulnerable_releases():
     import re
     import tomllib

@@ -592,6 +592,9 @@ class CircuitDB:
         with a different token id only (queries with none are skipped), and `same_token_fraction` says how
         many neighbours are the same token.
         """
+        for option, value in (("k", k), ("n_queries", n_queries), ("n_shuffles", n_shuffles)):
+            if value < 1:
+                raise ValueError(f"semantic score: {option} must be at least 1, got {value}")
         layer = self._layer(layer)
         categories = self.metadata["category"]
         labelled = np.flatnonzero(categories.notna().to_numpy())
@@ -768,7 +771,13 @@ class CircuitDB:
             info = manifest["layer_info"][str(layer)]
             indices = _read_or_raise(data_dir / f"layer{layer}.indices.npy", lambda p: np.load(p, mmap_mode="r" if mmap else None))
             values = _read_or_raise(data_dir / f"layer{layer}.values.npy", lambda p: np.load(p, mmap_mode="r" if mmap else None))
-            codes[int(layer)] = CodeMatrix(indices, values, int(info["code_size"]), canonical=True)
+            code_size = int(info["code_size"])
+            if indices.size and (int(indices.min()) < 0 or int(indices.max()) >= code_size):
+                raise CorruptDatabaseError(
+                    f"{data_dir / f'layer{layer}.indices.npy'} holds neuron ids outside [0, {code_size}): "
+                    "the file is damaged; rebuild the database"
+                )
+            codes[int(layer)] = CodeMatrix(indices, values, code_size, canonical=True)
             layouts[int(layer)] = info.get("layout", {})
             if info.get("index"):
                 report = info["index"]
@@ -837,7 +846,17 @@ def _read_manifest(folder: Path) -> dict:
     for key in ("data_dir", "files", "layers", "layer_info"):
         if key not in manifest:
             raise CorruptDatabaseError(f"{path} lacks the field {key!r}; rebuild the database")
+    # the manifest may only name files inside this folder's own data folder
+    names = [manifest["data_dir"], *manifest["files"]] if isinstance(manifest["files"], dict) else [None]
+    if not str(manifest["data_dir"]).startswith(DATA_PREFIX) or not all(_plain_name(n) for n in names):
+        raise CorruptDatabaseError(
+            f"{path} names data_dir {manifest['data_dir']!r} or files outside the database folder; rebuild the database"
+        )
     return manifest
+
+
+def _plain_name(name: Any) -> bool:
+    return isinstance(name, str) and name not in ("", ".", "..") and "/" not in name and "\\" not in name
 
 
 def _remove_leftovers(folder: Path, keep: str | None, announce: bool = True) -> list[str]:

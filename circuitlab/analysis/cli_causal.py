@@ -186,7 +186,9 @@ def _held_out_tokens(model: Any, args: argparse.Namespace) -> torch.Tensor:
         return tokens
     _require_tokenizer(model, "so text cannot be tokenized; give --tokens-file with token ids")
     if args.text:
-        texts = [Path(p).read_text(encoding="utf-8") for p in args.text]
+        from circuitlab.data._io import read_utf8
+
+        texts = [read_utf8(p) for p in args.text]  # names the file when it is not UTF-8
     else:
         from circuitlab.data.stories import held_out_stories
 

@@ -184,15 +184,16 @@ def _labelled_jsonl(path: Path, story_class: Any) -> list[Any] | None:
     """Labelled stories when every line carries text and spans, else None (read as plain documents)."""
     import json
 
+    from circuitlab.data._io import read_utf8
+
     stories = []
-    with open(path, encoding="utf-8") as handle:
-        for line in handle:
-            if not line.strip():
-                continue
-            record = json.loads(line)
-            if not isinstance(record, dict) or "spans" not in record or "text" not in record:
-                return None
-            stories.append(story_class.from_dict(record))
+    for line in read_utf8(path).splitlines():  # names the file when it is not UTF-8
+        if not line.strip():
+            continue
+        record = json.loads(line)
+        if not isinstance(record, dict) or "spans" not in record or "text" not in record:
+            return None
+        stories.append(story_class.from_dict(record))
     return stories
 
 
@@ -285,6 +286,9 @@ def run_info(args: argparse.Namespace) -> int:
 
 
 def run_semantic(args: argparse.Namespace) -> int:
+    for option, value in (("-k", args.k), ("--queries", args.queries), ("--shuffles", args.shuffles)):
+        if value < 1:
+            raise ValueError(f"{option} must be a positive number, got {value}")
     db = _open(args.db)
     table = db.semantic_scores(
         args.layers, k=args.k, n_queries=args.queries, n_shuffles=args.shuffles, exact=not args.approximate
