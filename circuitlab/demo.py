@@ -43,6 +43,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from circuitlab.analysis.circuitdb import sha256_file
+from circuitlab.atomic import atomic_write
 
 if TYPE_CHECKING:
     import pandas
@@ -136,27 +137,8 @@ def list_runs(runs_root: str | os.PathLike) -> list[str]:
 # ------------------------------------------------------------------------------------- atomic writes
 
 
-def _atomic(path: Path, write: Callable[[Path], None]) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    os.close(handle)
-    try:
-        write(Path(temporary))
-        os.chmod(temporary, 0o666 & ~_umask())  # mkstemp makes 0600 files; give artifacts the usual mode
-        os.replace(temporary, path)
-    finally:
-        if os.path.exists(temporary):
-            os.remove(temporary)
-
-
-def _umask() -> int:
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask
-
-
 def write_text_atomic(path: Path, text: str) -> None:
-    _atomic(path, lambda tmp: tmp.write_text(text, encoding="utf-8"))
+    atomic_write(path, lambda tmp: tmp.write_text(text, encoding="utf-8"))
 
 
 def write_json_atomic(path: Path, data: Any) -> None:
@@ -164,7 +146,7 @@ def write_json_atomic(path: Path, data: Any) -> None:
 
 
 def write_parquet_atomic(path: Path, table: pandas.DataFrame) -> None:
-    _atomic(path, lambda tmp: table.to_parquet(tmp, index=False))
+    atomic_write(path, lambda tmp: table.to_parquet(tmp, index=False))
 
 
 def write_npz_atomic(path: Path, **arrays: Any) -> None:
@@ -174,7 +156,7 @@ def write_npz_atomic(path: Path, **arrays: Any) -> None:
         with open(tmp, "wb") as handle:
             np.savez(handle, **arrays)
 
-    _atomic(path, write)
+    atomic_write(path, write)
 
 
 def _normalise(data: Any) -> Any:
@@ -450,7 +432,7 @@ def _make_card(ctx: PipelineContext) -> tuple[list[str], dict | None]:
     for name in ("card.md", "train_log.jsonl"):
         source = folder / name
         if source.is_file():
-            _atomic(ctx.run.file(name), lambda tmp, source=source: shutil.copyfile(source, tmp))
+            atomic_write(ctx.run.file(name), lambda tmp, source=source: shutil.copyfile(source, tmp))
             files.append(name)
         else:
             absent.append(name)

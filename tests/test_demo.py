@@ -16,12 +16,12 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from circuitlab.atomic import atomic_write
 from circuitlab.demo import (
     RUN_MANIFEST,
     RunFolder,
     RunFolderError,
     Sizes,
-    _atomic,
     attribute_prompt,
     check_run_name,
     check_text,
@@ -189,7 +189,7 @@ def test_atomic_write_keeps_the_old_file_when_writing_fails(tmp_path):
         raise OSError("disk full")
 
     with pytest.raises(OSError, match="disk full"):
-        _atomic(target, failing)
+        atomic_write(target, failing)
     assert target.read_text() == "previous"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["table.parquet"]
 

@@ -13,7 +13,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import tempfile
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -24,6 +23,7 @@ from safetensors.torch import save_file
 from torch import Tensor
 
 from circuitlab.config import ConfigError, ModelConfig
+from circuitlab.atomic import atomic_write
 
 PICKLE_SUFFIXES = (".pt", ".pth", ".bin", ".ckpt", ".pkl", ".pickle")
 CONFIG_FILE, WEIGHTS_FILE, TOKENIZER_FILE = "config.json", "model.safetensors", "tokenizer.json"
@@ -61,17 +61,6 @@ def resolve_model_folder(name_or_path: str | os.PathLike) -> Path:
     )
 
 
-def _atomic_write(path: Path, write: Any) -> None:
-    handle, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    os.close(handle)
-    try:
-        write(tmp)
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.remove(tmp)
-
-
 def tensors_sha256(tensors: Mapping[str, Tensor]) -> str:
     """sha256 over every tensor's name, dtype, shape and bytes, in name order: equal digests, equal tensors."""
     digest = hashlib.sha256()
@@ -87,7 +76,7 @@ def save_tensors(tensors: Mapping[str, Tensor], path: str | os.PathLike, metadat
     path = Path(path)
     tensors = {name: tensor.detach().contiguous().cpu() for name, tensor in tensors.items()}
     header = {"format": "pt", **(metadata or {}), TENSORS_SHA256: tensors_sha256(tensors)}
-    _atomic_write(path, lambda tmp: save_file(tensors, tmp, metadata=header))
+    atomic_write(path, lambda tmp: save_file(tensors, tmp, metadata=header))
     return path
 
 
@@ -123,9 +112,9 @@ def save_model(model: Any, folder: str | os.PathLike, dtype: torch.dtype | None 
     if model.tokenizer is not None:
         records[TOKENIZER_SHA256] = model.tokenizer.hash()
     save_tensors(tensors, folder / WEIGHTS_FILE, records)
-    _atomic_write(folder / CONFIG_FILE, lambda tmp: Path(tmp).write_text(model.config.to_json() + "\n"))
+    atomic_write(folder / CONFIG_FILE, lambda tmp: Path(tmp).write_text(model.config.to_json() + "\n"))
     if model.tokenizer is not None:
-        _atomic_write(folder / TOKENIZER_FILE, lambda tmp: model.tokenizer.save(tmp))
+        atomic_write(folder / TOKENIZER_FILE, lambda tmp: model.tokenizer.save(tmp))
     return folder
 
 

@@ -35,6 +35,8 @@ import torch
 from jaxtyping import Int
 from torch import Tensor
 
+from circuitlab.atomic import atomic_write_text
+
 
 @dataclass
 class DataSpec:
@@ -136,12 +138,6 @@ def load_split_documents(spec: DataSpec, show_progress: bool = True) -> tuple[li
     return [d for i, d in enumerate(documents) if i not in held], [documents[i] for i in sorted(held)]
 
 
-def _atomic_write_text(path: Path, text: str) -> None:
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(text)
-    os.replace(tmp, path)
-
-
 def _pack(documents: list[str], tokenizer: Any, window: int, what: str, show_progress: bool) -> Tensor:
     from circuitlab.data import DataError, pack_sequences, tokenize_documents
 
@@ -217,7 +213,7 @@ def prepare_data(
         "held_out_tokens": int(held_out_windows.numel()),
     }
     save_tensors({"train": train_windows.contiguous(), "held_out": held_out_windows.contiguous()}, windows_path)
-    _atomic_write_text(manifest_path, json.dumps(manifest, indent=1) + "\n")
+    atomic_write_text(manifest_path, json.dumps(manifest, indent=1) + "\n")
     return PreparedData(train_windows, held_out_windows, tokenizer, manifest)
 
 

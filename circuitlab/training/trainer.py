@@ -52,6 +52,7 @@ import torch.nn.functional as F
 from jaxtyping import Int
 from torch import Tensor, nn
 
+from circuitlab.atomic import atomic_write_text
 from circuitlab.training.distributed import (
     DistributedContext,
     all_reduce_mean,
@@ -220,15 +221,6 @@ def _fsync_folder(folder: Path) -> None:
                 os.fsync(handle.fileno())
 
 
-def _atomic_write_text(path: Path, text: str) -> None:
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    with open(tmp, "w") as handle:
-        handle.write(text)
-        handle.flush()
-        os.fsync(handle.fileno())
-    os.replace(tmp, path)
-
-
 class _StateHolder:
     """What `save_model` reads from a model: a state dict, a config and a tokenizer."""
 
@@ -357,7 +349,7 @@ class Trainer:
             shutil.rmtree(final, ignore_errors=True)
             os.replace(tmp, final)
         if self.context.is_main and point_latest:
-            _atomic_write_text(root / "latest.json", json.dumps({"folder": final.name, "step": self.step}) + "\n")
+            atomic_write_text(root / "latest.json", json.dumps({"folder": final.name, "step": self.step}) + "\n")
             self._prune_checkpoints(root, keep=final)
         barrier(self.context)
         return final
@@ -526,7 +518,7 @@ class Trainer:
             if record.get("step", 0) > self.step:
                 break
             kept.append(line)
-        _atomic_write_text(path, "".join(line + "\n" for line in kept))
+        atomic_write_text(path, "".join(line + "\n" for line in kept))
         self.history = [json.loads(line) for line in kept]
 
     def _micro_batch_context(self, micro: int) -> contextlib.AbstractContextManager:
