@@ -167,16 +167,12 @@ Intervention = tuple[Patch, ...]
 
 
 def natural_code_hooks(model: Any, layer: int) -> list[str]:
-    """The hooks that carry layer `layer`'s circuit code: do(g = g_patch) patches these together."""
-    names = model.hook_dict
-    prefix = f"blocks.{layer}"
-    if f"{prefix}.bottleneck.hook_code_indices" in names:
-        return [f"{prefix}.bottleneck.hook_code_indices", f"{prefix}.bottleneck.hook_code_values"]
-    if f"{prefix}.mlp.hook_gate_indices" in names:
-        return [f"{prefix}.mlp.hook_gate_indices", f"{prefix}.mlp.hook_gate_values"]
-    if f"{prefix}.mlp.hook_post" in names:
-        return [f"{prefix}.mlp.hook_post"]
-    raise ValueError(f"layer {layer} has no FFN code hook; name the hooks to patch with hooks=[...]")
+    """The hooks that carry layer `layer`'s circuit code, as the block's FFN declares them (the last stage
+    of its write): do(g = g_patch) patches these together."""
+    hooks = model.blocks[layer].ffn_code_layer.code_hooks()
+    if not hooks:
+        raise ValueError(f"layer {layer} has no FFN code hook; name the hooks to patch with hooks=[...]")
+    return hooks
 
 
 def _check_hook(model: Any, name: str) -> None:
