@@ -42,14 +42,11 @@ class ConfigPart(BaseModel):
 
 
 class StandardAttentionConfig(ConfigPart):
-    """Every head computes V = X W_v."""
+    """Every head computes V = X W_v (no special heads: n_special is 0)."""
 
     value_mode: Literal["standard"] = "standard"
+    n_special: Literal[0] = 0
     qk_norm: StrictBool = True
-
-    @property
-    def n_special(self) -> int:
-        return 0
 
 
 class MembershipAttentionConfig(ConfigPart):

@@ -96,3 +96,22 @@ def test_hook_q_is_read_by_qk_norm_and_rope():
         reversed_ = model.run_with_hooks(tokens, fwd_hooks=[("blocks.0.attn.hook_q", lambda q, hook: q.flip(-1))])
     torch.testing.assert_close(scaled, clean, **CLOSE)
     assert (reversed_ - clean).abs().max() > 1e-4
+
+
+@pytest.mark.parametrize("name", ["gelu-stories", "legible-stories", "parity-stories", "sgatlin-stories"])
+def test_shipped_models_load_and_give_the_logits_recorded_before_the_hook_changes(name):
+    """Moving hooks (hook_q before RoPE, hook_mlp_out after the bottleneck) changed no computation: the
+    shipped models (config.json of the first format) give the logits recorded with the code before it."""
+    import json
+    from pathlib import Path
+
+    from circuitlab import load_model
+
+    recorded = json.loads((Path(__file__).parent / "data" / "shipped_model_logits.json").read_text())
+    model = load_model(name)
+    tokens = torch.arange(3, 27).reshape(2, 12) * 37 % model.config.d_vocab
+    with torch.no_grad():
+        logits = model(tokens)
+    assert logits.argmax(-1).tolist() == recorded["argmax"][name]
+    expected = torch.tensor(recorded["logits_at_last_position_first_16"][name])
+    torch.testing.assert_close(logits[:, -1, :16], expected, rtol=0, atol=1e-5)

@@ -2,7 +2,8 @@
 
 With the final norm's scale s frozen from the run, the unembedding is linear in the residual stream, and
 the residual stream at a position is a sum of writes: embedding (+ learned position), every attention head
-(attn.hook_result) and every FFN block (hook_mlp_out, the whole FFN write, parity bottleneck included). So, for a direction u = W_U[:, target] (minus W_U[:, baseline] for a logit difference),
+(attn.hook_result) and every FFN block (hook_mlp_out, the whole FFN write, parity bottleneck included).
+So, for a direction u = W_U[:, target] (minus W_U[:, baseline] for a logit difference),
 
     RMSNorm:    logit = sum_parts (part * s * w) . u
     LayerNorm:  logit = sum_parts (center(part) * s * w) . u  +  b . u      (centering is linear; the

@@ -83,7 +83,7 @@ def from_official_sgatlin(source: str | os.PathLike | Mapping[str, Any], knn: in
     config = ModelConfig(
         d_vocab=d_vocab, d_model=d_model, n_layers=len(block_ids), n_heads=n_heads, d_head=d_head,
         n_ctx=max(int(stored_config.get("T", 0)), 2048), positional="rope", norm="rmsnorm", tied_embeddings=True,
-        attention=dict(value_mode="standard", qk_norm=True),
+        attention=dict(value_mode="standard", n_special=0, qk_norm=True),
         feedforward=dict(type="sgatlin", d_ffw=d_ffw, n_channels=n_channels, k=int(k), d_key=d_key),
         name="official-sgatlin",
     )
