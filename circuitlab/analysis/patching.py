@@ -6,9 +6,10 @@ For a clean prompt x_clean with answer y_clean and a counterfactual x_patch with
     NIE   = (m(x_clean | do(g = g_patch)) - m(x_clean)) / (m(x_patch) - m(x_clean))
 
 where do(g = g_patch) overwrites the activation g of the clean run, at chosen layers and positions, with
-the value it had in the patch run. The default g is each architecture's natural code: sgatlin gate indices
-and gate values together (the circuit of seed 000), the parity bottleneck's code indices and coefficients,
-and otherwise the FFN unit activations `mlp.hook_post` (NC-FFN operators, dense units). Any other hook with a
+the value it had in the patch run. The default g is each block's natural code, the hooks its FFN's last
+stage declares (CodeLayer.code_hooks): sgatlin gate indices and gate values together (the circuit of seed
+000), the parity bottleneck's code indices and coefficients, and otherwise the FFN unit activations
+`mlp.hook_post` (NC-FFN operators, dense units). Any other hook with a
 [batch, pos, ...] layout can be named instead (residual stream, per-head outputs, ...). NIE 0 means the
 intervention changed nothing; NIE 1 means it moved the clean run all the way to the patch run's answer.
 
