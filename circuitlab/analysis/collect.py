@@ -15,7 +15,6 @@ Shape letters: B batch, T position, K non-zeros per code, P top predictions.
 from __future__ import annotations
 
 import json
-import math
 import os
 import time
 from collections.abc import Iterable, Iterator, Sequence
