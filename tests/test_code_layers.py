@@ -93,3 +93,14 @@ def test_a_layer_outside_a_model_says_its_hooks_have_no_names():
 
     with pytest.raises(RuntimeError, match="inside a CircuitTransformer"):
         MLP(ModelConfig.preset("tiny-gelu")).code_hooks()
+
+
+def test_active_parameters_count_what_each_layer_reads_per_token():
+    dense = CircuitTransformer(ModelConfig.preset("tiny-gelu"))
+    # tied embeddings: the unembedding reads all of W_E, and a dense layer reads all of its weights
+    assert dense.active_parameters_per_token() == sum(p.numel() for p in dense.parameters())
+    routed = CircuitTransformer(ModelConfig.preset("tiny-sgatlin"))
+    ffn, c = routed.config.feedforward, routed.config
+    experts = sum(block.mlp.experts.numel() for block in routed.blocks)
+    unread = experts - c.n_layers * 2 * ffn.n_channels * ffn.k * c.d_model  # all but the C*k chosen rows
+    assert routed.active_parameters_per_token() == sum(p.numel() for p in routed.parameters()) - unread

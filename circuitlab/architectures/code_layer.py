@@ -81,6 +81,10 @@ class CodeLayer(nn.Module):
     #: set by the block that holds the layer (-1 for a layer built on its own)
     layer_index: int = -1
 
+    def active_parameters_per_token(self) -> int:
+        """Parameters one token's forward pass reads (all of them, unless the layer routes)."""
+        return sum(param.numel() for param in self.parameters())
+
     def reset_own_parameters(self) -> None:
         """Initialise the parameters the model's generic initialisation leaves alone (NC-FFN's decays)."""
 

@@ -296,14 +296,15 @@ class CircuitTransformer(HookedRootModule):
         return counts
 
     def active_parameters_per_token(self) -> int:
-        """Parameters one token touches: one embedding row, the whole unembedding, and for sgatlin only
-        the router and the C*k chosen neurons (2 * C * k * d_model expert weights per layer)."""
-        ffn = self.config.feedforward
-        total = 0
+        """Parameters one token touches: one embedding row, the whole unembedding, and of each layer what
+        it says it reads per token (for sgatlin only the router and the C*k chosen neurons)."""
+        layers = [layer for block in self.blocks for layer in block.code_layers()]
+        in_layers = {id(param) for layer in layers for param in layer.parameters()}
+        total = sum(layer.active_parameters_per_token() for layer in layers)
         for name, param in self.named_parameters():
-            if name.endswith("mlp.experts"):
-                total += 2 * ffn.n_channels * ffn.k * self.config.d_model
-            elif name == "W_E":
+            if id(param) in in_layers:
+                continue
+            if name == "W_E":
                 # tied: the unembedding reads every row (the embedded one included)
                 total += param.numel() if self.config.tied_embeddings else self.config.d_model
             elif name == "W_pos":

@@ -80,6 +80,10 @@ class Sgatlin(CodeLayer):
 
     # --- its code and units (see CodeLayer) ---------------------------------------------------------------
 
+    def active_parameters_per_token(self) -> int:
+        """The router and the C*k chosen neurons' w_in and w_out rows."""
+        return self.W_query.numel() + self.W_key.numel() + 2 * self.n_channels * self.k * self.experts.shape[-1]
+
     def code_hooks(self) -> list[str]:
         return [self.hook_name(self.hook_gate_indices), self.hook_name(self.hook_gate_values)]
 
