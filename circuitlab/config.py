@@ -382,7 +382,7 @@ def _explain(error: ValidationError, data: dict[str, Any]) -> str:
     loc = [str(part) for part in problem["loc"]]
     if len(loc) >= 2 and loc[0] in ("feedforward", "attention") and loc[1] in {*FFN_TYPES, *VALUE_MODES}:
         loc.pop(1)
-    where = ".".join(loc)
+    where = "".join(f"[{part}]" if part.isdigit() else f".{part}" for part in loc).lstrip(".")
     if kind == "union_tag_invalid":
         key = context["discriminator"].strip("'")
         choices = FFN_TYPES if key == "type" else VALUE_MODES
