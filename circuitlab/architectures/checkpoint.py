@@ -5,7 +5,8 @@ tokenizer it was saved with. Loading checks all three, so a damaged weights file
 another architecture of the same shapes, or a tokenizer.json swapped for another of the same size is an error
 that names the file rather than a model that quietly computes something else. Folders written before these
 records existed (or by other tools) are checked against the hashes in a training run's metrics.json when
-there is one.
+there is one. The files themselves (safetensors with their records, save_model) are in weights.py, which
+needs no model class; this module builds the CircuitTransformer.
 """
 
 from __future__ import annotations

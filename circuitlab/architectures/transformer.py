@@ -30,12 +30,10 @@ from transformer_lens.hook_points import HookPoint
 from circuitlab.architectures.attention import Attention
 from circuitlab.architectures.code_layer import CodeLayer
 from circuitlab.architectures.components import make_norm
-from circuitlab.architectures.feedforward import FEEDFORWARDS, ParityBottleneck, make_feedforward
+from circuitlab.architectures.feedforward import ParityBottleneck, make_feedforward
 from circuitlab.architectures.weights import save_model
 from circuitlab.codes import SparseCode
 from circuitlab.config import ModelConfig
-
-FFN_CLASSES = FEEDFORWARDS  # the name this registry had before feedforward/__init__.py held it
 
 
 class ContextLengthError(ValueError):
