@@ -1,72 +1,162 @@
-"""Model configuration: one dataclass with nested parts, JSON round-trip, validation, presets, and the
-scaling ladder of seed 000 (appendix B.2)."""
+"""Model configuration as typed models (pydantic): one config class per FFN design and per attention value
+mode, chosen by a discriminator field (`feedforward.type`, `attention.value_mode`), unknown keys refused.
+JSON round-trip, presets, and the scaling ladder of seed 000 (appendix B.2).
+
+The first on-disk format (circuitlab 0.1, before typed configs) wrote every FFN field whatever the FFN
+type; it still loads: the fields its type does not read are dropped (`_from_first_format`). The config
+hash is taken over that first layout, so hashes recorded in checkpoints, databases and run folders before
+typed configs still match.
+"""
 
 from __future__ import annotations
 
-import dataclasses
 import hashlib
 import json
 import math
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any, Literal, Union
+
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, ValidationError, model_validator
 
 VALUE_MODES = ("standard", "membership", "boolean")
 FFN_TYPES = ("mlp", "swiglu", "sgatlin", "ncffn")
 POSITIONALS = ("rope", "learned")
 NORMS = ("rmsnorm", "layernorm")
 
+Number = Annotated[float, Field(strict=True)]  # a JSON number (an integer is fine), never a string
+PositiveInt = Annotated[StrictInt, Field(gt=0)]
+CountInt = Annotated[StrictInt, Field(ge=0)]
+
 
 class ConfigError(ValueError):
     """A configuration that cannot describe a model."""
 
 
-@dataclass
-class AttentionConfig:
-    """Causal self-attention. The first `n_special` heads use `value_mode` (seed 002, section 3.5)."""
+class ConfigPart(BaseModel):
+    """A section of a model config: immutable, unknown keys refused."""
 
-    value_mode: str = "standard"
-    n_special: int = 0
-    qk_norm: bool = True
+    model_config = ConfigDict(extra="forbid", frozen=True)
 
 
-@dataclass
-class FeedForwardConfig:
-    """The FFN slot of every block.
-
-    mlp / swiglu: `d_ffw` hidden units. sgatlin: `d_ffw` neurons per channel (a perfect square),
-    `n_channels`, `k` gates per channel, `d_key` router bottleneck. ncffn: `d_ffw` hidden units, a GELU
-    fraction `rho`, `n_quantifiers` sequence-quantifier units (half existential, half proportion).
-    `code_k`: non-zeros kept in the sparse codes of dense and NC-FFN layers.
-    """
-
-    type: str = "mlp"
-    d_ffw: int = 1024
-    n_channels: int = 8
-    k: int = 8
-    d_key: int = 128
-    rho: float = 0.75
-    n_quantifiers: int = 32
-    code_k: int = 32
+# --- attention: one class per value mode (seed 002, section 3.5) ---------------------------------------------
 
 
-@dataclass
-class BottleneckConfig:
+class StandardAttentionConfig(ConfigPart):
+    """Every head computes V = X W_v (no special heads: n_special is 0)."""
+
+    value_mode: Literal["standard"] = "standard"
+    n_special: Literal[0] = 0
+    qk_norm: StrictBool = True
+
+
+class MembershipAttentionConfig(ConfigPart):
+    """The first `n_special` heads compute V = sigmoid(X W_v) (seed 002, eq. 1)."""
+
+    value_mode: Literal["membership"] = "membership"
+    n_special: CountInt = 0
+    qk_norm: StrictBool = True
+
+
+class BooleanAttentionConfig(ConfigPart):
+    """The first `n_special` heads compute V = [A*B ; A*(1-B)] from two half-width operands (seed 002, eq. 2)."""
+
+    value_mode: Literal["boolean"] = "boolean"
+    n_special: CountInt = 0
+    qk_norm: StrictBool = True
+
+
+AttentionConfig = Annotated[
+    Union[StandardAttentionConfig, MembershipAttentionConfig, BooleanAttentionConfig], Field(discriminator="value_mode")
+]
+
+
+# --- the FFN slot: one class per design -----------------------------------------------------------------------
+
+
+class MLPConfig(ConfigPart):
+    """GELU MLP of `d_ffw` hidden units; its sparse code keeps the `code_k` largest |activations|."""
+
+    type: Literal["mlp"] = "mlp"
+    d_ffw: PositiveInt = 1024
+    code_k: PositiveInt = 32
+
+
+class SwiGLUConfig(ConfigPart):
+    """SwiGLU of `d_ffw` hidden units; its sparse code keeps the `code_k` largest |activations|."""
+
+    type: Literal["swiglu"] = "swiglu"
+    d_ffw: PositiveInt = 1024
+    code_k: PositiveInt = 32
+
+
+class SgatlinConfig(ConfigPart):
+    """sgatlin (seed 000): `n_channels` channels of `d_ffw` neurons (a perfect square, for product keys),
+    `k` gates per channel, router bottleneck `d_key`. Its code is the gates themselves."""
+
+    type: Literal["sgatlin"] = "sgatlin"
+    d_ffw: PositiveInt = 1024
+    n_channels: PositiveInt = 8
+    k: PositiveInt = 8
+    d_key: PositiveInt = 128
+
+    @model_validator(mode="after")
+    def _product_keys(self) -> SgatlinConfig:
+        n_keys = math.isqrt(self.d_ffw)
+        if n_keys * n_keys != self.d_ffw:
+            raise ValueError(
+                f"sgatlin d_ffw (neurons per channel) must be a perfect square for product keys, got {self.d_ffw}"
+                f" (nearest: {n_keys * n_keys} or {(n_keys + 1) ** 2})"
+            )
+        if not self.k < n_keys:
+            raise ValueError(f"sgatlin k={self.k} must satisfy 0 < k < sqrt(d_ffw)={n_keys} (k candidates per key half)")
+        return self
+
+
+class NCFFNConfig(ConfigPart):
+    """NC-FFN (seed 002's companion; circuitlab's layout): `d_ffw` hidden units, a GELU fraction `rho`, and
+    `n_quantifiers` sequence quantifiers (half existential, half proportion); the rest are operator pairs.
+    Its sparse code keeps the `code_k` most active operator outputs."""
+
+    type: Literal["ncffn"] = "ncffn"
+    d_ffw: PositiveInt = 1024
+    rho: Number = 0.75
+    n_quantifiers: CountInt = 32
+    code_k: PositiveInt = 32
+
+    @model_validator(mode="after")
+    def _partition(self) -> NCFFNConfig:
+        if not 0.0 <= self.rho <= 1.0:
+            raise ValueError(f"ncffn rho (GELU fraction) must lie in [0, 1], got {self.rho}")
+        if self.n_quantifiers % 2:
+            raise ValueError(
+                f"ncffn n_quantifiers must be even (half existential, half proportion), got {self.n_quantifiers}"
+            )
+        return self  # quantifiers beyond the non-GELU units are clipped by ncffn_partition
+
+
+FeedForwardConfig = Annotated[
+    Union[MLPConfig, SwiGLUConfig, SgatlinConfig, NCFFNConfig], Field(discriminator="type")
+]
+
+
+# --- the parity bottleneck and the selectivity pressures ------------------------------------------------------
+
+
+class BottleneckConfig(ConfigPart):
     """The deep parity bottleneck (DESIGN section 5) on each block's FFN write.
 
     m = 2**n_bits features in d_model dimensions; the low log2(d_model) index bits name a parent
     coordinate, the other bits are split in levels of `bits_per_level`; `beams[l]` prefixes survive level l.
     """
 
-    n_bits: int = 16
-    k: int = 32
-    bits_per_level: int = 4
-    beams: tuple[int, ...] = (16, 64)
-    code_seed: int = 0
+    n_bits: PositiveInt = 16
+    k: PositiveInt = 32
+    bits_per_level: PositiveInt = 4
+    beams: tuple[PositiveInt, ...] = (16, 64)
+    code_seed: StrictInt = 0
 
 
-@dataclass
-class SelectivityConfig:
+class SelectivityConfig(ConfigPart):
     """Selectivity pressures on bounded operands (seed 002, section 3.6), added to the LM loss.
 
     Each term is lambda * sum over channels, averaged over tokens, summed over heads/layers. The attention
@@ -74,155 +164,72 @@ class SelectivityConfig:
     Seed defaults: sparsity 1e-3, crispness 3e-3.
     """
 
-    attn_sparsity: float = 0.0
-    attn_crispness: float = 0.0
-    ffn_sparsity: float = 0.0
-    ffn_crispness: float = 0.0
+    attn_sparsity: Annotated[Number, Field(ge=0)] = 0.0
+    attn_crispness: Annotated[Number, Field(ge=0)] = 0.0
+    ffn_sparsity: Annotated[Number, Field(ge=0)] = 0.0
+    ffn_crispness: Annotated[Number, Field(ge=0)] = 0.0
 
     @property
     def active(self) -> bool:
-        return any(v != 0 for v in dataclasses.astuple(self))
+        return any(value != 0 for value in self.model_dump().values())
 
 
-@dataclass
-class ModelConfig:
-    d_vocab: int = 4096
-    d_model: int = 256
-    n_layers: int = 4
-    n_heads: int = 4
-    d_head: int = 64
-    n_ctx: int = 512
-    positional: str = "rope"
-    rope_base: float = 10000.0
-    norm: str = "rmsnorm"
-    norm_eps: float = 1e-6
-    tied_embeddings: bool = True
-    init_std: float = 0.02
-    attention: AttentionConfig = field(default_factory=AttentionConfig)
-    feedforward: FeedForwardConfig = field(default_factory=FeedForwardConfig)
+# --- the model --------------------------------------------------------------------------------------------------
+
+
+class ModelConfig(ConfigPart):
+    d_vocab: PositiveInt = 4096
+    d_model: PositiveInt = 256
+    n_layers: PositiveInt = 4
+    n_heads: PositiveInt = 4
+    d_head: PositiveInt = 64
+    n_ctx: PositiveInt = 512
+    positional: Literal["rope", "learned"] = "rope"
+    rope_base: Number = 10000.0
+    norm: Literal["rmsnorm", "layernorm"] = "rmsnorm"
+    norm_eps: Number = 1e-6
+    tied_embeddings: StrictBool = True
+    init_std: Number = 0.02
+    attention: AttentionConfig = Field(default_factory=StandardAttentionConfig)
+    feedforward: FeedForwardConfig = Field(default_factory=MLPConfig)
     bottleneck: BottleneckConfig | None = None
-    selectivity: SelectivityConfig = field(default_factory=SelectivityConfig)
+    selectivity: SelectivityConfig = Field(default_factory=SelectivityConfig)
     name: str = ""
 
-    def __post_init__(self) -> None:
-        parts = [("attention", AttentionConfig), ("feedforward", FeedForwardConfig), ("selectivity", SelectivityConfig)]
+    def __init__(self, **data: Any) -> None:
+        try:
+            super().__init__(**data)
+        except ValidationError as error:
+            raise ConfigError(_explain(error, data)) from None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _defaults_and_first_format(cls, data: Any) -> Any:
+        if not isinstance(data, dict):
+            return data
+        data = dict(data)
+        # the discriminators default as the first format's dataclasses did
+        if isinstance(data.get("feedforward"), dict) and "type" not in data["feedforward"]:
+            data["feedforward"] = {"type": "mlp", **data["feedforward"]}
+        if isinstance(data.get("attention"), dict) and "value_mode" not in data["attention"]:
+            data["attention"] = {"value_mode": "standard", **data["attention"]}
+        return _from_first_format(data)
+
+    @model_validator(mode="after")
+    def _fits_the_skeleton(self) -> ModelConfig:
+        """Checks that need more than one section (each section checks itself)."""
+        if self.positional == "rope" and self.d_head % 2:
+            raise ValueError(f"RoPE needs an even d_head, got {self.d_head}")
+        attention = self.attention
+        if not attention.n_special <= self.n_heads:
+            raise ValueError(f"attention.n_special={attention.n_special} must lie in [0, n_heads={self.n_heads}]")
+        if attention.value_mode == "boolean" and self.d_head % 2:
+            raise ValueError(
+                f"boolean heads split the value into two half-width operands: d_head={self.d_head} must be even"
+            )
         if self.bottleneck is not None:
-            parts.append(("bottleneck", BottleneckConfig))
-        for attr, cls in parts:
-            value = getattr(self, attr)
-            if isinstance(value, dict):
-                try:
-                    setattr(self, attr, cls(**value))
-                except TypeError as error:
-                    raise ConfigError(f"invalid model config: {attr}: {error}") from None
-            elif not isinstance(value, cls):
-                raise ConfigError(
-                    f"invalid model config: {attr} must be an object with the fields of {cls.__name__}, "
-                    f"got {type(value).__name__}"
-                )
-        if self.bottleneck is not None:
-            if not isinstance(self.bottleneck.beams, (list, tuple)):
-                raise ConfigError(f"invalid model config: bottleneck.beams must be a list, got {self.bottleneck.beams!r}")
-            self.bottleneck.beams = tuple(self.bottleneck.beams)
-        self._check_integers()
-        self.validate()
-
-    def _check_integers(self) -> None:
-        """Sizes must be JSON integers (a 2.5 or a true would only fail later, deep inside the model)."""
-        fields = [(self, key) for key in ("d_vocab", "d_model", "n_layers", "n_heads", "d_head", "n_ctx")]
-        fields += [(self.attention, "n_special")]
-        fields += [(self.feedforward, key) for key in ("d_ffw", "n_channels", "k", "d_key", "n_quantifiers", "code_k")]
-        if self.bottleneck is not None:
-            fields += [(self.bottleneck, key) for key in ("n_bits", "k", "bits_per_level", "code_seed")]
-            fields += [(self.bottleneck, f"beams[{i}]") for i in range(len(self.bottleneck.beams))]
-        for owner, key in fields:
-            value = owner.beams[int(key[6:-1])] if key.startswith("beams[") else getattr(owner, key)
-            if isinstance(value, bool) or not isinstance(value, int):
-                raise ConfigError(f"invalid model config: {key} must be an integer, got {value!r}")
-
-    # --- validation -------------------------------------------------------------------------------------
-
-    def validate(self) -> None:
-        def need(ok: bool, message: str) -> None:
-            if not ok:
-                raise ConfigError(f"invalid model config{f' {self.name!r}' if self.name else ''}: {message}")
-
-        for key in ("d_vocab", "d_model", "n_layers", "n_heads", "d_head", "n_ctx"):
-            need(int(getattr(self, key)) > 0, f"{key} must be a positive integer, got {getattr(self, key)}")
-        need(self.positional in POSITIONALS, f"positional must be one of {POSITIONALS}, got {self.positional!r}")
-        need(self.norm in NORMS, f"norm must be one of {NORMS}, got {self.norm!r}")
-        need(self.positional != "rope" or self.d_head % 2 == 0, f"RoPE needs an even d_head, got {self.d_head}")
-
-        attn = self.attention
-        need(attn.value_mode in VALUE_MODES, f"attention.value_mode must be one of {VALUE_MODES}, got {attn.value_mode!r}")
-        need(
-            0 <= attn.n_special <= self.n_heads,
-            f"attention.n_special={attn.n_special} must lie in [0, n_heads={self.n_heads}]",
-        )
-        need(
-            attn.value_mode != "boolean" or self.d_head % 2 == 0,
-            f"boolean heads split the value into two half-width operands: d_head={self.d_head} must be even",
-        )
-
-        ffn = self.feedforward
-        need(ffn.type in FFN_TYPES, f"feedforward.type must be one of {FFN_TYPES}, got {ffn.type!r}")
-        need(ffn.d_ffw > 0, f"feedforward.d_ffw must be positive, got {ffn.d_ffw}")
-        need(ffn.code_k > 0, f"feedforward.code_k must be positive, got {ffn.code_k}")
-        if ffn.type == "sgatlin":
-            n_keys = math.isqrt(ffn.d_ffw)
-            need(
-                n_keys * n_keys == ffn.d_ffw,
-                f"sgatlin d_ffw (neurons per channel) must be a perfect square for product keys, got {ffn.d_ffw}"
-                f" (nearest: {n_keys * n_keys} or {(n_keys + 1) ** 2})",
-            )
-            need(
-                0 < ffn.k < n_keys,
-                f"sgatlin k={ffn.k} must satisfy 0 < k < sqrt(d_ffw)={n_keys} (k candidates per key half)",
-            )
-            need(ffn.n_channels > 0 and ffn.d_key > 0, "sgatlin n_channels and d_key must be positive")
-        if ffn.type == "ncffn":
-            need(0.0 <= ffn.rho <= 1.0, f"ncffn rho (GELU fraction) must lie in [0, 1], got {ffn.rho}")
-            n_gelu, n_pairs, n_quant = ncffn_partition(ffn)
-            need(
-                ffn.n_quantifiers >= 0 and ffn.n_quantifiers % 2 == 0,
-                f"ncffn n_quantifiers must be even (half existential, half proportion), got {ffn.n_quantifiers}",
-            )
-            need(
-                ffn.d_ffw - n_gelu >= n_quant,
-                f"ncffn: {ffn.d_ffw - n_gelu} non-GELU units cannot hold n_quantifiers={ffn.n_quantifiers}",
-            )
-
-        if self.bottleneck is not None:
-            bn = self.bottleneck
-            low_bits = int(math.log2(self.d_model))
-            need(
-                2**low_bits == self.d_model,
-                f"the parity bottleneck reads d_model coordinates as parents: d_model={self.d_model} must be a power of 2",
-            )
-            need(bn.n_bits > low_bits, f"bottleneck n_bits={bn.n_bits} must exceed log2(d_model)={low_bits}")
-            need(bn.bits_per_level > 0, "bottleneck bits_per_level must be positive")
-            need(
-                (bn.n_bits - low_bits) % bn.bits_per_level == 0,
-                f"bottleneck: the {bn.n_bits - low_bits} high index bits must split into levels of "
-                f"bits_per_level={bn.bits_per_level}",
-            )
-            n_levels = (bn.n_bits - low_bits) // bn.bits_per_level
-            need(
-                len(bn.beams) == n_levels,
-                f"bottleneck needs one beam width per level ({n_levels}), got beams={bn.beams}",
-            )
-            need(0 < bn.k <= 2**bn.n_bits, f"bottleneck k={bn.k} must lie in (0, m={2**bn.n_bits}]")
-            need(bn.n_bits <= 30, f"bottleneck n_bits={bn.n_bits} is larger than supported (30)")
-            need(bn.n_bits <= self.d_model, "bottleneck n_bits must not exceed d_model (M has full column rank)")
-            widest = self.d_model
-            for level, beam in enumerate(bn.beams):
-                need(0 < beam <= widest, f"bottleneck beams[{level}]={beam} must lie in (0, {widest}]")
-                widest = beam * 2**bn.bits_per_level
-            need(bn.k <= self.d_model + sum(b * 2**bn.bits_per_level for b in bn.beams),
-                 f"bottleneck k={bn.k} exceeds the number of features the search scores")
-
-        for key, value in dataclasses.asdict(self.selectivity).items():
-            need(value >= 0, f"selectivity.{key} must be >= 0, got {value}")
+            _check_bottleneck(self.bottleneck, self.d_model)
+        return self
 
     # --- derived ----------------------------------------------------------------------------------------
 
@@ -230,20 +237,19 @@ class ModelConfig:
     def has_bounded_attention(self) -> bool:
         return self.attention.value_mode != "standard" and self.attention.n_special > 0
 
+    def validate(self) -> None:  # type: ignore[override]
+        """Configs validate on construction and are immutable; kept so callers may check explicitly."""
+        type(self)(**self.to_dict())
+
     # --- serialisation ----------------------------------------------------------------------------------
 
     def to_dict(self) -> dict[str, Any]:
-        data = dataclasses.asdict(self)
-        if self.bottleneck is not None:
-            data["bottleneck"]["beams"] = list(self.bottleneck.beams)
-        return data
+        return self.model_dump(mode="json")
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> ModelConfig:
-        known = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(set(data) - known)
-        if unknown:
-            raise ConfigError(f"unknown model config keys {unknown}; expected a subset of {sorted(known)}")
+        if not isinstance(data, dict):
+            raise ConfigError(f"a model config is a JSON object, got {type(data).__name__}")
         return cls(**data)
 
     def to_json(self, path: str | Path | None = None) -> str:
@@ -265,18 +271,21 @@ class ModelConfig:
             data = json.loads(text)
         except json.JSONDecodeError as error:
             raise ConfigError(f"model config is not valid JSON ({error})") from error
-        if not isinstance(data, dict):
-            raise ConfigError(f"a model config is a JSON object, got {type(data).__name__}")
         return cls.from_dict(data)
 
     def hash(self) -> str:
-        """Stable sha256 of the architecture (the name is left out: renaming keeps the hash)."""
-        data = self.to_dict()
+        """Stable sha256 of the architecture (the name is left out: renaming keeps the hash), taken over the
+        first format's layout so hashes recorded before typed configs still match."""
+        data = _first_format(self.to_dict())
         data.pop("name", None)
         return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()
 
     def replace(self, **changes: Any) -> ModelConfig:
-        return dataclasses.replace(self, **changes)
+        """A copy with some fields changed (validated again; parts may be given as configs or dicts)."""
+        data = self.to_dict()
+        for key, value in changes.items():
+            data[key] = value.model_dump(mode="json") if isinstance(value, BaseModel) else value
+        return type(self).from_dict(data)
 
     # --- presets ----------------------------------------------------------------------------------------
 
@@ -290,7 +299,114 @@ class ModelConfig:
         return cls.from_dict(config)
 
 
-def ncffn_partition(ffn: FeedForwardConfig) -> tuple[int, int, int]:
+def _check_bottleneck(bottleneck: BottleneckConfig, d_model: int) -> None:
+    bits, per_level, beams = bottleneck.n_bits, bottleneck.bits_per_level, bottleneck.beams
+    low_bits = int(math.log2(d_model))
+    if 2**low_bits != d_model:
+        raise ValueError(
+            f"the parity bottleneck reads d_model coordinates as parents: d_model={d_model} must be a power of 2"
+        )
+    if bits <= low_bits:
+        raise ValueError(f"bottleneck n_bits={bits} must exceed log2(d_model)={low_bits}")
+    if (bits - low_bits) % per_level:
+        raise ValueError(
+            f"bottleneck: the {bits - low_bits} high index bits must split into levels of bits_per_level={per_level}"
+        )
+    n_levels = (bits - low_bits) // per_level
+    if len(beams) != n_levels:
+        raise ValueError(f"bottleneck needs one beam width per level ({n_levels}), got beams={list(beams)}")
+    if bottleneck.k > 2**bits:
+        raise ValueError(f"bottleneck k={bottleneck.k} must lie in (0, m={2**bits}]")
+    if bits > 30:
+        raise ValueError(f"bottleneck n_bits={bits} is larger than supported (30)")
+    if bits > d_model:
+        raise ValueError("bottleneck n_bits must not exceed d_model (M has full column rank)")
+    widest = d_model
+    for level, beam in enumerate(beams):
+        if beam > widest:
+            raise ValueError(f"bottleneck beams[{level}]={beam} must lie in (0, {widest}]")
+        widest = beam * 2**per_level
+    if bottleneck.k > d_model + sum(beam * 2**per_level for beam in beams):
+        raise ValueError(f"bottleneck k={bottleneck.k} exceeds the number of features the search scores")
+
+
+# --- the first on-disk format -----------------------------------------------------------------------------------
+
+# every field of the first format's FFN and attention sections, with its defaults
+_FIRST_FEEDFORWARD = dict(type="mlp", d_ffw=1024, n_channels=8, k=8, d_key=128, rho=0.75, n_quantifiers=32, code_k=32)
+_FIRST_ATTENTION = dict(value_mode="standard", n_special=0, qk_norm=True)
+_FEEDFORWARD_CLASSES = {"mlp": MLPConfig, "swiglu": SwiGLUConfig, "sgatlin": SgatlinConfig, "ncffn": NCFFNConfig}
+_ATTENTION_CLASSES = {
+    "standard": StandardAttentionConfig, "membership": MembershipAttentionConfig, "boolean": BooleanAttentionConfig,
+}
+
+
+def _first_format(data: dict[str, Any]) -> dict[str, Any]:
+    """A config dict in the first format's layout (every FFN and attention field present)."""
+    data = dict(data)
+    data["feedforward"] = {**_FIRST_FEEDFORWARD, **data["feedforward"]}
+    data["attention"] = {**_FIRST_ATTENTION, **data["attention"]}
+    return data
+
+
+def _from_first_format(data: dict[str, Any]) -> dict[str, Any]:
+    """A first-format config (its FFN section lists all eight fields) with the fields its FFN type and
+    attention mode do not read dropped; any other dict is returned as it is."""
+    feedforward, attention = data.get("feedforward"), data.get("attention")
+    if not isinstance(feedforward, dict) or set(feedforward) != set(_FIRST_FEEDFORWARD):
+        return data
+    ffn_class = _FEEDFORWARD_CLASSES.get(feedforward["type"])
+    if ffn_class is not None:
+        data["feedforward"] = {key: value for key, value in feedforward.items() if key in ffn_class.model_fields}
+    if isinstance(attention, dict) and attention.get("value_mode") in _ATTENTION_CLASSES:
+        fields = _ATTENTION_CLASSES[attention["value_mode"]].model_fields
+        data["attention"] = {key: value for key, value in attention.items() if key in fields}
+    return data
+
+
+# --- errors a person can act on -----------------------------------------------------------------------------------
+
+
+def _explain(error: ValidationError, data: dict[str, Any]) -> str:
+    """The first problem of a failed validation, as one sentence naming the field."""
+    name = data.get("name") if isinstance(data.get("name"), str) else ""
+    head = f"invalid model config{f' {name!r}' if name else ''}: "
+    unknown = [str(e["loc"][0]) for e in error.errors() if e["type"] == "extra_forbidden" and len(e["loc"]) == 1]
+    if unknown:
+        return (
+            f"unknown model config keys {sorted(unknown)}; expected a subset of {sorted(ModelConfig.model_fields)}"
+        )
+    problem = error.errors()[0]
+    kind, context, value = problem["type"], problem.get("ctx") or {}, problem.get("input")
+    # drop the union tag pydantic puts after a discriminated section ('feedforward', 'sgatlin', 'd_ffw')
+    loc = [str(part) for part in problem["loc"]]
+    if len(loc) >= 2 and loc[0] in ("feedforward", "attention") and loc[1] in {*FFN_TYPES, *VALUE_MODES}:
+        loc.pop(1)
+    where = "".join(f"[{part}]" if part.isdigit() else f".{part}" for part in loc).lstrip(".")
+    if kind == "union_tag_invalid":
+        key = context["discriminator"].strip("'")
+        choices = FFN_TYPES if key == "type" else VALUE_MODES
+        return head + f"{where}.{key} must be one of {choices}, got {context['tag']!r}"
+    if kind == "extra_forbidden":
+        section, key = ".".join(loc[:-1]), loc[-1]
+        return head + f"{section} has no field {key!r} (a config of the first format lists every FFN field; " \
+            "a current one only those of its type)"
+    if kind == "greater_than" and context.get("gt") == 0:
+        return head + f"{where} must be a positive integer, got {value!r}"
+    if kind == "literal_error":
+        return head + f"{where} must be one of {context.get('expected')}, got {value!r}"
+    if kind in ("int_type", "int_from_float", "int_parsing"):
+        return head + f"{where} must be an integer, got {value!r}"
+    if kind == "model_attributes_type" or kind == "model_type":
+        return head + f"{where} must be an object with its section's fields, got {type(value).__name__}"
+    message = str(problem["msg"]).removeprefix("Value error, ")
+    return head + (f"{where}: {message}" if where else message) + ("" if kind == "value_error" else f" (got {value!r})")
+
+
+# --- partitions, ladder, presets ----------------------------------------------------------------------------------
+
+
+def ncffn_partition(ffn: NCFFNConfig) -> tuple[int, int, int]:
     """(GELU units, operator pairs, quantifier units) of an NC-FFN hidden layer of width d_ffw.
 
     Layout of the hidden units: [GELU | operand A of each pair | operand B of each pair | quantifiers].
@@ -333,10 +449,12 @@ def ladder_config(scale: int, ffn_type: str, d_vocab: int = 50257, **overrides: 
     if ffn_type not in ("mlp", "swiglu", "sgatlin"):
         raise ConfigError(f"ladder configs exist for mlp, swiglu and sgatlin, not {ffn_type!r}")
     d_model, n_layers, d_ffw = scaling_ladder(scale, ffn_type)
+    feedforward: dict[str, Any] = dict(type=ffn_type, d_ffw=d_ffw)
+    if ffn_type == "sgatlin":
+        feedforward.update(n_channels=16, k=8, d_key=128)
     config = dict(
         d_vocab=d_vocab, d_model=d_model, n_layers=n_layers, n_heads=d_model // 64, d_head=64, n_ctx=2048,
-        feedforward=dict(type=ffn_type, d_ffw=d_ffw, n_channels=16, k=8, d_key=128),
-        name=f"ladder-{ffn_type}-{scale}",
+        feedforward=feedforward, name=f"ladder-{ffn_type}-{scale}",
     )
     config.update(overrides)
     return ModelConfig.from_dict(config)

@@ -391,11 +391,11 @@ def _needs_tokenizer(model: Any) -> str | None:
 
 
 def _usage_applies(model: Any) -> str | None:
-    config = model.config
-    if config.bottleneck is None and config.feedforward.type != "sgatlin":
+    dense = [block.ffn_description() for block in model.blocks if not block.ffn_code_layer.sparse_by_construction]
+    if dense:
         return (
             f"neuron usage is defined for sparse codes (sgatlin gates, parity features); this model's "
-            f"{config.feedforward.type} FFN has dense activations"
+            f"{dense[0]} FFN has dense activations"
         )
     return None
 

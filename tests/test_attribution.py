@@ -103,7 +103,7 @@ def test_last_layer_parts_equal_their_ablation_with_the_scale_frozen(config_name
             activation[:, -1, head] = 0
         return activation
 
-    ffn_hook = f"blocks.{last}.bottleneck.hook_recon" if model.config.bottleneck else f"blocks.{last}.hook_mlp_out"
+    ffn_hook = f"blocks.{last}.hook_mlp_out"  # the whole FFN write, parity bottleneck included
     freeze_ffn = _frozen_hook(model, ffn_hook)
     ablated = float(model_logits(model, hooks=[freeze, (ffn_hook, zero_at_last_position)])[-1, 17])
     ffn_row = table[(table["kind"] == "ffn") & (table["layer"] == last)]["value"].item()

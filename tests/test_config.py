@@ -77,3 +77,58 @@ def test_ncffn_partition_fills_the_hidden_layer():
         n_gelu, n_pairs, n_q = ncffn_partition(config.feedforward)
         assert n_gelu + 2 * n_pairs + n_q == d_ffw
         assert n_q % 2 == 0 and abs(n_gelu - rho * d_ffw) <= 1
+
+
+def first_format(config: ModelConfig) -> dict:
+    """The config as circuitlab 0.1 wrote it: every FFN and attention field, whatever the type."""
+    data = config.to_dict()
+    data["feedforward"] = dict(dict(type="mlp", d_ffw=1024, n_channels=8, k=8, d_key=128, rho=0.75,
+                                    n_quantifiers=32, code_k=32), **data["feedforward"])
+    data["attention"] = dict(dict(value_mode="standard", n_special=0, qk_norm=True), **data["attention"])
+    return data
+
+
+@pytest.mark.parametrize("name", ["tiny-gelu", "tiny-sgatlin", "tiny-legible", "tiny-parity", "tiny-membership"])
+def test_first_format_configs_load_with_their_old_hash(name):
+    import hashlib
+
+    config = ModelConfig.preset(name)
+    old = first_format(config)
+    loaded = ModelConfig.from_json(json.dumps(old))
+    assert loaded == config
+    # the hash the first format's code computed: sha256 of its sorted JSON without the name
+    del old["name"]
+    assert loaded.hash() == hashlib.sha256(json.dumps(old, sort_keys=True).encode()).hexdigest()
+
+
+def test_each_ffn_type_has_its_own_fields():
+    from circuitlab.config import MLPConfig, NCFFNConfig, SgatlinConfig
+
+    assert isinstance(ModelConfig.preset("tiny-sgatlin").feedforward, SgatlinConfig)
+    assert isinstance(ModelConfig.preset("tiny-legible").feedforward, NCFFNConfig)
+    assert isinstance(ModelConfig.preset("tiny-gelu").feedforward, MLPConfig)
+    assert set(ModelConfig.preset("tiny-gelu").to_dict()["feedforward"]) == {"type", "d_ffw", "code_k"}
+    base = dict(d_vocab=100, d_model=64, n_layers=1, n_heads=2, d_head=32)
+    with pytest.raises(ConfigError, match="feedforward has no field 'n_channels'"):
+        ModelConfig.from_dict(dict(base, feedforward=dict(type="mlp", d_ffw=64, n_channels=4)))
+    with pytest.raises(ConfigError, match="attention.n_special must be one of 0, got 2"):
+        ModelConfig.from_dict(dict(base, attention=dict(value_mode="standard", n_special=2)))
+    with pytest.raises(ConfigError, match="attention.value_mode must be one of"):
+        ModelConfig.from_dict(dict(base, attention=dict(value_mode="fuzzy")))
+    with pytest.raises(ConfigError, match="n_heads must be an integer, got 2.5"):
+        ModelConfig.from_dict(dict(base, n_heads=2.5))
+    with pytest.raises(ConfigError, match="must be one of"):
+        ModelConfig.from_dict(dict(base, norm="batchnorm"))
+
+
+def test_configs_are_immutable_and_replace_validates():
+    from circuitlab.config import SelectivityConfig
+
+    config = ModelConfig.preset("tiny-gelu")
+    with pytest.raises(Exception, match="frozen"):
+        config.d_model = 128
+    pressed = config.replace(selectivity=SelectivityConfig(attn_crispness=3e-3))
+    assert pressed.selectivity.attn_crispness == 3e-3 and pressed.hash() != config.hash()
+    assert config.replace(feedforward=dict(type="swiglu", d_ffw=64)).feedforward.type == "swiglu"
+    with pytest.raises(ConfigError, match="perfect square"):
+        config.replace(feedforward=dict(type="sgatlin", d_ffw=60, k=2))

@@ -14,6 +14,8 @@ COMMON = {
     "blocks.{l}.hook_resid_post": ("B", "T", "D"),
     "blocks.{l}.attn.hook_q": ("B", "T", "H", "E"),
     "blocks.{l}.attn.hook_k": ("B", "T", "H", "E"),
+    "blocks.{l}.attn.hook_rot_q": ("B", "T", "H", "E"),  # every preset here uses RoPE
+    "blocks.{l}.attn.hook_rot_k": ("B", "T", "H", "E"),
     "blocks.{l}.attn.hook_v": ("B", "T", "H", "E"),
     "blocks.{l}.attn.hook_attn_scores": ("B", "H", "T", "T"),
     "blocks.{l}.attn.hook_pattern": ("B", "H", "T", "T"),
@@ -62,9 +64,10 @@ SPECIFIC = {
 def sizes(model):
     c = model.config
     mlp = model.blocks[0].mlp
-    out = dict(B=B, T=T, D=c.d_model, H=c.n_heads, E=c.d_head, F=c.feedforward.d_ffw, Q=c.feedforward.d_key,
-               C=c.feedforward.n_channels, K=c.feedforward.k, S=c.attention.n_special, **{"E/2": c.d_head // 2})
-    out["n"] = int(c.feedforward.d_ffw**0.5)
+    ffn = c.feedforward
+    out = dict(B=B, T=T, D=c.d_model, H=c.n_heads, E=c.d_head, F=ffn.d_ffw, S=c.attention.n_special, **{"E/2": c.d_head // 2})
+    if ffn.type == "sgatlin":
+        out.update(Q=ffn.d_key, C=ffn.n_channels, K=ffn.k, n=int(ffn.d_ffw**0.5))
     if hasattr(mlp, "n_pairs"):
         out.update(G=mlp.n_gelu, P=mlp.n_pairs, U=mlp.n_quant, **{"U/2": mlp.n_quant // 2})
     if c.bottleneck is not None:

@@ -2,14 +2,15 @@
 
 With the final norm's scale s frozen from the run, the unembedding is linear in the residual stream, and
 the residual stream at a position is a sum of writes: embedding (+ learned position), every attention head
-(attn.hook_result) and every FFN block (hook_mlp_out, or the parity code's reconstruction when the block
-has a bottleneck). So, for a direction u = W_U[:, target] (minus W_U[:, baseline] for a logit difference),
+(attn.hook_result) and every FFN block (hook_mlp_out, the whole FFN write, parity bottleneck included).
+So, for a direction u = W_U[:, target] (minus W_U[:, baseline] for a logit difference),
 
     RMSNorm:    logit = sum_parts (part * s * w) . u
     LayerNorm:  logit = sum_parts (center(part) * s * w) . u  +  b . u      (centering is linear; the
                 bias b is its own part, "final norm bias")
 
-Inside an FFN block the write is again a sum of units: sgatlin neurons g * (w_in . z) * w_out per chosen
+Inside an FFN block the write is again a sum of units, as the layer that writes last declares them
+(CodeLayer.unit_writes): sgatlin neurons g * (w_in . z) * w_out per chosen
 (channel, neuron) (seed 000, eq. 2), dense and NC-FFN hidden units post_f * W_out[f] (labelled gelu / swiglu
 / and / andnot / exists / proportion), parity features a_i * phi_i. Rows carry a `level`: the 'component'
 rows sum to the logit; the 'unit' rows of a layer sum to that layer's FFN row (never add both levels).
@@ -106,16 +107,8 @@ class FrozenReadout:
 
 def _needed_hooks(model: Any) -> list[str]:
     names = ["hook_embed", "hook_pos_embed", "ln_final.hook_scale"]  # hook_pos_embed fires for learned positions only
-    for layer in range(model.cfg.n_layers):
-        prefix = f"blocks.{layer}"
-        names += [f"{prefix}.attn.hook_result", f"{prefix}.hook_mlp_out"]
-        if f"{prefix}.bottleneck.hook_recon" in model.hook_dict:
-            names += [f"{prefix}.bottleneck.hook_recon", f"{prefix}.bottleneck.hook_code_indices",
-                      f"{prefix}.bottleneck.hook_code_values"]
-        elif f"{prefix}.mlp.hook_gate_indices" in model.hook_dict:
-            names += [f"{prefix}.mlp.hook_gate_indices", f"{prefix}.mlp.hook_neuron_post"]
-        elif f"{prefix}.mlp.hook_post" in model.hook_dict:
-            names.append(f"{prefix}.mlp.hook_post")
+    for layer, block in enumerate(model.blocks):
+        names += [f"blocks.{layer}.hook_mlp_out", *block.attn.unit_write_hooks(), *block.ffn_code_layer.unit_write_hooks()]
     return names
 
 
@@ -170,8 +163,7 @@ def direct_logit_attribution(
         centred=getattr(ln_final, "b", None) is not None,
     )
     direction_D = readout.direction(target_id, baseline_id)
-    n_layers, n_heads = model.cfg.n_layers, model.cfg.n_heads
-    value_modes = _head_value_modes(model)
+    n_layers = model.cfg.n_layers
 
     rows: list[dict[str, Any]] = []
     writes: list[Tensor] = []  # the residual write of each row that gets a promote signature
@@ -190,24 +182,23 @@ def direct_logit_attribution(
         pos_D = cache["hook_pos_embed"][position].double() if cache["hook_pos_embed"].dim() == 2 else at("hook_pos_embed")
         add(pos_D, component="positional embedding", layer=-1, kind="positional", value=float(pos_D @ direction_D))
 
-    for layer in range(n_layers):
-        prefix = f"blocks.{layer}"
-        result_HxD = at(f"{prefix}.attn.hook_result")
-        for head in range(n_heads):
-            add(result_HxD[head], component=f"L{layer}H{head}", layer=layer, kind="attn_head", head=head,
-                value=float(result_HxD[head] @ direction_D), operation=value_modes[head])
-        has_bottleneck = f"{prefix}.bottleneck.hook_recon" in names
-        ffn_write_D = at(f"{prefix}.bottleneck.hook_recon" if has_bottleneck else f"{prefix}.hook_mlp_out")
-        add(ffn_write_D, component=f"L{layer} FFN" + (" (parity code)" if has_bottleneck else ""), layer=layer,
-            kind="ffn", value=float(ffn_write_D @ direction_D), operation=_ffn_operation(model, layer, has_bottleneck))
-        if units:
-            unit_rows = _unit_writes(model, layer, at, names)
-            contributions = unit_rows["writes_NxD"] @ direction_D
+    for layer, block in enumerate(model.blocks):
+        heads = block.attn.unit_writes(at)
+        for head, write_D in zip(heads.ids, heads.writes_NxD):
+            add(write_D, component=heads.labels[head], layer=layer, kind=heads.kind, head=head,
+                value=float(write_D @ direction_D), operation=heads.operations[head])
+        ffn_write_D = at(f"blocks.{layer}.hook_mlp_out")
+        ffn_label = block.ffn_description()
+        add(ffn_write_D, component=f"L{layer} FFN" + (" (parity code)" if block.bottleneck is not None else ""),
+            layer=layer, kind="ffn", value=float(ffn_write_D @ direction_D), operation=ffn_label)
+        unit_rows = block.ffn_code_layer.unit_writes(at) if units else None
+        if unit_rows is not None:
+            contributions = unit_rows.writes_NxD @ direction_D
             keep_promote = set(contributions.abs().argsort(descending=True)[:promote_units_per_layer].tolist())
             for i in range(contributions.numel()):
-                add(unit_rows["writes_NxD"][i] if i in keep_promote else None, level="unit",
-                    component=f"L{layer} {unit_rows['labels'][i]}", layer=layer, kind=unit_rows["kind"],
-                    unit=int(unit_rows["ids"][i]), operation=unit_rows["operations"][i], value=float(contributions[i]))
+                add(unit_rows.writes_NxD[i] if i in keep_promote else None, level="unit",
+                    component=f"L{layer} {unit_rows.labels[i]}", layer=layer, kind=unit_rows.kind,
+                    unit=int(unit_rows.ids[i]), operation=unit_rows.operations[i], value=float(contributions[i]))
 
     if readout.bias_D is not None:
         add(None, component="final norm bias", layer=n_layers, kind="norm_bias", value=readout.bias_value(target_id, baseline_id))
@@ -230,46 +221,6 @@ def direct_logit_attribution(
         logit=model_value, tokens=tokens_T.tolist(),
     )
     return table
-
-
-def _head_value_modes(model: Any) -> list[str]:
-    attention = model.config.attention
-    n_special = attention.n_special if attention.value_mode != "standard" else 0
-    return [attention.value_mode if h < n_special else "standard" for h in range(model.cfg.n_heads)]
-
-
-def _ffn_operation(model: Any, layer: int, has_bottleneck: bool) -> str:
-    ffn_type = model.config.feedforward.type
-    return f"{ffn_type} + parity bottleneck" if has_bottleneck else ffn_type
-
-
-def _unit_writes(model: Any, layer: int, at: Any, names: set[str]) -> dict[str, Any]:
-    """The residual write of every unit of layer `layer`'s FFN at the attributed position."""
-    prefix = f"blocks.{layer}"
-    block = model.blocks[layer]
-    if f"{prefix}.bottleneck.hook_recon" in names:
-        indices_K = at(f"{prefix}.bottleneck.hook_code_indices").long()
-        values_K = at(f"{prefix}.bottleneck.hook_code_values")
-        phi_KxD = block.bottleneck.feature_directions(indices_K).double()
-        return dict(writes_NxD=values_K[:, None] * phi_KxD, ids=indices_K.tolist(), kind="parity_feature",
-                    operations=["feature"] * indices_K.numel(), labels=[f"feature {int(i)}" for i in indices_K])
-    if f"{prefix}.mlp.hook_gate_indices" in names:
-        indices_CxK = at(f"{prefix}.mlp.hook_gate_indices").long()
-        neuron_post_CxK = at(f"{prefix}.mlp.hook_neuron_post")
-        w_out_CxKxD = block.mlp.neuron_out_rows(indices_CxK[None, None])[0, 0].double()
-        n_channels, k = indices_CxK.shape
-        per_channel = model.config.feedforward.d_ffw
-        channel_C = torch.arange(n_channels, device=indices_CxK.device)[:, None].expand(n_channels, k)
-        ids = (channel_C * per_channel + indices_CxK).flatten().tolist()
-        labels = [f"c{int(c)} n{int(i)}" for c, i in zip(channel_C.flatten(), indices_CxK.flatten())]
-        # seed 000, eq. 2: the neuron writes g * (w_in . z) * w_out
-        writes = (neuron_post_CxK[..., None] * w_out_CxKxD).reshape(n_channels * k, -1)
-        return dict(writes_NxD=writes, ids=ids, kind="neuron", operations=["neuron"] * len(ids), labels=labels)
-    post_F = at(f"{prefix}.mlp.hook_post")
-    W_out_FxD = block.mlp.W_out.detach().double()
-    kinds = block.mlp.unit_kinds()
-    return dict(writes_NxD=post_F[:, None] * W_out_FxD, ids=list(range(post_F.numel())), kind="ffn_unit",
-                operations=kinds, labels=[f"{kind} u{f}" for f, kind in enumerate(kinds)])
 
 
 # --- figures -----------------------------------------------------------------------------------------------

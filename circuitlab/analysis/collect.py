@@ -15,7 +15,6 @@ Shape letters: B batch, T position, K non-zeros per code, P top predictions.
 from __future__ import annotations
 
 import json
-import math
 import os
 import time
 from collections.abc import Iterable, Iterator, Sequence
@@ -168,20 +167,9 @@ def empty_metadata():
 
 
 def layer_layout(model: Any, layer: int) -> dict:
-    """What a layer's code indices mean, for usage statistics (sgatlin subkeys) and display."""
-    config = model.config
-    ffn = config.feedforward
-    if config.bottleneck is not None:
-        return {"kind": "parity", "n_features": 2**config.bottleneck.n_bits}
-    if ffn.type == "sgatlin":
-        return {
-            "kind": "sgatlin",
-            "n_channels": ffn.n_channels,
-            "neurons_per_channel": ffn.d_ffw,
-            "keys_per_half": math.isqrt(ffn.d_ffw),
-            "k": ffn.k,
-        }
-    return {"kind": ffn.type, "code_k": ffn.code_k}
+    """What a layer's code indices mean, for usage statistics (sgatlin subkeys) and display: the layout the
+    layer that writes the code declares."""
+    return model.blocks[layer].ffn_code_layer.layout()
 
 
 def _text_and_spans(item: Any) -> tuple[str, list | None]:

@@ -23,12 +23,13 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import torch
 from jaxtyping import Float, Int
 from torch import Tensor
+
+from circuitlab.architectures.code_layer import ChannelGroup
 
 if TYPE_CHECKING:
     import pandas
@@ -120,88 +121,29 @@ def channel_statistics(values_NxC: Float[Tensor, "tokens channel"]) -> pandas.Da
 # --- which channels a model has ---------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class ChannelGroup:
-    """A hook's bounded channels: `take` maps the hook's tensor to [B, T, S, E] (attention) or [B, T, C]."""
-
-    surface: str  # "attention" | "ffn"
-    layer: int
-    hook: str
-    role: str
-    operand: bool
-    combined: bool
-    head_slice: slice | None = None  # attention: the bounded heads
-    channel_slice: slice | None = None  # attention: part of each head's channels (the and / and-not halves)
-
-    @property
-    def head_offset(self) -> int:
-        return self.head_slice.start or 0 if self.head_slice is not None else 0
-
-    @property
-    def channel_offset(self) -> int:
-        return self.channel_slice.start or 0 if self.channel_slice is not None else 0
-
-    def take(self, activation: Tensor) -> Tensor:
-        if self.head_slice is None:
-            return activation
-        values = activation[:, :, self.head_slice]
-        return values[..., self.channel_slice] if self.channel_slice is not None else values
-
-
 def bounded_channel_groups(model: Any) -> list[ChannelGroup]:
-    """Every bounded channel group of the model, found through its config and hook names."""
-    config = model.config
-    attention = config.attention
-    n_special = attention.n_special if attention.value_mode != "standard" else 0
-    d_head = config.d_head
-    groups: list[ChannelGroup] = []
-    for layer in range(config.n_layers):
-        prefix = f"blocks.{layer}"
-        if n_special and attention.value_mode == "membership":
-            groups.append(ChannelGroup("attention", layer, f"{prefix}.attn.hook_v", "membership", True, True, slice(0, n_special)))
-        elif n_special and attention.value_mode == "boolean":
-            heads = slice(0, n_special)
-            groups += [
-                ChannelGroup("attention", layer, f"{prefix}.attn.hook_operand_a", "operand_a", True, False, heads),
-                ChannelGroup("attention", layer, f"{prefix}.attn.hook_operand_b", "operand_b", True, False, heads),
-                # seed 002, eq. 2: V = [A*B ; A*(1-B)]
-                ChannelGroup("attention", layer, f"{prefix}.attn.hook_v", "and", False, True, heads, slice(0, d_head // 2)),
-                ChannelGroup("attention", layer, f"{prefix}.attn.hook_v", "andnot", False, True, heads, slice(d_head // 2, d_head)),
-            ]
-        if f"{prefix}.mlp.hook_operand_a" in model.hook_dict:
-            groups += [
-                ChannelGroup("ffn", layer, f"{prefix}.mlp.hook_operand_a", "operand_a", True, False),
-                ChannelGroup("ffn", layer, f"{prefix}.mlp.hook_operand_b", "operand_b", True, False),
-                ChannelGroup("ffn", layer, f"{prefix}.mlp.hook_and", "and", False, True),
-                ChannelGroup("ffn", layer, f"{prefix}.mlp.hook_andnot", "andnot", False, True),
-            ]
-            if config.feedforward.n_quantifiers > 0:
-                groups += [
-                    ChannelGroup("ffn", layer, f"{prefix}.mlp.hook_quant_in", "quant_in", True, False),
-                    ChannelGroup("ffn", layer, f"{prefix}.mlp.hook_exists", "exists", False, True),
-                    ChannelGroup("ffn", layer, f"{prefix}.mlp.hook_proportion", "proportion", False, True),
-                ]
+    """Every bounded channel group of the model, as its layers declare them (CodeLayer.bounded_channels)."""
+    groups = [group for block in model.blocks for layer in block.code_layers() for group in layer.bounded_channels()]
     if not groups:
-        ffn = config.feedforward.type + (" + parity bottleneck" if config.bottleneck is not None else "")
+        config = model.config
+        attention = model.blocks[0].attn
         raise NoBoundedChannelsError(
             f"model {config.name or '(unnamed)'} has no bounded channels (attention values "
-            f"{attention.value_mode} on {n_special} heads, FFN {ffn}): legibility is defined on values bounded "
-            "in [0, 1] by construction (membership or boolean attention heads, NC-FFN operators); use "
-            "direct_logit_attribution or the circuit database for this architecture"
+            f"{attention.value_mode} on {attention.n_special} heads, FFN {model.blocks[0].ffn_description()}): "
+            "legibility is defined on values bounded in [0, 1] by construction (membership or boolean attention "
+            "heads, NC-FFN operators); use direct_logit_attribution or the circuit database for this architecture"
         )
     return groups
 
 
 def design_label(model: Any, surface: str) -> str:
-    """The seed 002 table row a model's surface belongs to, e.g. 'boolean head-100', 'NC-FFN 50% operators'."""
-    config = model.config
-    if surface == "attention":
-        attention = config.attention
-        return f"{attention.value_mode} head-{round(100 * attention.n_special / config.n_heads)}"
-    from circuitlab.config import ncffn_partition
-
-    n_gelu, _, _ = ncffn_partition(config.feedforward)
-    return f"NC-FFN {round(100 * (1 - n_gelu / config.feedforward.d_ffw))}% operators"
+    """The seed 002 table row a model's surface belongs to, e.g. 'boolean head-100', 'NC-FFN 50% operators',
+    as the first layer with bounded channels on that surface names its design."""
+    for block in model.blocks:
+        for layer in block.code_layers():
+            if any(group.surface == surface for group in layer.bounded_channels()):
+                return layer.design_label()
+    raise ValueError(f"the model has no bounded channels on the {surface!r} surface")
 
 
 # --- running the model over held-out text ------------------------------------------------------------------

@@ -6,9 +6,10 @@ For a clean prompt x_clean with answer y_clean and a counterfactual x_patch with
     NIE   = (m(x_clean | do(g = g_patch)) - m(x_clean)) / (m(x_patch) - m(x_clean))
 
 where do(g = g_patch) overwrites the activation g of the clean run, at chosen layers and positions, with
-the value it had in the patch run. The default g is each architecture's natural code: sgatlin gate indices
-and gate values together (the circuit of seed 000), the parity bottleneck's code indices and coefficients,
-and otherwise the FFN unit activations `mlp.hook_post` (NC-FFN operators, dense units). Any other hook with a
+the value it had in the patch run. The default g is each block's natural code, the hooks its FFN's last
+stage declares (CodeLayer.code_hooks): sgatlin gate indices and gate values together (the circuit of seed
+000), the parity bottleneck's code indices and coefficients, and otherwise the FFN unit activations
+`mlp.hook_post` (NC-FFN operators, dense units). Any other hook with a
 [batch, pos, ...] layout can be named instead (residual stream, per-head outputs, ...). NIE 0 means the
 intervention changed nothing; NIE 1 means it moved the clean run all the way to the patch run's answer.
 
@@ -167,16 +168,12 @@ Intervention = tuple[Patch, ...]
 
 
 def natural_code_hooks(model: Any, layer: int) -> list[str]:
-    """The hooks that carry layer `layer`'s circuit code: do(g = g_patch) patches these together."""
-    names = model.hook_dict
-    prefix = f"blocks.{layer}"
-    if f"{prefix}.bottleneck.hook_code_indices" in names:
-        return [f"{prefix}.bottleneck.hook_code_indices", f"{prefix}.bottleneck.hook_code_values"]
-    if f"{prefix}.mlp.hook_gate_indices" in names:
-        return [f"{prefix}.mlp.hook_gate_indices", f"{prefix}.mlp.hook_gate_values"]
-    if f"{prefix}.mlp.hook_post" in names:
-        return [f"{prefix}.mlp.hook_post"]
-    raise ValueError(f"layer {layer} has no FFN code hook; name the hooks to patch with hooks=[...]")
+    """The hooks that carry layer `layer`'s circuit code, as the block's FFN declares them (the last stage
+    of its write): do(g = g_patch) patches these together."""
+    hooks = model.blocks[layer].ffn_code_layer.code_hooks()
+    if not hooks:
+        raise ValueError(f"layer {layer} has no FFN code hook; name the hooks to patch with hooks=[...]")
+    return hooks
 
 
 def _check_hook(model: Any, name: str) -> None:

@@ -5,12 +5,17 @@ membership: V = sigmoid(X W_v) in [0, 1]                                  (seed 
 boolean:    A = sigmoid(X W_a), B = sigmoid(X W_b), V = [A*B ; A*(1-B)]    (seed 002, eq. 2)
 The first `n_special` heads use the bounded mode, the rest stay standard. W_O is always free.
 
+Hooks follow TransformerLens: hook_q / hook_k are the projections X W_Q, X W_K, before QK-norm and RoPE;
+hook_rot_q / hook_rot_k (RoPE models only) are what the scores read, after both. Its units are the heads
+(each writes z_h W_O[h], hook_result); its bounded channels are the special heads' values and operands.
+
 Letters: B batch, T/Q/K positions (query, key), H heads, S special heads, E d_head, D d_model.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F
@@ -18,11 +23,14 @@ from jaxtyping import Float
 from torch import Tensor, nn
 from transformer_lens.hook_points import HookPoint
 
+from circuitlab.architectures.code_layer import ChannelGroup, CodeLayer, UnitWrites
 from circuitlab.architectures.components import RMSNorm, Rotary, is_hooked, selectivity_penalty
 from circuitlab.config import ModelConfig
 
 
-class Attention(nn.Module):
+class Attention(CodeLayer):
+    kind = "attention"
+
     def __init__(self, config: ModelConfig):
         super().__init__()
         self.config = config
@@ -43,8 +51,11 @@ class Attention(nn.Module):
         self.k_norm = RMSNorm(d_head, config.norm_eps) if config.attention.qk_norm else None
         self.rotary = Rotary(d_head, config.rope_base) if config.positional == "rope" else None
 
-        self.hook_q = HookPoint()  # [B, T, H, E]
+        self.hook_q = HookPoint()  # [B, T, H, E] X W_Q, before QK-norm and RoPE
         self.hook_k = HookPoint()
+        if self.rotary is not None:
+            self.hook_rot_q = HookPoint()  # [B, T, H, E] after QK-norm and RoPE: what the scores read
+            self.hook_rot_k = HookPoint()
         self.hook_v = HookPoint()  # [B, T, H, E]; bounded in the first n_special heads
         self.hook_operand_a = HookPoint()  # [B, T, S, E/2] boolean heads only
         self.hook_operand_b = HookPoint()
@@ -54,13 +65,13 @@ class Attention(nn.Module):
         self.hook_result = HookPoint()  # [B, T, H, D] per-head write
 
     def forward(self, x_BxTxD: Float[Tensor, "batch pos d_model"]) -> tuple[Tensor, Tensor | None]:
-        q_BxTxHxE = torch.einsum("btd,hde->bthe", x_BxTxD, self.W_Q)
-        k_BxTxHxE = torch.einsum("btd,hde->bthe", x_BxTxD, self.W_K)
+        q_BxTxHxE = self.hook_q(torch.einsum("btd,hde->bthe", x_BxTxD, self.W_Q))
+        k_BxTxHxE = self.hook_k(torch.einsum("btd,hde->bthe", x_BxTxD, self.W_K))
         if self.q_norm is not None:
             q_BxTxHxE, k_BxTxHxE = self.q_norm(q_BxTxHxE), self.k_norm(k_BxTxHxE)
         if self.rotary is not None:
-            q_BxTxHxE, k_BxTxHxE = self.rotary(q_BxTxHxE), self.rotary(k_BxTxHxE)
-        q_BxTxHxE, k_BxTxHxE = self.hook_q(q_BxTxHxE), self.hook_k(k_BxTxHxE)
+            q_BxTxHxE = self.hook_rot_q(self.rotary(q_BxTxHxE))
+            k_BxTxHxE = self.hook_rot_k(self.rotary(k_BxTxHxE))
 
         v_BxTxHxE, operands = self._values(x_BxTxD)
         v_BxTxHxE = self.hook_v(v_BxTxHxE)
@@ -105,8 +116,43 @@ class Attention(nn.Module):
             return torch.cat([membership, v_BxTxHxE[:, :, self.n_special :]], dim=2), [membership]
         return v_BxTxHxE, []
 
-    def bounded_value_names(self) -> list[str]:
-        """Hook names (relative to this module) of the bounded channels, for legibility metrics."""
-        if self.n_special == 0:
+    # --- its units and channels (see CodeLayer) ---------------------------------------------------------
+
+    def unit_kinds(self) -> list[str]:
+        """The value mode of each head."""
+        return [self.value_mode if head < self.n_special else "standard" for head in range(self.config.n_heads)]
+
+    def unit_name(self, unit: int) -> str:
+        return f"L{self.layer_index}H{unit}"
+
+    def layout(self) -> dict:
+        return {"kind": self.kind, "value_mode": self.value_mode, "n_special": self.n_special,
+                "n_heads": self.config.n_heads}
+
+    def unit_write_hooks(self) -> list[str]:
+        return [self.hook_name(self.hook_result)]
+
+    def unit_writes(self, read: Callable[[str], Tensor]) -> UnitWrites:
+        """Each head's write z_h W_O[h]; they sum to hook_attn_out."""
+        result_HxD = read(self.hook_name(self.hook_result))
+        heads = list(range(result_HxD.shape[0]))
+        return UnitWrites(writes_NxD=result_HxD, ids=heads, kind="attn_head", operations=self.unit_kinds(),
+                          labels=[self.unit_name(head) for head in heads])
+
+    def design_label(self) -> str:
+        return f"{self.value_mode} head-{round(100 * self.n_special / self.config.n_heads)}"
+
+    def bounded_channels(self) -> list[ChannelGroup]:
+        if self.n_special == 0 or self.value_mode == "standard":
             return []
-        return ["hook_v", "hook_operand_a", "hook_operand_b"] if self.value_mode == "boolean" else ["hook_v"]
+        heads, layer = slice(0, self.n_special), self.layer_index
+        if self.value_mode == "membership":
+            return [ChannelGroup("attention", layer, self.hook_name(self.hook_v), "membership", True, True, heads)]
+        half = self.config.d_head // 2
+        return [
+            ChannelGroup("attention", layer, self.hook_name(self.hook_operand_a), "operand_a", True, False, heads),
+            ChannelGroup("attention", layer, self.hook_name(self.hook_operand_b), "operand_b", True, False, heads),
+            # seed 002, eq. 2: V = [A*B ; A*(1-B)]
+            ChannelGroup("attention", layer, self.hook_name(self.hook_v), "and", False, True, heads, slice(0, half)),
+            ChannelGroup("attention", layer, self.hook_name(self.hook_v), "andnot", False, True, heads, slice(half, 2 * half)),
+        ]

@@ -5,7 +5,12 @@
     logits = norm_final(h) @ W_U        (W_U = W_E^T when tied)
 
 Every named quantity passes through a TransformerLens HookPoint (DESIGN section 6), so run_with_cache,
-run_with_hooks and TransformerLens' patching utilities work unchanged.
+run_with_hooks and TransformerLens' patching utilities work unchanged. As in TransformerLens,
+hook_resid_mid = hook_resid_pre + hook_attn_out and hook_resid_post = hook_resid_mid + hook_mlp_out, where
+hook_mlp_out is the block's whole FFN write (after the parity bottleneck, when there is one).
+
+Each layer declares its own circuits (architectures/code_layer.py); `sparse_codes` and the analyses ask
+the blocks' layers rather than testing their types.
 
 Letters: B batch, T position, D d_model, V vocabulary.
 """
@@ -23,15 +28,12 @@ from transformer_lens import ActivationCache, HookedRootModule
 from transformer_lens.hook_points import HookPoint
 
 from circuitlab.architectures.attention import Attention
+from circuitlab.architectures.code_layer import CodeLayer
 from circuitlab.architectures.components import make_norm
-from circuitlab.architectures.feedforward.dense import MLP, SwiGLU
-from circuitlab.architectures.feedforward.ncffn import NCFFN
-from circuitlab.architectures.feedforward.parity import ParityBottleneck
-from circuitlab.architectures.feedforward.sgatlin import Sgatlin
+from circuitlab.architectures.feedforward import ParityBottleneck, make_feedforward
+from circuitlab.architectures.weights import save_model
 from circuitlab.codes import SparseCode
 from circuitlab.config import ModelConfig
-
-FFN_CLASSES = {"mlp": MLP, "swiglu": SwiGLU, "sgatlin": Sgatlin, "ncffn": NCFFN}
 
 
 class ContextLengthError(ValueError):
@@ -39,18 +41,33 @@ class ContextLengthError(ValueError):
 
 
 class Block(nn.Module):
-    def __init__(self, config: ModelConfig):
+    def __init__(self, config: ModelConfig, layer_index: int = 0):
         super().__init__()
         self.ln1 = make_norm(config.norm, config.d_model, config.norm_eps)
         self.attn = Attention(config)
         self.ln2 = make_norm(config.norm, config.d_model, config.norm_eps)
-        self.mlp = FFN_CLASSES[config.feedforward.type](config)
+        self.mlp = make_feedforward(config)
         self.bottleneck = ParityBottleneck(config) if config.bottleneck is not None else None
+        for layer in self.code_layers():
+            layer.layer_index = layer_index
         self.hook_resid_pre = HookPoint()
         self.hook_attn_out = HookPoint()
         self.hook_resid_mid = HookPoint()
-        self.hook_mlp_out = HookPoint()  # the FFN output (before the bottleneck, when there is one)
+        self.hook_mlp_out = HookPoint()  # the whole FFN write: after the bottleneck, when there is one
         self.hook_resid_post = HookPoint()
+
+    def code_layers(self) -> list[CodeLayer]:
+        """Its layers in forward order: attention, the FFN, the parity bottleneck when there is one."""
+        return [self.attn, self.mlp] + ([self.bottleneck] if self.bottleneck is not None else [])
+
+    @property
+    def ffn_code_layer(self) -> CodeLayer:
+        """The layer whose code is the block's FFN circuit: the last stage of its FFN write."""
+        return self.bottleneck if self.bottleneck is not None else self.mlp
+
+    def ffn_description(self) -> str:
+        """The FFN write's design, e.g. 'sgatlin' or 'mlp + parity bottleneck'."""
+        return " + ".join([self.mlp.kind] + ([f"{self.bottleneck.kind} bottleneck"] if self.bottleneck is not None else []))
 
     def forward(self, h_BxTxD: Float[Tensor, "batch pos d_model"]) -> tuple[Tensor, list[Tensor]]:
         penalties = []
@@ -58,12 +75,11 @@ class Block(nn.Module):
         attn_out, penalty = self.attn(self.ln1(h_BxTxD))
         penalties.append(penalty)
         h_BxTxD = self.hook_resid_mid(h_BxTxD + self.hook_attn_out(attn_out))
-        ffn_out, penalty = self.mlp(self.ln2(h_BxTxD))
+        write_BxTxD, penalty = self.mlp(self.ln2(h_BxTxD))
         penalties.append(penalty)
-        write_BxTxD = self.hook_mlp_out(ffn_out)
         if self.bottleneck is not None:
             write_BxTxD = self.bottleneck(write_BxTxD)
-        h_BxTxD = self.hook_resid_post(h_BxTxD + write_BxTxD)
+        h_BxTxD = self.hook_resid_post(h_BxTxD + self.hook_mlp_out(write_BxTxD))
         return h_BxTxD, [p for p in penalties if p is not None]
 
 
@@ -105,7 +121,7 @@ class CircuitTransformer(HookedRootModule):
         self.tokenizer = tokenizer
         self.W_E = nn.Parameter(torch.empty(config.d_vocab, config.d_model))
         self.W_pos = nn.Parameter(torch.empty(config.n_ctx, config.d_model)) if config.positional == "learned" else None
-        self.blocks = nn.ModuleList([Block(config) for _ in range(config.n_layers)])
+        self.blocks = nn.ModuleList([Block(config, layer) for layer in range(config.n_layers)])
         self.ln_final = make_norm(config.norm, config.d_model, config.norm_eps)
         self.W_U_untied = None if config.tied_embeddings else nn.Parameter(torch.empty(config.d_model, config.d_vocab))
         self.hook_embed = HookPoint()
@@ -146,8 +162,8 @@ class CircuitTransformer(HookedRootModule):
             else:
                 normal_(param, std)
         for block in self.blocks:
-            if isinstance(block.mlp, NCFFN):
-                block.mlp.reset_decays()
+            for layer in block.code_layers():
+                layer.reset_own_parameters()
 
     @property
     def W_U(self) -> Float[Tensor, "d_model d_vocab"]:
@@ -255,53 +271,16 @@ class CircuitTransformer(HookedRootModule):
 
     def sparse_code_hooks(self, layers: list[int] | None = None) -> list[str]:
         """The hook names `sparse_codes` reads (cache only these to collect codes cheaply)."""
-        names = []
-        for layer in range(self.config.n_layers) if layers is None else layers:
-            block = self.blocks[layer]
-            if block.bottleneck is not None:
-                names += [f"blocks.{layer}.bottleneck.hook_code_indices", f"blocks.{layer}.bottleneck.hook_code_values"]
-            elif isinstance(block.mlp, Sgatlin):
-                names += [f"blocks.{layer}.mlp.hook_gate_indices", f"blocks.{layer}.mlp.hook_gate_values"]
-            else:
-                names.append(f"blocks.{layer}.mlp.hook_post")
-        return names
+        return [name for layer in self._layers(layers) for name in self.blocks[layer].ffn_code_layer.code_hooks()]
 
     def sparse_codes(self, cache: ActivationCache | dict[str, Tensor], layers: list[int] | None = None) -> dict[int, SparseCode]:
-        """Per-token codes per layer: parity codes where there is a bottleneck, else sgatlin gates (ids
-        offset by channel: c * N + i), else NC-FFN's top-`code_k` operator outputs, else the dense FFN's
-        top-`code_k` |activations| (a baseline, not a circuit)."""
-        codes = {}
-        for layer in range(self.config.n_layers) if layers is None else layers:
-            block = self.blocks[layer]
-            try:
-                if block.bottleneck is not None:
-                    prefix = f"blocks.{layer}.bottleneck"
-                    codes[layer] = SparseCode(
-                        cache[f"{prefix}.hook_code_indices"].long(), cache[f"{prefix}.hook_code_values"].float(),
-                        block.bottleneck.n_features,
-                    )
-                elif isinstance(block.mlp, Sgatlin):
-                    indices = cache[f"blocks.{layer}.mlp.hook_gate_indices"].long()
-                    offsets = torch.arange(block.mlp.n_channels, device=indices.device)[:, None] * block.mlp.d_ffw
-                    codes[layer] = SparseCode(
-                        (indices + offsets).flatten(-2), cache[f"blocks.{layer}.mlp.hook_gate_values"].float().flatten(-2),
-                        block.mlp.n_channels * block.mlp.d_ffw,
-                    )
-                else:
-                    post = cache[f"blocks.{layer}.mlp.hook_post"].float()
-                    code_k = self.config.feedforward.code_k
-                    if isinstance(block.mlp, NCFFN):
-                        operators = post[..., block.mlp.operator_slice()]
-                        values, indices = operators.topk(min(code_k, operators.shape[-1]), dim=-1)
-                        codes[layer] = SparseCode(indices, values, operators.shape[-1])
-                    else:
-                        top = post.abs().topk(min(code_k, post.shape[-1]), dim=-1).indices
-                        codes[layer] = SparseCode(top, post.gather(-1, top), post.shape[-1])
-            except KeyError as error:
-                raise KeyError(
-                    f"the cache lacks {error} needed for layer {layer}'s code; cache model.sparse_code_hooks()"
-                ) from None
-        return codes
+        """Per-token codes per layer, each from the last stage of the block's FFN write: parity codes where
+        there is a bottleneck, else sgatlin gates (ids offset by channel: c * N + i), else NC-FFN's
+        top-`code_k` operator outputs, else the dense FFN's top-`code_k` |activations| (a baseline)."""
+        return {layer: self.blocks[layer].ffn_code_layer.sparse_code(cache) for layer in self._layers(layers)}
+
+    def _layers(self, layers: list[int] | None) -> list[int]:
+        return list(range(self.config.n_layers)) if layers is None else list(layers)
 
     # --- parameters per part ----------------------------------------------------------------------------
 
@@ -315,14 +294,15 @@ class CircuitTransformer(HookedRootModule):
         return counts
 
     def active_parameters_per_token(self) -> int:
-        """Parameters one token touches: one embedding row, the whole unembedding, and for sgatlin only
-        the router and the C*k chosen neurons (2 * C * k * d_model expert weights per layer)."""
-        ffn = self.config.feedforward
-        total = 0
+        """Parameters one token touches: one embedding row, the whole unembedding, and of each layer what
+        it says it reads per token (for sgatlin only the router and the C*k chosen neurons)."""
+        layers = [layer for block in self.blocks for layer in block.code_layers()]
+        in_layers = {id(param) for layer in layers for param in layer.parameters()}
+        total = sum(layer.active_parameters_per_token() for layer in layers)
         for name, param in self.named_parameters():
-            if name.endswith("mlp.experts"):
-                total += 2 * ffn.n_channels * ffn.k * self.config.d_model
-            elif name == "W_E":
+            if id(param) in in_layers:
+                continue
+            if name == "W_E":
                 # tied: the unembedding reads every row (the embedded one included)
                 total += param.numel() if self.config.tied_embeddings else self.config.d_model
             elif name == "W_pos":
@@ -331,9 +311,7 @@ class CircuitTransformer(HookedRootModule):
                 total += param.numel()
         return total
 
-    # --- persistence (see circuitlab.architectures.checkpoint) ------------------------------------------
+    # --- persistence (circuitlab.architectures.weights; load_model in .checkpoint reads it back) ---------
 
     def save(self, folder: Any, dtype: torch.dtype | None = None) -> None:
-        from circuitlab.architectures.checkpoint import save_model
-
         save_model(self, folder, dtype=dtype)

@@ -1,1 +1,24 @@
-"""FFN designs for the block's FFN slot, and the parity bottleneck stage."""
+"""The designs of the block's FFN slot, and the parity bottleneck stage.
+
+Each design is one file with one `CodeLayer` subclass (see architectures/code_layer.py) and a config class
+in circuitlab/config.py; `FEEDFORWARDS` maps the config's `feedforward.type` to the layer class.
+"""
+
+from __future__ import annotations
+
+from circuitlab.architectures.code_layer import CodeLayer
+from circuitlab.architectures.feedforward.dense import MLP, SwiGLU
+from circuitlab.architectures.feedforward.ncffn import NCFFN
+from circuitlab.architectures.feedforward.parity import ParityBottleneck
+from circuitlab.architectures.feedforward.sgatlin import Sgatlin
+from circuitlab.config import ModelConfig
+
+FEEDFORWARDS: dict[str, type[CodeLayer]] = {"mlp": MLP, "swiglu": SwiGLU, "sgatlin": Sgatlin, "ncffn": NCFFN}
+
+
+def make_feedforward(config: ModelConfig) -> CodeLayer:
+    """The FFN layer `config.feedforward.type` names."""
+    return FEEDFORWARDS[config.feedforward.type](config)
+
+
+__all__ = ["FEEDFORWARDS", "MLP", "NCFFN", "ParityBottleneck", "Sgatlin", "SwiGLU", "make_feedforward"]

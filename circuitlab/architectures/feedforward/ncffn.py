@@ -9,6 +9,9 @@ Hidden pre-activations pre = z W_in are split [GELU | A | B | quantifiers]:
 and W_out reads [gelu | and | and-not | exists | proportion]. Both weight matrices keep the dense MLP's
 shapes; the only extra parameters are one decay logit per quantifier unit.
 
+Its code is the `code_k` most active named operators of a token (everything but the GELU units); its
+bounded channels are the operands A, B, their and / and-not, and the quantifiers' memberships and outputs.
+
 Letters: B batch, T position, D d_model, F hidden, P operator pairs, U quantifier units.
 """
 
@@ -23,17 +26,21 @@ from torch import Tensor, nn
 from transformer_lens.hook_points import HookPoint
 
 from circuitlab import kernels
+from circuitlab.architectures.code_layer import Cache, ChannelGroup, code_hook_error
 from circuitlab.architectures.components import selectivity_penalty
+from circuitlab.architectures.feedforward.dense import HiddenUnitFFN
+from circuitlab.codes import SparseCode
 from circuitlab.config import ModelConfig, ncffn_partition
 
 # sticky start: decays spread over [0.9, 0.99], half-lives of about 7 to 69 tokens
 INITIAL_DECAY_RANGE = (0.9, 0.99)
 
 
-class NCFFN(nn.Module):
+class NCFFN(HiddenUnitFFN):
+    kind = "ncffn"
+
     def __init__(self, config: ModelConfig):
-        super().__init__()
-        self.config = config
+        super().__init__(config)
         d_model, d_ffw = config.d_model, config.feedforward.d_ffw
         self.n_gelu, self.n_pairs, self.n_quant = ncffn_partition(config.feedforward)
         self.W_in = nn.Parameter(torch.empty(d_model, d_ffw))
@@ -57,6 +64,9 @@ class NCFFN(nn.Module):
         decays = torch.linspace(low, high, self.n_quant) if self.n_quant > 1 else torch.full((self.n_quant,), high)
         with torch.no_grad():
             self.decay_logit.copy_(torch.logit(decays))
+
+    def reset_own_parameters(self) -> None:
+        self.reset_decays()
 
     @property
     def decay(self) -> Float[Tensor, "unit"]:
@@ -98,3 +108,36 @@ class NCFFN(nn.Module):
     def operator_slice(self) -> slice:
         """Columns of hook_post that hold named operators (everything but GELU)."""
         return slice(self.n_gelu, self.W_out.shape[0])
+
+    # --- its code and channels (see CodeLayer) --------------------------------------------------------
+
+    def sparse_code(self, cache: Cache) -> SparseCode:
+        """The `code_k` largest operator outputs per token (ids count from the first operator)."""
+        try:
+            post_BxTxF = cache[self.hook_name(self.hook_post)].float()
+        except KeyError as error:
+            raise code_hook_error(self, error) from None
+        operators = post_BxTxF[..., self.operator_slice()]
+        values, indices = operators.topk(min(self.code_k, operators.shape[-1]), dim=-1)
+        return SparseCode(indices, values, operators.shape[-1])
+
+    def design_label(self) -> str:
+        return f"NC-FFN {round(100 * (1 - self.n_gelu / self.W_out.shape[0]))}% operators"
+
+    def bounded_channels(self) -> list[ChannelGroup]:
+        def group(hook: HookPoint, role: str, operand: bool, combined: bool) -> ChannelGroup:
+            return ChannelGroup("ffn", self.layer_index, self.hook_name(hook), role, operand, combined)
+
+        groups = [
+            group(self.hook_operand_a, "operand_a", True, False),
+            group(self.hook_operand_b, "operand_b", True, False),
+            group(self.hook_and, "and", False, True),
+            group(self.hook_andnot, "andnot", False, True),
+        ]
+        if self.n_quant > 0:
+            groups += [
+                group(self.hook_quant_in, "quant_in", True, False),
+                group(self.hook_exists, "exists", False, True),
+                group(self.hook_proportion, "proportion", False, True),
+            ]
+        return groups

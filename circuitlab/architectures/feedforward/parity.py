@@ -13,8 +13,9 @@ g << shift, so its sign pattern is the prefix's times the group's) and keeps the
 with the largest |<x, phi_i>| met anywhere are the code, with coefficients a_i = <x, phi_i>; the decoder
 writes x_hat = sum a_i phi_i. Indices carry no gradient; x gets gradient through the coefficients.
 
-Where it sits: on each block's FFN write (hook_mlp_out -> bottleneck -> residual), so everything the FFN
-writes into the residual stream is a sum of k dictionary features.
+Where it sits: on each block's FFN write (FFN -> hook_in -> bottleneck -> hook_recon = hook_mlp_out ->
+residual), so everything the block's FFN writes into the residual stream is a sum of k dictionary features.
+Its code is those k (feature id, coefficient) pairs; feature i writes a_i phi_i.
 
 Letters: B batch, T position, D d_model, R index bits, P prefixes in the beam, G = 2^b group values, K code.
 """
@@ -22,13 +23,16 @@ Letters: B batch, T position, D d_model, R index bits, P prefixes in the beam, G
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import torch
 from jaxtyping import Float, Int
-from torch import Tensor, nn
+from torch import Tensor
 from transformer_lens.hook_points import HookPoint
 
 from circuitlab import kernels
+from circuitlab.architectures.code_layer import Cache, CodeLayer, UnitWrites, code_hook_error
+from circuitlab.codes import SparseCode
 from circuitlab.config import ModelConfig
 from circuitlab.kernels.reference import parity_signs
 
@@ -63,7 +67,10 @@ def make_code_matrix(d_model: int, n_bits: int, seed: int) -> Int[Tensor, "d_mod
     raise RuntimeError(f"no full-rank {d_model}x{n_bits} F2 matrix found from seed {seed}")
 
 
-class ParityBottleneck(nn.Module):
+class ParityBottleneck(CodeLayer):
+    kind = "parity"
+    sparse_by_construction = True
+
     def __init__(self, config: ModelConfig):
         super().__init__()
         bottleneck = config.bottleneck
@@ -153,3 +160,36 @@ class ParityBottleneck(nn.Module):
         indices_BxTxK = self.hook_code_indices(indices)
         values_BxTxK = self.hook_code_values(kernels.parity_scores(x_BxTxD, indices_BxTxK, self.code))
         return self.hook_recon(kernels.parity_decode(indices_BxTxK, values_BxTxK, self.code))
+
+    # --- its code and units (see CodeLayer) ---------------------------------------------------------------
+
+    def code_hooks(self) -> list[str]:
+        return [self.hook_name(self.hook_code_indices), self.hook_name(self.hook_code_values)]
+
+    def sparse_code(self, cache: Cache) -> SparseCode:
+        try:
+            indices_BxTxK = cache[self.hook_name(self.hook_code_indices)].long()
+            values_BxTxK = cache[self.hook_name(self.hook_code_values)].float()
+        except KeyError as error:
+            raise code_hook_error(self, error) from None
+        return SparseCode(indices_BxTxK, values_BxTxK, self.n_features)
+
+    def layout(self) -> dict:
+        return {"kind": self.kind, "n_features": self.n_features}
+
+    def unit_name(self, unit: int) -> str:
+        return f"feature {unit}"
+
+    def unit_write_hooks(self) -> list[str]:
+        return self.code_hooks()
+
+    def unit_writes(self, read: Callable[[str], Tensor]) -> UnitWrites:
+        """The k active features; feature i writes a_i phi_i (their sum is hook_recon)."""
+        indices_K = read(self.hook_name(self.hook_code_indices)).long()
+        values_K = read(self.hook_name(self.hook_code_values))
+        phi_KxD = self.feature_directions(indices_K).double()
+        ids = indices_K.tolist()
+        return UnitWrites(
+            writes_NxD=values_K[:, None] * phi_KxD, ids=ids, kind="parity_feature", operations=["feature"] * len(ids),
+            labels=[self.unit_name(unit) for unit in ids],
+        )

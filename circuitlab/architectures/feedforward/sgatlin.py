@@ -5,12 +5,16 @@ Per token z and channel c: query q = W_query z (shared by channels), subkey scor
 (raw scores, no softmax); out = sum_c sum_i g_ci (w_in_ci . z) w_out_ci (eq. 2). Given the gates the layer
 is linear in z: a rank <= C*k matrix per token.
 
+Its code is the gate vector (seed 000, eq. 1): C*k (neuron, gate) pairs per token, neuron ids offset by
+channel (c * N + i) so one index space holds every channel; each chosen neuron writes g * (w_in . z) * w_out.
+
 Letters: B batch, T position, D d_model, Q d_key, C channels, n keys per half, N = n*n neurons, K gates.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import torch
 from jaxtyping import Float, Int
@@ -18,12 +22,15 @@ from torch import Tensor, nn
 from transformer_lens.hook_points import HookPoint
 
 from circuitlab import kernels
+from circuitlab.architectures.code_layer import Cache, CodeLayer, UnitWrites, code_hook_error
 from circuitlab.architectures.components import is_hooked
+from circuitlab.codes import SparseCode
 from circuitlab.config import ModelConfig
 
 
-class Sgatlin(nn.Module):
-    unit_kind = "neuron"
+class Sgatlin(CodeLayer):
+    kind = "sgatlin"
+    sparse_by_construction = True
 
     def __init__(self, config: ModelConfig):
         super().__init__()
@@ -70,3 +77,51 @@ class Sgatlin(nn.Module):
         """w_out rows of the selected neurons [B, T, C, K, D] (for direct logit attribution)."""
         channel_C = torch.arange(self.n_channels, device=indices_BxTxCxK.device)[:, None]
         return self.experts[1][channel_C, indices_BxTxCxK]
+
+    # --- its code and units (see CodeLayer) ---------------------------------------------------------------
+
+    def active_parameters_per_token(self) -> int:
+        """The router and the C*k chosen neurons' w_in and w_out rows."""
+        return self.W_query.numel() + self.W_key.numel() + 2 * self.n_channels * self.k * self.experts.shape[-1]
+
+    def code_hooks(self) -> list[str]:
+        return [self.hook_name(self.hook_gate_indices), self.hook_name(self.hook_gate_values)]
+
+    def sparse_code(self, cache: Cache) -> SparseCode:
+        """The gates of a token, neuron ids offset by channel: c * N + i."""
+        try:
+            indices_BxTxCxK = cache[self.hook_name(self.hook_gate_indices)].long()
+            gates_BxTxCxK = cache[self.hook_name(self.hook_gate_values)].float()
+        except KeyError as error:
+            raise code_hook_error(self, error) from None
+        offsets_Cx1 = torch.arange(self.n_channels, device=indices_BxTxCxK.device)[:, None] * self.d_ffw
+        return SparseCode(
+            (indices_BxTxCxK + offsets_Cx1).flatten(-2), gates_BxTxCxK.flatten(-2), self.n_channels * self.d_ffw
+        )
+
+    def layout(self) -> dict:
+        return {
+            "kind": self.kind, "n_channels": self.n_channels, "neurons_per_channel": self.d_ffw,
+            "keys_per_half": self.n_keys, "k": self.k,
+        }
+
+    def unit_kinds(self) -> list[str]:
+        return ["neuron"] * (self.n_channels * self.d_ffw)
+
+    def unit_name(self, unit: int) -> str:
+        return f"c{unit // self.d_ffw} n{unit % self.d_ffw}"
+
+    def unit_write_hooks(self) -> list[str]:
+        return [self.hook_name(self.hook_gate_indices), self.hook_name(self.hook_neuron_post)]
+
+    def unit_writes(self, read: Callable[[str], Tensor]) -> UnitWrites:
+        """The C*k chosen neurons; seed 000, eq. 2: each writes g * (w_in . z) * w_out."""
+        indices_CxK = read(self.hook_name(self.hook_gate_indices)).long()
+        neuron_post_CxK = read(self.hook_name(self.hook_neuron_post))
+        w_out_CxKxD = self.neuron_out_rows(indices_CxK[None, None])[0, 0].double()
+        channel_CxK = torch.arange(self.n_channels, device=indices_CxK.device)[:, None].expand_as(indices_CxK)
+        ids = (channel_CxK * self.d_ffw + indices_CxK).flatten().tolist()
+        return UnitWrites(
+            writes_NxD=(neuron_post_CxK[..., None] * w_out_CxKxD).reshape(len(ids), -1), ids=ids, kind="neuron",
+            operations=["neuron"] * len(ids), labels=[self.unit_name(unit) for unit in ids],
+        )
