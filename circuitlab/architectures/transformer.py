@@ -28,6 +28,8 @@ from circuitlab.architectures.feedforward.dense import MLP, SwiGLU
 from circuitlab.architectures.feedforward.ncffn import NCFFN
 from circuitlab.architectures.feedforward.parity import ParityBottleneck
 from circuitlab.architectures.feedforward.sgatlin import Sgatlin
+from circuitlab.architectures.generation import GenerationMixin
+from circuitlab.architectures.tl_api import CircuitActivationCache, TransformerLensAPI
 from circuitlab.codes import SparseCode
 from circuitlab.config import ModelConfig
 
@@ -97,7 +99,7 @@ class LensConfig:
     gated_mlp: bool = False
 
 
-class CircuitTransformer(HookedRootModule):
+class CircuitTransformer(TransformerLensAPI, GenerationMixin, HookedRootModule):
     def __init__(self, config: ModelConfig, tokenizer: Any = None):
         super().__init__()
         config.validate()
@@ -211,45 +213,7 @@ class CircuitTransformer(HookedRootModule):
         """Like TransformerLens: returns (output, ActivationCache) indexable by hook name."""
         remove_batch_dim = kwargs.get("remove_batch_dim", False)
         output, cache_dict = super().run_with_cache(*model_args, **kwargs)
-        return output, ActivationCache(cache_dict, self, has_batch_dim=not remove_batch_dim)
-
-    # --- TransformerLens conveniences ------------------------------------------------------------------
-
-    def tokens_to_residual_directions(self, tokens: int | str | Tensor) -> Float[Tensor, "... d_model"]:
-        """The unembedding column(s) of token(s): the residual direction that raises their logit."""
-        if isinstance(tokens, str):
-            ids = self.to_tokens(tokens)[0]
-            if ids.numel() != 1:
-                raise ValueError(f"{tokens!r} is {ids.numel()} tokens; pass a single-token string or token ids")
-            tokens = ids[0]
-        tokens = torch.as_tensor(tokens, device=self.W_E.device)
-        return self.W_U[:, tokens].movedim(0, -1)
-
-    def _require_tokenizer(self) -> Any:
-        if self.tokenizer is None:
-            raise ValueError(
-                "this model has no tokenizer: load it from a folder with tokenizer.json, or set model.tokenizer"
-            )
-        return self.tokenizer
-
-    def to_tokens(self, text: str | list[str]) -> Int[Tensor, "batch pos"]:
-        """Tokenize text (no special tokens added). A list of strings is right-padded with the separator."""
-        tokenizer = self._require_tokenizer()
-        texts = [text] if isinstance(text, str) else list(text)
-        ids = [tokenizer.encode(t) for t in texts]
-        if any(len(seq) == 0 for seq in ids):
-            raise ValueError("cannot run the model on empty text: give at least one character")
-        width = max(len(seq) for seq in ids)
-        pad = getattr(tokenizer, "eos_id", 0)
-        batch = torch.full((len(ids), width), pad, dtype=torch.long)
-        for row, seq in enumerate(ids):
-            batch[row, : len(seq)] = torch.tensor(seq)
-        return batch.to(self.W_E.device)
-
-    def to_str_tokens(self, text: str | Tensor) -> list[str]:
-        tokenizer = self._require_tokenizer()
-        ids = self.to_tokens(text)[0] if isinstance(text, str) else torch.as_tensor(text).flatten()
-        return [tokenizer.token_str(int(i)) for i in ids]
+        return output, CircuitActivationCache(cache_dict, self, has_batch_dim=not remove_batch_dim)
 
     # --- circuits ---------------------------------------------------------------------------------------
 
