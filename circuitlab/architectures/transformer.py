@@ -175,7 +175,7 @@ class CircuitTransformer(TransformerLensAPI, GenerationMixin, HookedRootModule):
         tokens = self._check_tokens(tokens)
         h_BxTxD = self.hook_embed(self.W_E[tokens])
         if self.W_pos is not None:
-            h_BxTxD = h_BxTxD + self.hook_pos_embed(self.W_pos[: tokens.shape[1]])[None]
+            h_BxTxD = h_BxTxD + self.hook_pos_embed(self.W_pos[: tokens.shape[1]].expand_as(h_BxTxD))  # [B, T, D] as in TL
         penalties: list[Tensor] = []
         for block in self.blocks:
             h_BxTxD, block_penalties = block(h_BxTxD)
