@@ -44,6 +44,7 @@ def run(args: argparse.Namespace) -> int:
 
     if args.max_new_tokens < 0:
         raise ValueError(f"--max-new-tokens must be >= 0, got {args.max_new_tokens}")
+    torch.manual_seed(args.seed)  # a preset's random weights repeat too
     model = build_from_spec(args.model).eval()
     if model.tokenizer is None and not args.tokens:
         raise ValueError(

@@ -36,11 +36,16 @@ TOL = dict(atol=2e-5, rtol=1e-4)
 
 
 @pytest.fixture(autouse=True)
-def _reference_kernels():
-    """These tests are about the TransformerLens surface, not kernels: the plain-PyTorch paths are fastest
-    on CPU (the interpreted Triton kernels are tested in test_kernels.py)."""
-    with kernels.use_backend("reference"):
-        yield
+def _fast_cpu():
+    """Plain-PyTorch kernels (the interpreted Triton ones are tested in test_kernels.py) on one thread: tiny
+    matrices gain nothing from more, and a busy machine makes extra threads much slower."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        with kernels.use_backend("reference"):
+            yield
+    finally:
+        torch.set_num_threads(threads)
 
 
 @pytest.fixture(scope="module")
