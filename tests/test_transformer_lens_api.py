@@ -246,6 +246,9 @@ def test_apply_ln_and_logit_attrs_reproduce_the_model(design):
     accumulated = cache.accumulated_resid(apply_ln=True)  # the logit lens: ln_final on each stage, weight included
     torch.testing.assert_close(accumulated[-1], cache["ln_final.hook_normalized"], **TOL)
     torch.testing.assert_close(accumulated[0], ln(cache["blocks.0.hook_resid_pre"]), **TOL)
+    lens = cache.logit_lens()  # TransformerLens' one-call logit lens: the last entry is the model's logits
+    torch.testing.assert_close(lens.values[-1], logits[:, -1], **TOL)  # default: the last position
+    torch.testing.assert_close(lens.values[0], accumulated[0, :, -1] @ model.W_U, **TOL)
     stack = cache.decompose_resid(pos_slice=-1)
     if design == "parity":  # hook_mlp_out may not include the bottleneck: use the resid itself
         stack = final[None, :, -1]
@@ -346,7 +349,7 @@ def test_transformer_lens_test_prompt_runs_and_reports_the_right_rank(tokenizer,
     with torch.no_grad():
         logits = model(tokens)[0, -2]
     rank = int((logits > logits[model.to_single_token(answer)]).sum())
-    assert f"Rank: {rank}" in printed.replace("\n", " ").replace("  ", " ") or f"Rank: {rank} " in printed
+    assert f"Ranks of the answer tokens: [(' slow', {rank})]" in printed
     assert "Tokenized prompt: ['The', ' turtle', ' was']" in printed
 
 

@@ -240,6 +240,11 @@ class TransformerLensAPI:
     def b_U(self) -> Float[Tensor, "d_vocab"]:
         return self._zeros(self.config.d_vocab)
 
+    @property
+    def unembed(self) -> Unembed:
+        """The readout logits = ln_final(x) @ W_U + b_U, as a component (TransformerLens' logit lens asks for it)."""
+        return Unembed(self.W_U, self.b_U)
+
     def accumulated_bias(
         self, layer: int, mlp_input: bool = False, include_mlp_biases: bool = True
     ) -> Float[Tensor, "d_model"]:
@@ -361,6 +366,16 @@ class TransformerLensAPI:
         if mode not in ("first", "last"):
             raise ValueError(f"mode must be 'first' or 'last', not {mode!r}")
         return int(positions[0] if mode == "first" else positions[-1])
+
+
+class Unembed:
+    """W_U and b_U as one callable: residual [..., d_model] (after ln_final) -> logits [..., d_vocab]."""
+
+    def __init__(self, W_U: Tensor, b_U: Tensor):
+        self.W_U, self.b_U = W_U, b_U
+
+    def __call__(self, normalized: Float[Tensor, "... d_model"]) -> Float[Tensor, "... d_vocab"]:
+        return normalized @ self.W_U + self.b_U
 
 
 class CircuitActivationCache(ActivationCache):

@@ -41,6 +41,8 @@ class ContextLengthError(ValueError):
 
 
 class Block(nn.Module):
+    hook_out_is_single_residual_stream = True  # TransformerLens' logit lens reads hook_resid_post as the stream
+
     def __init__(self, config: ModelConfig):
         super().__init__()
         self.ln1 = make_norm(config.norm, config.d_model, config.norm_eps)
