@@ -319,7 +319,9 @@ def test_to_tokens_to_string_round_trip_with_bos_and_padding(tokenizer):
     assert torch.equal(left[0, right.shape[1] - short :], right[0, :short])
     assert model.to_string(right[1]) == texts[1]
     assert model.to_str_tokens(texts)[1] == model.to_str_tokens(right[1])
-    assert model.to_tokens("x" * 400).shape[1] <= model.config.n_ctx
+    long_text = "The turtle was slow. " * 60
+    assert model.to_tokens(long_text).shape[1] > model.config.n_ctx  # refused later by the forward pass, not cut
+    assert torch.equal(model.to_tokens(long_text, truncate=True)[0], model.to_tokens(long_text)[0, : model.config.n_ctx])
     with pytest.raises(ValueError, match="padding_side"):
         model.to_tokens(texts, padding_side="middle")
 

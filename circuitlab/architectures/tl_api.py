@@ -280,12 +280,13 @@ class TransformerLensAPI:
         prepend_bos: bool | None = None,
         padding_side: str | None = None,
         move_to_device: bool = True,
-        truncate: bool = True,
+        truncate: bool = False,
     ) -> Int[Tensor, "batch pos"]:
         """Tokenize text, TransformerLens' signature. No special tokens unless `prepend_bos` (default
         `cfg.default_prepend_bos`, False) puts "<|endoftext|>" in front (see the module docstring). A list
-        is padded with the same token on `padding_side` ("right" by default); `truncate` keeps the first
-        n_ctx tokens."""
+        is padded with the same token on `padding_side` ("right" by default). `truncate=True` keeps the first
+        n_ctx tokens; unlike TransformerLens the default is False, so an over-long prompt is refused by the
+        forward pass with its length instead of being cut silently."""
         tokenizer = self._require_tokenizer()
         prepend_bos = self.cfg.default_prepend_bos if prepend_bos is None else prepend_bos
         padding_side = padding_side or "right"
