@@ -32,6 +32,7 @@ DESIGNS = {
     "layernorm-learned": ModelConfig.preset("tiny-gelu", attention=NO_QK_NORM, norm="layernorm", positional="learned"),
 }
 DENSE_NEURONS = ["gelu", "swiglu", "legible", "membership", "layernorm-learned"]
+NEURONS = ["sgatlin"] + DENSE_NEURONS  # sgatlin: C*N neurons per layer, zero where the gates did not choose them
 TOL = dict(atol=2e-5, rtol=1e-4)
 
 
@@ -202,10 +203,14 @@ def test_full_resid_decomposition_sums_to_the_residual_stream(design):
     _, _, cache = run(model)
     final = cache["blocks.1.hook_resid_post"]
     L, H = model.cfg.n_layers, model.cfg.n_heads
-    if design in DENSE_NEURONS:
+    if design in NEURONS:
         stack, labels = cache.get_full_resid_decomposition(return_labels=True)
         assert len(labels) == stack.shape[0] == L * H + L * model.cfg.d_mlp + 2 + (design == "layernorm-learned")
         torch.testing.assert_close(stack.sum(0), final, **TOL)
+        # LayerNorm and a projection folded in (TransformerLens' fused path) = the same maps applied after
+        direction = model.tokens_to_residual_directions(11)
+        projected = cache.get_full_resid_decomposition(apply_ln=True, project_output_onto=direction)
+        torch.testing.assert_close(projected, cache.apply_ln_to_stack(stack, L) @ direction, **TOL)
     else:
         hint = "expand_neurons=False"
         with pytest.raises(NotInThisArchitecture, match=hint):
@@ -221,13 +226,21 @@ def test_full_resid_decomposition_sums_to_the_residual_stream(design):
     torch.testing.assert_close(stack.sum(0), final, **TOL)
 
 
-@pytest.mark.parametrize("design", DENSE_NEURONS)
+@pytest.mark.parametrize("design", NEURONS)
 def test_neuron_and_head_stacks_sum_to_their_layers(design):
     model = make_model(design)
     _, _, cache = run(model)
     neurons, labels = cache.stack_neuron_results(2, return_labels=True)
     assert labels[0] == "L0N0" and len(labels) == 2 * model.cfg.d_mlp
     torch.testing.assert_close(neurons[: model.cfg.d_mlp].sum(0), cache["blocks.0.hook_mlp_out"], **TOL)
+    if design == "sgatlin":  # the non-zero rows are exactly the chosen neurons: channel c, neuron i -> c * N + i
+        ffn = model.config.feedforward
+        chosen = cache["blocks.1.mlp.hook_gate_indices"][0, 4] + torch.arange(ffn.n_channels)[:, None] * ffn.d_ffw
+        nonzero = cache.get_neuron_results(1)[0, 4].abs().sum(-1).nonzero().flatten()
+        assert sorted(nonzero.tolist()) == sorted(chosen.flatten().tolist())
+        one = cache.get_neuron_results(1, neuron_slice=int(chosen[1, 2]), pos_slice=4)[0]  # batch 0's choice
+        w_out = model.W_expert_out[1, 1, cache["blocks.1.mlp.hook_gate_indices"][0, 4, 1, 2]]
+        torch.testing.assert_close(one, cache["blocks.1.mlp.hook_neuron_post"][0, 4, 1, 2] * w_out)
     heads = cache.stack_head_results(1)
     torch.testing.assert_close(heads.sum(0), cache["blocks.0.hook_attn_out"], **TOL)
 

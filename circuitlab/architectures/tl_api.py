@@ -25,7 +25,7 @@ from typing import Any
 import torch
 from jaxtyping import Float, Int
 from torch import Tensor
-from transformer_lens import ActivationCache, FactoredMatrix
+from transformer_lens import ActivationCache, FactoredMatrix  # ActivationCache: annotations
 
 from circuitlab.architectures.feedforward.sgatlin import Sgatlin
 
@@ -355,7 +355,10 @@ class TransformerLensAPI:
         padding_side: str | None = None,
     ) -> int:
         """Position of a token in a text or a sequence of ids ([pos] or [1, pos]); "first" or "last" match."""
-        tokens = self.to_tokens(input, prepend_bos=prepend_bos, padding_side=padding_side) if isinstance(input, str) else torch.as_tensor(input)
+        if isinstance(input, str):
+            tokens = self.to_tokens(input, prepend_bos=prepend_bos, padding_side=padding_side)
+        else:
+            tokens = torch.as_tensor(input)
         if tokens.dim() == 2:
             if tokens.shape[0] != 1:
                 raise ValueError(f"token ids must be [pos] or [1, pos], got shape {tuple(tokens.shape)}")
@@ -377,36 +380,6 @@ class Unembed:
 
     def __call__(self, normalized: Float[Tensor, "... d_model"]) -> Float[Tensor, "... d_vocab"]:
         return normalized @ self.W_U + self.b_U
-
-
-class CircuitActivationCache(ActivationCache):
-    """TransformerLens' ActivationCache, refusing neuron decompositions that would be wrong for an architecture."""
-
-    def stack_neuron_results(self, layer: int, *args: Any, **kwargs: Any) -> Any:
-        _check_neurons_decompose(self.model, range(self.model.cfg.n_layers if layer in (None, -1) else layer))
-        return super().stack_neuron_results(layer, *args, **kwargs)
-
-    def get_neuron_results(self, layer: int, *args: Any, **kwargs: Any) -> Any:
-        _check_neurons_decompose(self.model, [layer])
-        return super().get_neuron_results(layer, *args, **kwargs)
-
-
-def _check_neurons_decompose(model: Any, layers: Any) -> None:
-    for layer in layers:
-        block = model.blocks[layer]
-        if isinstance(block.mlp, Sgatlin):
-            raise NotInThisArchitecture(
-                f"layer {layer} is sgatlin: its neurons have no dense activations (each token uses the C*k its gates "
-                "choose). Use expand_neurons=False for per-layer FFN writes, circuitlab.analysis.attribution for "
-                f"per-neuron logit attribution, or blocks.{layer}.mlp.hook_neuron_post with model.W_expert_out"
-            )
-        if block.bottleneck is not None:
-            raise NotInThisArchitecture(
-                f"layer {layer}'s FFN neurons write into the parity bottleneck, whose output sum a_i phi_i is not "
-                "linear in them, so they do not decompose the residual stream. Use expand_neurons=False for "
-                f"per-layer writes, or per-feature terms: blocks.{layer}.bottleneck.hook_code_values with "
-                "model.parity_feature_directions(layer, hook_code_indices)"
-            )
 
 
 def _value_weights(attn: Any) -> Tensor:

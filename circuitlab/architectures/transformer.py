@@ -29,7 +29,8 @@ from circuitlab.architectures.feedforward.ncffn import NCFFN
 from circuitlab.architectures.feedforward.parity import ParityBottleneck
 from circuitlab.architectures.feedforward.sgatlin import Sgatlin
 from circuitlab.architectures.generation import GenerationMixin
-from circuitlab.architectures.tl_api import CircuitActivationCache, TransformerLensAPI
+from circuitlab.architectures.tl_api import TransformerLensAPI
+from circuitlab.architectures.tl_cache import CircuitActivationCache
 from circuitlab.codes import SparseCode
 from circuitlab.config import ModelConfig
 
@@ -163,7 +164,9 @@ class CircuitTransformer(TransformerLensAPI, GenerationMixin, HookedRootModule):
         c = self.config
         return LensConfig(
             n_layers=c.n_layers, n_heads=c.n_heads, d_model=c.d_model, d_head=c.d_head, d_vocab=c.d_vocab,
-            d_vocab_out=c.d_vocab, n_ctx=c.n_ctx, d_mlp=c.feedforward.d_ffw,
+            d_vocab_out=c.d_vocab, n_ctx=c.n_ctx,
+            # neurons per layer; sgatlin's are numbered c * N + i, as in its sparse codes
+            d_mlp=c.feedforward.d_ffw * (c.feedforward.n_channels if c.feedforward.type == "sgatlin" else 1),
             normalization_type="RMS" if c.norm == "rmsnorm" else "LN",
             positional_embedding_type="rotary" if c.positional == "rope" else "standard",
             device=self.W_E.device, gated_mlp=c.feedforward.type == "swiglu",
@@ -177,7 +180,8 @@ class CircuitTransformer(TransformerLensAPI, GenerationMixin, HookedRootModule):
         tokens = self._check_tokens(tokens)
         h_BxTxD = self.hook_embed(self.W_E[tokens])
         if self.W_pos is not None:
-            h_BxTxD = h_BxTxD + self.hook_pos_embed(self.W_pos[: tokens.shape[1]].expand_as(h_BxTxD))  # [B, T, D] as in TL
+            # hooked as [B, T, D], the shape TransformerLens' cache helpers expect
+            h_BxTxD = h_BxTxD + self.hook_pos_embed(self.W_pos[: tokens.shape[1]].expand_as(h_BxTxD))
         penalties: list[Tensor] = []
         for block in self.blocks:
             h_BxTxD, block_penalties = block(h_BxTxD)
