@@ -161,8 +161,13 @@ def test_bad_arguments_say_what_is_wrong():
         model.generate(PROMPT, 2, return_type="logits", verbose=False)
     with pytest.raises(ValueError, match="top_k and top_p"):
         model.generate(PROMPT, 2, top_k=3, top_p=0.5, verbose=False)
-    with pytest.raises(ValueError, match="temperature"):
-        model.generate(PROMPT, 2, temperature=-1, verbose=False)
+    for temperature in (-1, float("nan")):
+        with pytest.raises(ValueError, match="temperature"):
+            model.generate(PROMPT, 2, temperature=temperature, verbose=False)
+    with pytest.raises(ValueError, match="freq_penalty"):
+        model.generate(PROMPT, 2, freq_penalty=float("nan"), verbose=False)
+    with pytest.raises(ValueError, match="top_p"):
+        model.generate(PROMPT, 2, top_p=1.5, verbose=False)
     with pytest.raises(ValueError, match="no tokenizer"):
         model.generate("hello", 2, verbose=False)
     with pytest.raises(ValueError, match="eos_token_id"):

@@ -10,6 +10,7 @@ semantics match: temperature 0 or do_sample=False is greedy; top_k and top_p exc
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import torch
@@ -63,16 +64,16 @@ class GenerationMixin:
             raise ValueError(f"return_type must be one of {RETURN_TYPES}, got {return_type!r}")
         if max_new_tokens < 0:
             raise ValueError(f"max_new_tokens must be >= 0, got {max_new_tokens}")
-        if temperature < 0:
-            raise ValueError(f"temperature must be >= 0 (0 is greedy), got {temperature}")
+        if not (math.isfinite(temperature) and temperature >= 0):
+            raise ValueError(f"temperature must be a finite number >= 0 (0 is greedy), got {temperature}")
         if top_k is not None and top_k < 1:
             raise ValueError(f"top_k must be a positive integer, got {top_k}")
         if top_p is not None and not 0 < top_p <= 1:
             raise ValueError(f"top_p must lie in (0, 1], got {top_p}")
         if top_k is not None and top_p is not None:
             raise ValueError("top_k and top_p exclude each other (TransformerLens semantics): give one")
-        if freq_penalty < 0:
-            raise ValueError(f"freq_penalty must be >= 0, got {freq_penalty}")
+        if not (math.isfinite(freq_penalty) and freq_penalty >= 0):
+            raise ValueError(f"freq_penalty must be a finite number >= 0, got {freq_penalty}")
 
         input_kind = "str" if isinstance(input, str) else "list" if isinstance(input, list) else "tokens"
         if input_kind == "tokens":
