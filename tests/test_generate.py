@@ -103,6 +103,9 @@ def test_sampling_is_seeded_and_stays_in_the_top_k():
     for pos in range(4, first.shape[1]):
         assert int(first[0, pos]) in logits[pos - 1].topk(5).indices.tolist()
     assert not torch.equal(first, greedy_by_hand(model, prompt, 8))  # it did sample (seed 7, 8 tokens)
+    # a huge frequency penalty forbids every token already in the sequence, prompt included
+    penalised = model.generate(prompt, 8, stop_at_eos=False, temperature=0.5, freq_penalty=1e4, verbose=False)
+    assert len(set(penalised[0].tolist())) == penalised.shape[1]
 
 
 def test_stop_at_eos_fills_finished_rows_and_stops_when_all_are_done():

@@ -125,7 +125,7 @@ class GenerationMixin:
                 next_tokens = final_logits.argmax(dim=-1)
             else:
                 next_tokens = sample_logits(final_logits, top_k=top_k, top_p=top_p, temperature=temperature,
-                                            freq_penalty=freq_penalty, tokens=window)
+                                            freq_penalty=freq_penalty, tokens=tokens)
             if stop_at_eos:
                 next_tokens = next_tokens.masked_fill(finished, eos_token_id)
                 finished |= next_tokens == eos_token_id
