@@ -18,6 +18,7 @@ VERB_MODULES = (
     "circuitlab.analysis.cli_db",
     "circuitlab.analysis.cli_causal",
     "circuitlab.demo",
+    "circuitlab.cli_generate",
 )
 
 

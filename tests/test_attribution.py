@@ -120,7 +120,7 @@ def test_promote_signature_of_a_dense_unit_matches_brute_force():
     table = direct_logit_attribution(model, PROMPT, target=42, n_promote=5, promote_units_per_layer=3)
     with torch.no_grad():
         _, cache = model.run_with_cache(PROMPT[None])
-    scale = cache["ln_final.hook_scale"][0, -1]
+    scale = 1 / cache["ln_final.hook_scale"][0, -1]
     units = table[(table["level"] == "unit") & table["target_rank"].notna()]
     assert len(units) == 3 * model.cfg.n_layers
     for row in units.itertuples():

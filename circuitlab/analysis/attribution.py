@@ -156,7 +156,7 @@ def direct_logit_attribution(
 
     ln_final = model.ln_final
     readout = FrozenReadout(
-        scale=float(cache["ln_final.hook_scale"][0, position].reshape(())),
+        scale=1.0 / float(cache["ln_final.hook_scale"][0, position].reshape(())),  # the hook holds the rms
         weight_D=ln_final.w.detach().double(),
         bias_D=ln_final.b.detach().double() if getattr(ln_final, "b", None) is not None else None,
         W_U_DxV=model.W_U.detach().double(),

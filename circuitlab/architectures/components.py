@@ -20,37 +20,39 @@ def is_hooked(*hook_points: HookPoint) -> bool:
 
 
 class RMSNorm(nn.Module):
-    """x * rsqrt(mean(x^2) + eps) * scale, computed in float32 (scale initialised to 1)."""
+    """x / sqrt(mean(x^2) + eps) * w, computed in float32 (w initialised to 1)."""
 
     def __init__(self, width: int, eps: float = 1e-6):
         super().__init__()
         self.eps = eps
         self.w = nn.Parameter(torch.ones(width))
-        self.hook_scale = HookPoint()  # [..., 1]: the inverse rms, frozen by DLA
+        # [..., 1]: the rms the input is divided by (TransformerLens' meaning, which its apply_ln_to_stack
+        # reads); frozen by DLA
+        self.hook_scale = HookPoint()
         self.hook_normalized = HookPoint()
 
     def forward(self, x: Float[Tensor, "... width"]) -> Float[Tensor, "... width"]:
         x32 = x.float()
-        scale = self.hook_scale(torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + self.eps))
-        return self.hook_normalized((x32 * scale * self.w.float()).to(x.dtype))
+        scale = self.hook_scale(torch.sqrt(x32.pow(2).mean(-1, keepdim=True) + self.eps))
+        return self.hook_normalized((x32 / scale * self.w.float()).to(x.dtype))
 
 
 class LayerNorm(nn.Module):
-    """(x - mean) * rsqrt(var + eps) * w + b, computed in float32."""
+    """(x - mean) / sqrt(var + eps) * w + b, computed in float32."""
 
     def __init__(self, width: int, eps: float = 1e-6):
         super().__init__()
         self.eps = eps
         self.w = nn.Parameter(torch.ones(width))
         self.b = nn.Parameter(torch.zeros(width))
-        self.hook_scale = HookPoint()
+        self.hook_scale = HookPoint()  # [..., 1]: the standard deviation the input is divided by
         self.hook_normalized = HookPoint()
 
     def forward(self, x: Float[Tensor, "... width"]) -> Float[Tensor, "... width"]:
         x32 = x.float()
         centred = x32 - x32.mean(-1, keepdim=True)
-        scale = self.hook_scale(torch.rsqrt(centred.pow(2).mean(-1, keepdim=True) + self.eps))
-        return self.hook_normalized((centred * scale * self.w.float() + self.b.float()).to(x.dtype))
+        scale = self.hook_scale(torch.sqrt(centred.pow(2).mean(-1, keepdim=True) + self.eps))
+        return self.hook_normalized((centred / scale * self.w.float() + self.b.float()).to(x.dtype))
 
 
 def make_norm(kind: str, width: int, eps: float) -> nn.Module:

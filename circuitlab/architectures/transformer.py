@@ -31,6 +31,9 @@ from circuitlab.architectures.attention import Attention
 from circuitlab.architectures.code_layer import CodeLayer
 from circuitlab.architectures.components import make_norm
 from circuitlab.architectures.feedforward import ParityBottleneck, make_feedforward
+from circuitlab.architectures.generation import GenerationMixin
+from circuitlab.architectures.tl_api import TransformerLensAPI
+from circuitlab.architectures.tl_cache import CircuitActivationCache
 from circuitlab.architectures.weights import save_model
 from circuitlab.codes import SparseCode
 from circuitlab.config import ModelConfig
@@ -41,6 +44,8 @@ class ContextLengthError(ValueError):
 
 
 class Block(nn.Module):
+    hook_out_is_single_residual_stream = True  # TransformerLens' logit lens reads hook_resid_post as the stream
+
     def __init__(self, config: ModelConfig, layer_index: int = 0):
         super().__init__()
         self.ln1 = make_norm(config.norm, config.d_model, config.norm_eps)
@@ -113,7 +118,7 @@ class LensConfig:
     gated_mlp: bool = False
 
 
-class CircuitTransformer(HookedRootModule):
+class CircuitTransformer(TransformerLensAPI, GenerationMixin, HookedRootModule):
     def __init__(self, config: ModelConfig, tokenizer: Any = None):
         super().__init__()
         config.validate()
@@ -175,7 +180,9 @@ class CircuitTransformer(HookedRootModule):
         c = self.config
         return LensConfig(
             n_layers=c.n_layers, n_heads=c.n_heads, d_model=c.d_model, d_head=c.d_head, d_vocab=c.d_vocab,
-            d_vocab_out=c.d_vocab, n_ctx=c.n_ctx, d_mlp=c.feedforward.d_ffw,
+            d_vocab_out=c.d_vocab, n_ctx=c.n_ctx,
+            # neurons per layer; sgatlin's are numbered c * N + i, as in its sparse codes
+            d_mlp=c.feedforward.d_ffw * (c.feedforward.n_channels if c.feedforward.type == "sgatlin" else 1),
             normalization_type="RMS" if c.norm == "rmsnorm" else "LN",
             positional_embedding_type="rotary" if c.positional == "rope" else "standard",
             device=self.W_E.device, gated_mlp=c.feedforward.type == "swiglu",
@@ -189,7 +196,8 @@ class CircuitTransformer(HookedRootModule):
         tokens = self._check_tokens(tokens)
         h_BxTxD = self.hook_embed(self.W_E[tokens])
         if self.W_pos is not None:
-            h_BxTxD = h_BxTxD + self.hook_pos_embed(self.W_pos[: tokens.shape[1]])[None]
+            # hooked as [B, T, D], the shape TransformerLens' cache helpers expect
+            h_BxTxD = h_BxTxD + self.hook_pos_embed(self.W_pos[: tokens.shape[1]].expand_as(h_BxTxD))
         penalties: list[Tensor] = []
         for block in self.blocks:
             h_BxTxD, block_penalties = block(h_BxTxD)
@@ -227,45 +235,7 @@ class CircuitTransformer(HookedRootModule):
         """Like TransformerLens: returns (output, ActivationCache) indexable by hook name."""
         remove_batch_dim = kwargs.get("remove_batch_dim", False)
         output, cache_dict = super().run_with_cache(*model_args, **kwargs)
-        return output, ActivationCache(cache_dict, self, has_batch_dim=not remove_batch_dim)
-
-    # --- TransformerLens conveniences ------------------------------------------------------------------
-
-    def tokens_to_residual_directions(self, tokens: int | str | Tensor) -> Float[Tensor, "... d_model"]:
-        """The unembedding column(s) of token(s): the residual direction that raises their logit."""
-        if isinstance(tokens, str):
-            ids = self.to_tokens(tokens)[0]
-            if ids.numel() != 1:
-                raise ValueError(f"{tokens!r} is {ids.numel()} tokens; pass a single-token string or token ids")
-            tokens = ids[0]
-        tokens = torch.as_tensor(tokens, device=self.W_E.device)
-        return self.W_U[:, tokens].movedim(0, -1)
-
-    def _require_tokenizer(self) -> Any:
-        if self.tokenizer is None:
-            raise ValueError(
-                "this model has no tokenizer: load it from a folder with tokenizer.json, or set model.tokenizer"
-            )
-        return self.tokenizer
-
-    def to_tokens(self, text: str | list[str]) -> Int[Tensor, "batch pos"]:
-        """Tokenize text (no special tokens added). A list of strings is right-padded with the separator."""
-        tokenizer = self._require_tokenizer()
-        texts = [text] if isinstance(text, str) else list(text)
-        ids = [tokenizer.encode(t) for t in texts]
-        if any(len(seq) == 0 for seq in ids):
-            raise ValueError("cannot run the model on empty text: give at least one character")
-        width = max(len(seq) for seq in ids)
-        pad = getattr(tokenizer, "eos_id", 0)
-        batch = torch.full((len(ids), width), pad, dtype=torch.long)
-        for row, seq in enumerate(ids):
-            batch[row, : len(seq)] = torch.tensor(seq)
-        return batch.to(self.W_E.device)
-
-    def to_str_tokens(self, text: str | Tensor) -> list[str]:
-        tokenizer = self._require_tokenizer()
-        ids = self.to_tokens(text)[0] if isinstance(text, str) else torch.as_tensor(text).flatten()
-        return [tokenizer.token_str(int(i)) for i in ids]
+        return output, CircuitActivationCache(cache_dict, self, has_batch_dim=not remove_batch_dim)
 
     # --- circuits ---------------------------------------------------------------------------------------
 
