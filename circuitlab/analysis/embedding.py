@@ -124,7 +124,7 @@ def embed_layer(
 
     from circuitlab.analysis.circuitdb import mark_token
 
-    layer = db._layer(layer)
+    layer = db.require_layer(layer)
     if knn not in ("database", "umap"):
         raise ValueError(f"knn must be 'database' or 'umap', got {knn!r}")
     circuit_ids = frequent_token_circuits(db, n_tokens, max_points, seed)
@@ -182,7 +182,7 @@ def knn_speedup(
     Returns seconds for: the database graph, UMAP given that graph, UMAP on its own; and the speed-up.
     """
     circuit_ids = frequent_token_circuits(db, n_tokens, max_points, seed)
-    codes = db.codes[db._layer(layer)].rows(circuit_ids).to_csr()
+    codes = db.codes[db.require_layer(layer)].rows(circuit_ids).to_csr()
     reduce = umap_reducer(n_neighbors, min_dist, seed)
     if warm_up:
         warm_ids = circuit_ids[: min(circuit_ids.size, 300)]
