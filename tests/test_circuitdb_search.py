@@ -196,3 +196,28 @@ def _synthetic_metadata(n_rows: int):
             "top_predictions": [["x", "y", "z", "w", "v"]] * n_rows,
         }
     )
+
+
+@pytest.mark.parametrize("block_rows, threads", [(37, 1), (64, 3), (1000, 2)])
+def test_exact_search_at_awkward_sizes_equals_brute_force(block_rows, threads):
+    """Row blocks that do not divide the store, a query block that does not divide the queries, queries that
+    share a neuron with fewer than k rows (rows at cosine 0 fill in, smallest id first), and exclusions."""
+    stored = awkward_codes(517, size=301, nnz=5, seed=5)
+    uses = np.bincount(stored.indices[stored.values != 0], minlength=301)
+    rare = int(np.argmin(np.where(uses > 0, uses, 10**9)))  # a neuron that few stored rows use
+    assert uses[rare] < 7
+    lonely = CodeMatrix(np.full((1, 5), rare), np.ones((1, 5), np.float32), 301)
+    queries = CodeMatrix.concatenate([awkward_codes(23, size=301, nnz=5, seed=6), lonely, stored.rows([8, 9])])
+    index = ExactIndex(stored, block_rows=block_rows)
+    assert len(index.blocks) == -(-517 // block_rows)
+    for k in (1, 7, 33):
+        ids, distances = exact_search(stored, index, queries, k, threads=threads)
+        reference_ids, reference_distances = brute_force_search(stored, queries, k)
+        np.testing.assert_array_equal(ids, reference_ids)
+        np.testing.assert_allclose(distances, reference_distances, rtol=0, atol=1e-12)
+    exclude = np.full(len(queries), -1)
+    exclude[-2:] = [8, 9]
+    ids, distances = exact_search(stored, index, queries, 7, exclude, threads=threads)
+    for row in (len(queries) - 2, len(queries) - 1):
+        reference_ids = brute_force_search(stored, queries.rows([row]), 8)[0][0]
+        np.testing.assert_array_equal(ids[row], reference_ids[reference_ids != exclude[row]][:7])

@@ -173,6 +173,22 @@ def test_broken_or_missing_manifest(tmp_path):
         CircuitDB.load(tmp_path / "nowhere")
 
 
+def test_a_manifest_that_breaks_its_format_is_named_with_the_format(tmp_path):
+    folder = make_db(0).save(tmp_path / "db")
+    manifest = json.loads((folder / "manifest.json").read_text())
+    for change, problem in (
+        ({"surprise": 1}, "surprise"),
+        ({"layer_info": {**manifest["layer_info"], "1": {**manifest["layer_info"]["1"], "code_size": "big"}}}, "layer_info.1.code_size"),
+        ({"files": {**manifest["files"], "../elsewhere": {"sha256": "0", "bytes": 1}}}, "outside the database folder"),
+    ):
+        (folder / "manifest.json").write_text(json.dumps({**manifest, **change}))
+        with pytest.raises(CorruptDatabaseError, match=r"circuitlab.circuitdb version 1 manifest \(.*" + problem):
+            CircuitDB.load(folder)
+    (folder / "manifest.json").write_text(json.dumps({**manifest, "format_version": 2}))
+    with pytest.raises(CircuitDBError, match="format version 2, this circuitlab reads version 1"):
+        CircuitDB.load(folder)
+
+
 def test_load_refuses_another_model_or_tokenizer(tmp_path):
     folder = make_db(0, "tiny-sgatlin").save(tmp_path / "db")
     CircuitDB.load(folder, model=fake_model("tiny-sgatlin"))
