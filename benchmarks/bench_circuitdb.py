@@ -28,6 +28,7 @@ import numpy as np
 import torch
 
 from circuitlab.analysis.circuitdb import CircuitDB
+from circuitlab.atomic import atomic_write_text
 from circuitlab.analysis.codeindex import recall_at_k, structured_synthetic_codes
 
 SECTION = "Circuit database (CPU, 2 cores)"
@@ -209,7 +210,7 @@ def write_section(path: Path, text: str) -> None:
         updated = pattern.sub(lambda _: text + "\n", existing)
     else:
         updated = existing.rstrip("\n") + "\n\n" + text
-    path.write_text(updated)
+    atomic_write_text(path, updated)
 
 
 def main() -> None:

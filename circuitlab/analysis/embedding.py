@@ -24,6 +24,8 @@ from typing import Any
 import numpy as np
 from jaxtyping import Float, Int
 
+from circuitlab.atomic import atomic_write
+
 Reducer = Callable[..., Float[np.ndarray, "points 2"]]
 
 
@@ -155,10 +157,7 @@ def embed_layer(
         }
     )
     if cache_path is not None:
-        cache_path.parent.mkdir(parents=True, exist_ok=True)
-        temporary = cache_path.with_suffix(".tmp")
-        frame.to_parquet(temporary, index=False)
-        os.replace(temporary, cache_path)
+        atomic_write(cache_path, lambda temporary: frame.to_parquet(temporary, index=False))
     return frame
 
 

@@ -12,6 +12,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+from circuitlab.atomic import atomic_write_text
 from circuitlab.config import ModelConfig, ncffn_partition
 
 CARD_FILE = "card.md"
@@ -126,7 +127,7 @@ def write_card(
         lines.append("")
     lines += ["## Design notes", "", design_notes.strip() or "(none given)", ""]
     path = folder / CARD_FILE
-    path.write_text("\n".join(lines))
+    atomic_write_text(path, "\n".join(lines))
     return path
 
 
