@@ -385,28 +385,33 @@ def _mix64(values: np.ndarray) -> np.ndarray:
         return values ^ (values >> np.uint64(31))
 
 
-def sketch(codes: CodeMatrix, spec: SketchSpec) -> Float[np.ndarray, "R D"]:
-    """L2-normalised float32 sketches of every row (a zero row gets a zero sketch)."""
+def projection(size: int, spec: SketchSpec):
+    """The sketch as a sparse matrix [size, dim]: row i holds code index i's `hashes` signed entries."""
+    from scipy import sparse
+
+    indices = np.arange(size, dtype=np.uint64)
+    buckets, signs = [], []
+    for hash_number in range(spec.hashes):
+        with np.errstate(over="ignore"):
+            salt = np.uint64((spec.seed * 0x9E3779B1 + hash_number * 0x85EBCA77 + 1) & 0xFFFFFFFFFFFFFFFF)
+            mixed = _mix64(indices * np.uint64(0x9E3779B97F4A7C15) + salt)
+        buckets.append((mixed % np.uint64(spec.dim)).astype(np.int64))
+        signs.append(np.where((mixed >> np.uint64(63)) == 1, -1.0, 1.0) / math.sqrt(spec.hashes))
+    rows = np.tile(np.arange(size), spec.hashes)
+    # duplicates (two hashes of one index in one bucket) are summed by the COO -> CSR conversion
+    return sparse.coo_matrix((np.concatenate(signs), (rows, np.concatenate(buckets))), shape=(size, spec.dim)).tocsr()
+
+
+def sketch(codes: CodeMatrix, spec: SketchSpec, matrix=None) -> Float[np.ndarray, "R D"]:
+    """L2-normalised float32 sketches of every row (a zero row gets a zero sketch): codes @ projection.
+
+    matrix: `projection(codes.size, spec)`, when the caller keeps it between calls."""
+    matrix = projection(codes.size, spec) if matrix is None else matrix
     out = np.zeros((len(codes), spec.dim), dtype=np.float32)
-    scale = 1.0 / math.sqrt(spec.hashes)
     for start in range(0, len(codes), _CHUNK_ROWS):
-        indices = codes.indices[start : start + _CHUNK_ROWS].astype(np.uint64)
-        values = codes.values[start : start + _CHUNK_ROWS].astype(np.float64) * scale
-        n_block = indices.shape[0]
-        row_offsets = (np.arange(n_block, dtype=np.int64) * spec.dim)[:, None]
-        accumulated = np.zeros(n_block * spec.dim, dtype=np.float64)
-        for hash_number in range(spec.hashes):
-            with np.errstate(over="ignore"):
-                salt = np.uint64((spec.seed * 0x9E3779B1 + hash_number * 0x85EBCA77 + 1) & 0xFFFFFFFFFFFFFFFF)
-                mixed = _mix64(indices * np.uint64(0x9E3779B97F4A7C15) + salt)
-            buckets = (mixed % np.uint64(spec.dim)).astype(np.int64)
-            signs = np.where((mixed >> np.uint64(63)) == 1, -1.0, 1.0)
-            accumulated += np.bincount(
-                (row_offsets + buckets).ravel(), weights=(values * signs).ravel(), minlength=n_block * spec.dim
-            )
-        block = accumulated.reshape(n_block, spec.dim)
+        block = (codes.rows(np.arange(start, min(start + _CHUNK_ROWS, len(codes)))).to_csr(np.float64) @ matrix).toarray()
         lengths = np.linalg.norm(block, axis=1, keepdims=True)
-        out[start : start + n_block] = np.where(lengths > 0, block / np.where(lengths > 0, lengths, 1.0), 0.0)
+        out[start : start + len(block)] = np.where(lengths > 0, block / np.where(lengths > 0, lengths, 1.0), 0.0)
     return out
 
 
@@ -414,10 +419,10 @@ class ApproximateIndex:
     """Sketches of one layer's codes in a FAISS inner-product index, proposing candidates for exact re-ranking.
 
     kind "flat" scans every sketch (small stores); "ivf" scans the `nprobe` nearest of `nlist` k-means cells
-    (default 2 sqrt(rows) cells, 64 probed), sketches stored with 8-bit scalar quantization (a quarter of
-    float32's memory; the exact re-ranking absorbs the rounding); "hnsw" walks a graph. "auto" picks flat
-    below 20k rows, ivf above. Measured on 10^6 structured sgatlin-shape codes, 512-float sketches with
-    512 re-ranked candidates reach recall@10 >= 0.99 (benchmarks/bench_circuitdb.py).
+    (default sqrt(rows) cells, 16 probed, float32 sketches: on CPU FAISS scans float32 lists faster than
+    8-bit ones, and a million 512-float sketches take 2 GB); "hnsw" walks a graph. "auto" picks flat below
+    20k rows, ivf above. k-means trains on 40 sketches per cell (FAISS's own lower bound for a stable
+    clustering). Measured on 10^6 structured sgatlin-shape codes: benchmarks/bench_circuitdb.py.
     """
 
     def __init__(self, faiss_index, spec: SketchSpec, kind: str, params: dict) -> None:
@@ -425,6 +430,7 @@ class ApproximateIndex:
         self.spec = spec
         self.kind = kind
         self.params = dict(params)
+        self._projection = None
         self._apply_search_params()
 
     @classmethod
@@ -436,6 +442,7 @@ class ApproximateIndex:
         *,
         nlist: int | None = None,
         nprobe: int | None = None,
+        training_per_cell: int = 40,
         hnsw_m: int = 32,
         ef_search: int = 256,
         seed: int = 0,
@@ -446,23 +453,20 @@ class ApproximateIndex:
 
         spec = spec or SketchSpec()
         n_rows = len(codes)
+        matrix = projection(codes.size, spec)
         if kind == "auto":
             kind = "flat" if n_rows < 20_000 else "ivf"
         if kind == "flat":
             index = faiss.IndexFlatIP(spec.dim)
             params: dict = {}
         elif kind == "ivf":
-            nlist = nlist or max(1, min(int(2 * math.sqrt(n_rows)), n_rows // 39))
-            nprobe = min(nlist, nprobe or 64)
-            quantizer = faiss.IndexFlatIP(spec.dim)
-            index = faiss.IndexIVFScalarQuantizer(
-                quantizer, spec.dim, nlist, faiss.ScalarQuantizer.QT_8bit, faiss.METRIC_INNER_PRODUCT
-            )
-            # k-means on a sample: 40 points per cell is FAISS's own lower bound for a stable clustering.
-            sample_size = min(n_rows, 64 * nlist)
+            nlist = nlist or max(1, min(int(math.sqrt(n_rows)), n_rows // training_per_cell))
+            nprobe = min(nlist, nprobe or 16)
+            index = faiss.IndexIVFFlat(faiss.IndexFlatIP(spec.dim), spec.dim, nlist, faiss.METRIC_INNER_PRODUCT)
+            sample_size = min(n_rows, training_per_cell * nlist)
             sample = np.sort(np.random.default_rng(seed).choice(n_rows, sample_size, replace=False))
-            index.train(sketch(codes.rows(sample), spec))
-            params = {"nlist": nlist, "nprobe": nprobe}
+            index.train(sketch(codes.rows(sample), spec, matrix))
+            params = {"nlist": nlist, "nprobe": nprobe, "training_sample": int(sample_size)}
         elif kind == "hnsw":
             index = faiss.IndexHNSWFlat(spec.dim, hnsw_m, faiss.METRIC_INNER_PRODUCT)
             params = {"hnsw_m": hnsw_m, "ef_search": ef_search}
@@ -470,8 +474,10 @@ class ApproximateIndex:
             raise ValueError(f"unknown approximate index kind {kind!r}; expected 'auto', 'flat', 'ivf' or 'hnsw'")
         chunk = 2 * _CHUNK_ROWS
         for start in tqdm(range(0, n_rows, chunk), desc=f"sketch index ({kind})", disable=not progress):
-            index.add(sketch(codes.rows(np.arange(start, min(start + chunk, n_rows))), spec))
-        return cls(index, spec, kind, params)
+            index.add(sketch(codes.rows(np.arange(start, min(start + chunk, n_rows))), spec, matrix))
+        built = cls(index, spec, kind, params)
+        built._projection = matrix
+        return built
 
     def _apply_search_params(self) -> None:
         if self.kind == "ivf":
@@ -486,7 +492,10 @@ class ApproximateIndex:
         """Row ids whose sketches have the largest inner product with each query's sketch (-1 = none)."""
         if self.kind == "hnsw":
             self.faiss_index.hnsw.efSearch = max(int(self.params["ef_search"]), n_candidates)
-        _, ids = self.faiss_index.search(sketch(queries, self.spec), min(n_candidates, max(1, len(self))))
+        if self._projection is None:
+            self._projection = projection(queries.size, self.spec)
+        query_sketches = sketch(queries, self.spec, self._projection)
+        _, ids = self.faiss_index.search(query_sketches, min(n_candidates, max(1, len(self))))
         return ids.astype(np.int64)
 
     def save(self, path: str | Path) -> None:

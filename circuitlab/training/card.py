@@ -79,8 +79,11 @@ def write_card(
     parameter_count: int | None = None,
     extra_metrics: dict[str, Any] | None = None,
     title: str | None = None,
+    warnings: list[str] | None = None,
 ) -> Path:
-    """Write `folder/card.md` and return its path. `config` defaults to the folder's config.json."""
+    """Write `folder/card.md` and return its path. `config` defaults to the folder's config.json.
+
+    warnings: training warnings (overfitting) shown right under the results."""
     folder = Path(folder)
     if config is None:
         config = ModelConfig.from_json(folder / "config.json")
@@ -100,6 +103,8 @@ def write_card(
         'after "The [noun] was" is the adjective.',
         "",
     ]
+    if warnings:
+        lines += ["**Warnings from training:**", "", *[f"- {message}" for message in warnings], ""]
     if extra_metrics:
         lines += ["| metric | value |", "|---|---|"]
         lines += [f"| {key} | {value} |" for key, value in extra_metrics.items()]
@@ -151,4 +156,5 @@ def write_card_from_metrics(folder: str | os.PathLike, design_notes: str = "", t
         train_settings=metrics.get("train_settings"),
         parameter_count=metrics.get("parameters"),
         title=title,
+        warnings=metrics.get("warnings"),
     )

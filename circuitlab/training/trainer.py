@@ -66,6 +66,7 @@ from circuitlab.training.distributed import (
     wrap_model,
 )
 from circuitlab.training.guard import DivergenceError, DivergenceGuard
+from circuitlab.training.overfit import overfitting_warnings
 from circuitlab.training.schedule import wsd_lr
 
 LOG_FILE = "train_log.jsonl"
@@ -147,6 +148,7 @@ class TrainResult:
     stopped: str  # "completed", "time limit", or "stopped" (at fit's stop_at)
     log_path: Path
     history: list[dict[str, Any]] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)  # overfitting signs (circuitlab.training.overfit)
 
 
 def parameter_groups(model: nn.Module, weight_decay: float, decay_embeddings: bool = True) -> list[dict[str, Any]]:
@@ -508,6 +510,15 @@ class Trainer:
         finally:
             bar.close()
         held_out_loss = self.evaluate()
+        warnings = overfitting_warnings(
+            self.history, int(self.train_windows.shape[0]) * config.seq_len, self.step * self.tokens_per_step
+        )
+        logged = {record.get("warning") for record in self.history}
+        for message in warnings:
+            if message not in logged:
+                self._log({"step": self.step, "warning": message})
+            if self.context.is_main:
+                print(f"warning: {message}", file=sys.stderr)
         return TrainResult(
             step=self.step,
             tokens_seen=self.step * self.tokens_per_step,
@@ -518,6 +529,7 @@ class Trainer:
             stopped=stopped,
             log_path=self.out_dir / LOG_FILE,
             history=self.history,
+            warnings=warnings,
         )
 
     def _time_is_up(self) -> bool:
