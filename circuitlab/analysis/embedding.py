@@ -2,7 +2,7 @@
 
 The codes of the circuits of the most frequent tokens (default 100) of a layer are embedded in 2-D with
 UMAP under the cosine distance. UMAP's first step is a k-nearest-neighbour graph; the circuit database
-already answers nearest-neighbour queries, so its graph (exact inverted lists, or the FAISS sketch index
+already answers nearest-neighbour queries, so its graph (exact blocked sparse products, or the FAISS sketch index
 with exact re-ranking) is handed to UMAP as `precomputed_knn` and UMAP goes straight to the layout.
 `knn_speedup` measures what that saves against UMAP computing its own neighbours.
 
@@ -53,7 +53,7 @@ def database_knn(
     """UMAP's precomputed_knn from the database: positions into `circuit_ids`, each point first (distance 0),
     then its n_neighbors - 1 nearest other points by cosine distance.
 
-    exact=None picks exact inverted lists up to 50k points, the FAISS sketch index above.
+    exact=None picks exact search up to 50k points, the FAISS sketch index above.
     """
     circuit_ids = np.asarray(circuit_ids, dtype=np.int64)
     if circuit_ids.size <= n_neighbors:
