@@ -114,10 +114,9 @@ def execute_notebook(path: Path, *, timeout: int = 1800, env: Mapping[str, str |
 def write_atomic(notebook, path: Path) -> None:
     import nbformat
 
-    path.parent.mkdir(parents=True, exist_ok=True)
-    temporary = path.with_name(f".{path.name}.tmp")
-    nbformat.write(notebook, temporary)
-    os.replace(temporary, path)
+    from circuitlab.atomic import atomic_write
+
+    atomic_write(path, lambda temporary: nbformat.write(notebook, str(temporary)))
 
 
 def missing_models(models_dir: Path | None) -> list[str]:

@@ -10,7 +10,7 @@ from circuitlab.analysis.circuitdb import CircuitDB, CircuitDBError, format_hits
 from circuitlab.analysis.codeindex import (
     ApproximateIndex,
     CodeMatrix,
-    InvertedLists,
+    ExactIndex,
     SketchSpec,
     brute_force_search,
     exact_search,
@@ -54,7 +54,7 @@ def test_indices_out_of_range_are_refused():
 def test_exact_search_equals_dense_brute_force(k):
     stored = awkward_codes(600, size=50, nnz=6, seed=0)
     queries = CodeMatrix.concatenate([awkward_codes(40, size=50, nnz=6, seed=1), stored.rows([0, 1, 5, 3])])
-    ids, distances = exact_search(stored, InvertedLists(stored), queries, k)
+    ids, distances = exact_search(stored, ExactIndex(stored), queries, k)
     reference_ids, reference_distances = brute_force_search(stored, queries, k)
     np.testing.assert_allclose(distances, reference_distances, rtol=0, atol=1e-12)
     # Integer values make every distance exact, so ties are true ties and both break them by the smaller id.
@@ -68,7 +68,7 @@ def test_exact_search_equals_dense_brute_force(k):
 def test_exact_search_excludes_the_query_row_and_handles_small_stores():
     stored = awkward_codes(30, size=20, nnz=4, seed=2)
     query_ids = np.array([0, 4, 9])
-    ids, distances = exact_search(stored, InvertedLists(stored), stored.rows(query_ids), k=50, exclude=query_ids)
+    ids, distances = exact_search(stored, ExactIndex(stored), stored.rows(query_ids), k=50, exclude=query_ids)
     assert ids.shape == (3, 50)
     assert (ids[:, :29] >= 0).all() and (ids[:, 29:] == -1).all() and np.isinf(distances[:, 29:]).all()
     for row, query in enumerate(query_ids):
@@ -103,10 +103,10 @@ def test_approximate_recall_on_structured_codes(kind, n_rows, floor):
     stored = structured_synthetic_codes(n_rows, seed=0)
     stored_queries = np.random.default_rng(1).choice(len(stored), 150, replace=False)
     fresh = structured_synthetic_codes(150, seed=2, prototypes_seed=0)
-    lists = InvertedLists(stored)
+    exact_index = ExactIndex(stored)
     index = ApproximateIndex.build(stored, SketchSpec(), kind, nlist=64, nprobe=16)
     for queries, exclude in ((stored.rows(stored_queries), stored_queries), (fresh, None)):
-        exact_ids, exact_distances = exact_search(stored, lists, queries, 10, exclude)
+        exact_ids, exact_distances = exact_search(stored, exact_index, queries, 10, exclude)
         approx_ids, approx_distances = rerank(stored, queries, index.candidates(queries, 257), 10, exclude)
         recall = recall_at_k(exact_distances, approx_distances)
         assert recall >= floor, f"{kind} recall@10 {recall:.3f} below {floor}"
@@ -134,7 +134,7 @@ def test_database_search_table():
         "query_position", "query_token", "rank", "distance", "circuit_id", "token", "context", "top_predictions"
     ]
     assert len(hits) == 10 and hits["rank"].tolist() == [1, 2, 3, 4, 5] * 2
-    ids, distances = exact_search(codes, InvertedLists(codes), codes.rows([10, 20]), 5)
+    ids, distances = exact_search(codes, ExactIndex(codes), codes.rows([10, 20]), 5)
     np.testing.assert_array_equal(hits["circuit_id"].to_numpy().reshape(2, 5), ids)
     np.testing.assert_allclose(hits["distance"].to_numpy().reshape(2, 5), distances)
     first = hits.iloc[0]
@@ -196,3 +196,28 @@ def _synthetic_metadata(n_rows: int):
             "top_predictions": [["x", "y", "z", "w", "v"]] * n_rows,
         }
     )
+
+
+@pytest.mark.parametrize("block_rows, threads", [(37, 1), (64, 3), (1000, 2)])
+def test_exact_search_at_awkward_sizes_equals_brute_force(block_rows, threads):
+    """Row blocks that do not divide the store, a query block that does not divide the queries, queries that
+    share a neuron with fewer than k rows (rows at cosine 0 fill in, smallest id first), and exclusions."""
+    stored = awkward_codes(517, size=301, nnz=5, seed=5)
+    uses = np.bincount(stored.indices[stored.values != 0], minlength=301)
+    rare = int(np.argmin(np.where(uses > 0, uses, 10**9)))  # a neuron that few stored rows use
+    assert uses[rare] < 7
+    lonely = CodeMatrix(np.full((1, 5), rare), np.ones((1, 5), np.float32), 301)
+    queries = CodeMatrix.concatenate([awkward_codes(23, size=301, nnz=5, seed=6), lonely, stored.rows([8, 9])])
+    index = ExactIndex(stored, block_rows=block_rows)
+    assert len(index.blocks) == -(-517 // block_rows)
+    for k in (1, 7, 33):
+        ids, distances = exact_search(stored, index, queries, k, threads=threads)
+        reference_ids, reference_distances = brute_force_search(stored, queries, k)
+        np.testing.assert_array_equal(ids, reference_ids)
+        np.testing.assert_allclose(distances, reference_distances, rtol=0, atol=1e-12)
+    exclude = np.full(len(queries), -1)
+    exclude[-2:] = [8, 9]
+    ids, distances = exact_search(stored, index, queries, 7, exclude, threads=threads)
+    for row in (len(queries) - 2, len(queries) - 1):
+        reference_ids = brute_force_search(stored, queries.rows([row]), 8)[0][0]
+        np.testing.assert_array_equal(ids[row], reference_ids[reference_ids != exclude[row]][:7])

@@ -10,8 +10,9 @@ import warnings
 import numpy as np
 import pandas as pd
 import pytest
+from filelock import FileLock
 
-import circuitlab.analysis.circuitdb as circuitdb_module
+import circuitlab.analysis.dbstore as dbstore_module
 from circuitlab.analysis.circuitdb import (
     CircuitDB,
     CircuitDBError,
@@ -98,7 +99,7 @@ def test_crash_mid_save_leaves_previous_database_readable(tmp_path, monkeypatch)
     new = make_db(7)
     assert not answers(new).equals(answers(old))
 
-    real_save_array = circuitdb_module._save_array
+    real_save_array = dbstore_module._save_array
     calls = []
 
     def crash_on_third_array(path, array):
@@ -109,12 +110,13 @@ def test_crash_mid_save_leaves_previous_database_readable(tmp_path, monkeypatch)
             raise KeyboardInterrupt("simulated crash")
         real_save_array(path, array)
 
-    monkeypatch.setattr(circuitdb_module, "_save_array", crash_on_third_array)
+    monkeypatch.setattr(dbstore_module, "_save_array", crash_on_third_array)
     with pytest.raises(KeyboardInterrupt):
         new.save(folder)
-    monkeypatch.setattr(circuitdb_module, "_save_array", real_save_array)
-    # The lock file of the dead save would belong to this (live) process; a real crash leaves a dead pid.
-    (folder / circuitdb_module.LOCK).write_text("999999999")
+    monkeypatch.setattr(dbstore_module, "_save_array", real_save_array)
+    # The folder lock (filelock) is released with the failed save: the next load may clean up.
+    with FileLock(folder / dbstore_module.LOCK, timeout=0):
+        pass
     data_dirs = sorted(p.name for p in folder.iterdir() if p.name.startswith("data-"))
     assert len(data_dirs) == 2  # the committed one and the partial one
 
@@ -127,11 +129,10 @@ def test_crash_mid_save_leaves_previous_database_readable(tmp_path, monkeypatch)
     def crash(*args):
         raise KeyboardInterrupt("simulated crash at the commit point")
 
-    monkeypatch.setattr(circuitdb_module.os, "replace", crash)
+    monkeypatch.setattr(dbstore_module.os, "replace", crash)
     with pytest.raises(KeyboardInterrupt):
         new.save(folder)
     monkeypatch.undo()
-    (folder / circuitdb_module.LOCK).unlink(missing_ok=True)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         pd.testing.assert_frame_equal(answers(CircuitDB.load(folder)), answers(old))
@@ -170,6 +171,22 @@ def test_broken_or_missing_manifest(tmp_path):
         CircuitDB.load(folder)
     with pytest.raises(FileNotFoundError, match="does not exist"):
         CircuitDB.load(tmp_path / "nowhere")
+
+
+def test_a_manifest_that_breaks_its_format_is_named_with_the_format(tmp_path):
+    folder = make_db(0).save(tmp_path / "db")
+    manifest = json.loads((folder / "manifest.json").read_text())
+    for change, problem in (
+        ({"surprise": 1}, "surprise"),
+        ({"layer_info": {**manifest["layer_info"], "1": {**manifest["layer_info"]["1"], "code_size": "big"}}}, "layer_info.1.code_size"),
+        ({"files": {**manifest["files"], "../elsewhere": {"sha256": "0", "bytes": 1}}}, "outside the database folder"),
+    ):
+        (folder / "manifest.json").write_text(json.dumps({**manifest, **change}))
+        with pytest.raises(CorruptDatabaseError, match=r"circuitlab.circuitdb version 1 manifest \(.*" + problem):
+            CircuitDB.load(folder)
+    (folder / "manifest.json").write_text(json.dumps({**manifest, "format_version": 2}))
+    with pytest.raises(CircuitDBError, match="format version 2, this circuitlab reads version 1"):
+        CircuitDB.load(folder)
 
 
 def test_load_refuses_another_model_or_tokenizer(tmp_path):

@@ -159,20 +159,20 @@ def test_a_config_too_large_for_the_machine(world, capsys):
 
 
 def test_the_training_memory_floor_counts_parameters_exactly(monkeypatch):
-    from circuitlab.training import cli as train_cli
+    from circuitlab.training import run as train_run
 
     config = ModelConfig.preset("tiny-sgatlin")
     real = CircuitTransformer(config.replace(d_vocab=257))
     expected = sum(p.numel() for p in real.parameters())
     cpu = torch.device("cpu")
-    monkeypatch.setattr(train_cli, "device_memory_bytes", lambda device: 16 * expected)  # just enough for one process
-    assert train_cli.check_model_fits(config, cpu) == expected
+    monkeypatch.setattr(train_run, "device_memory_bytes", lambda device: 16 * expected)  # just enough for one process
+    assert train_run.check_model_fits(config, cpu) == expected
     with pytest.raises(ValueError, match=f"at least {expected:,} parameters"):
-        train_cli.check_model_fits(config, cpu, world_size=2)  # two processes share the machine's memory
-    assert train_cli.check_model_fits(config, cpu, world_size=2, fsdp=True) == expected  # each holds half
-    monkeypatch.setattr(train_cli, "device_memory_bytes", lambda device: 16 * expected - 1)
+        train_run.check_model_fits(config, cpu, world_size=2)  # two processes share the machine's memory
+    assert train_run.check_model_fits(config, cpu, world_size=2, fsdp=True) == expected  # each holds half
+    monkeypatch.setattr(train_run, "device_memory_bytes", lambda device: 16 * expected - 1)
     with pytest.raises(ValueError, match="reduce d_model"):
-        train_cli.check_model_fits(config, cpu)
+        train_run.check_model_fits(config, cpu)
 
 
 @pytest.mark.parametrize("changes", [{"feedforward": None}, {"n_heads": 2.5}, {"attention": [1]}])

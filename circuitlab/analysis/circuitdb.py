@@ -1,40 +1,28 @@
-"""CircuitDB: a persistent database of circuits with nearest-neighbour lookup (seed 000, sections 4.1-4.2).
+"""CircuitDB: a database of circuits with nearest-neighbour lookup (seed 000, sections 4.1-4.2).
 
 "Given a new circuit, which circuits seen before look like it?" A database holds, per token of a reference
 corpus and per chosen layer, the token's sparse code (its circuit), and once per token the token, its
 sequence and position, its category label, a context excerpt and the model's top-5 next-token predictions.
-Search compares codes by cosine distance (DESIGN section 7), exactly (equal to brute force) or
-approximately (FAISS over compact sketches, re-ranked exactly; see `circuitlab.analysis.codeindex`).
+Search compares codes by cosine distance (DESIGN section 7), exactly (blocked sparse products, equal to
+brute force) or approximately (FAISS over compact sketches, re-ranked exactly; see
+`circuitlab.analysis.codeindex`).
 
     db = CircuitDB.build(model, texts, layers=None)
     hits = db.search("Max had a red collar", layer=2, k=10)      # seed 000, table 3
     neighbour_heatmap(hits).show()                               # seed 000, figure 6
     db.save("runs/db"); db = CircuitDB.load("runs/db", model=model)
 
-On disk a database is a folder:
-
-    manifest.json              format version, model config hash, tokenizer hash, layers, counts, index
-                               settings and measured recall, and the sha256 and size of every data file;
-                               it names the data folder below and is the commit point of a save
-    data-<stamp>/metadata.parquet        one row per token (circuit_id = row number)
-    data-<stamp>/layer<l>.indices.npy    int32 [circuits, nnz], sorted per row
-    data-<stamp>/layer<l>.values.npy     float32 or float16 [circuits, nnz]
-    data-<stamp>/layer<l>.sketch.faiss   the approximate index of layer l, when built
-
-A save writes a new data folder, then replaces manifest.json atomically (os.replace), then deletes the old
-data folder: a crash at any point leaves a manifest that names a complete data folder. Data folders no
-manifest names (an interrupted save) are removed by the next save or load.
+This module is the store and its search. Saving and loading live in `circuitlab.analysis.dbstore`, the
+semantic score in `circuitlab.analysis.semantic`, the hits table and heatmap in
+`circuitlab.analysis.neighbour_figures`.
 
 Shape letters: Q queries, k neighbours per query.
 """
 
 from __future__ import annotations
 
-import datetime as _dt
 import hashlib
-import json
 import os
-import secrets
 import shutil
 import tempfile
 import time
@@ -46,84 +34,30 @@ from typing import Any
 import numpy as np
 import torch
 
+from circuitlab.analysis import dbstore
 from circuitlab.analysis.codeindex import (
     ApproximateIndex,
     CodeMatrix,
-    InvertedLists,
+    ExactIndex,
     SketchSpec,
     exact_search,
     recall_at_k,
     rerank,
 )
+from circuitlab.analysis.dberrors import CircuitDBError, CorruptDatabaseError, DatabaseMismatchError
+from circuitlab.analysis.dbstore import FORMAT_NAME, FORMAT_VERSION, LOCK, MANIFEST, sha256_file
+from circuitlab.analysis.neighbour_figures import TOKEN_MARKS, format_hits, mark_token, neighbour_heatmap
 from circuitlab.codes import SparseCode
 
-FORMAT_NAME = "circuitlab.circuitdb"
-FORMAT_VERSION = 1
-MANIFEST = "manifest.json"
-LOCK = ".save.lock"
-DATA_PREFIX = "data-"
-TOKEN_MARKS = ("«", "»")
-
-
-class CircuitDBError(ValueError):
-    """A circuit database that cannot be used as asked."""
-
-
-class CorruptDatabaseError(CircuitDBError):
-    """A database file is missing, truncated or modified since it was saved."""
-
-
-class DatabaseMismatchError(CircuitDBError):
-    """A database built with another model or tokenizer than the one given."""
-
-
-# ------------------------------------------------------------------------------------------------- helpers
-
-
-def sha256_file(path: Path, chunk_bytes: int = 1 << 22) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        while block := handle.read(chunk_bytes):
-            digest.update(block)
-    return digest.hexdigest()
-
-
-def _fsync_path(path: Path) -> None:
-    try:
-        descriptor = os.open(path, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(descriptor)
-    except OSError:
-        pass
-    finally:
-        os.close(descriptor)
-
-
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
-def mark_token(context: str, start: int, end: int, marks: tuple[str, str] = TOKEN_MARKS) -> str:
-    """The excerpt with its token wrapped in marks (leading whitespace of the token stays outside)."""
-    start, end = int(start), int(end)
-    while start < end and context[start].isspace():
-        start += 1
-    return f"{context[:start]}{marks[0]}{context[start:end]}{marks[1]}{context[end:]}"
+__all__ = [
+    "CircuitDB", "CircuitDBError", "CorruptDatabaseError", "DatabaseMismatchError", "FORMAT_NAME",
+    "FORMAT_VERSION", "LOCK", "MANIFEST", "TOKEN_MARKS", "format_hits", "mark_token", "neighbour_heatmap",
+    "sha256_file",
+]
 
 
 def _model_tokenizer_hash(tokenizer: Any) -> str | None:
     return tokenizer.hash() if tokenizer is not None and hasattr(tokenizer, "hash") else None
-
-
-# ---------------------------------------------------------------------------------------------- database
 
 
 class CircuitDB:
@@ -169,7 +103,7 @@ class CircuitDB:
         self.model = model
         self.tokenizer = tokenizer if tokenizer is not None else getattr(model, "tokenizer", None)
         self.model_source = model_source  # where the model came from (folder or shipped name), when known
-        self._lists: dict[int, InvertedLists] = {}
+        self._exact: dict[int, ExactIndex] = {}
         self._workspace: tempfile.TemporaryDirectory | None = None
         self._fingerprint: str | None = None
 
@@ -300,7 +234,8 @@ class CircuitDB:
         indexed = ", ".join(f"{layer}:{self.indexes[layer].kind}" for layer in self.indexes) or "none"
         return f"CircuitDB({len(self)} circuits, layers {self.layers}, approximate indexes {indexed})"
 
-    def _layer(self, layer: int) -> int:
+    def require_layer(self, layer: int) -> int:
+        """`layer` as an int, or a CircuitDBError naming the layers this database holds."""
         if layer is None:
             raise CircuitDBError(f"pass a layer: this database holds layers {self.layers}")
         layer = int(layer)
@@ -310,7 +245,7 @@ class CircuitDB:
 
     def code(self, layer: int, circuit_ids) -> SparseCode:
         """The stored codes of some circuits, as a SparseCode [len(circuit_ids), nnz] (usable as a query)."""
-        return self.codes[self._layer(layer)].rows(np.atleast_1d(circuit_ids)).to_sparse_code()
+        return self.codes[self.require_layer(layer)].rows(np.atleast_1d(circuit_ids)).to_sparse_code()
 
     def fingerprint(self) -> str:
         """A sha256 of the database's content (from the manifest's checksums for a loaded database)."""
@@ -353,11 +288,12 @@ class CircuitDB:
 
     # --- indexes --------------------------------------------------------------------------------------
 
-    def inverted_lists(self, layer: int) -> InvertedLists:
-        layer = self._layer(layer)
-        if layer not in self._lists:
-            self._lists[layer] = InvertedLists(self.codes[layer])
-        return self._lists[layer]
+    def exact_index(self, layer: int) -> ExactIndex:
+        """The layer's codes as CSR row blocks for exact search (built on first use, kept)."""
+        layer = self.require_layer(layer)
+        if layer not in self._exact:
+            self._exact[layer] = ExactIndex(self.codes[layer])
+        return self._exact[layer]
 
     def build_index(
         self,
@@ -376,7 +312,7 @@ class CircuitDB:
         left out). Returns {layer: report} with kind, parameters, build seconds, recall@10 and queries/s.
         """
         reports = {}
-        for layer in self.layers if layers is None else [self._layer(layer) for layer in layers]:
+        for layer in self.layers if layers is None else [self.require_layer(layer) for layer in layers]:
             started = time.perf_counter()
             index = ApproximateIndex.build(self.codes[layer], sketch, kind, progress=progress, **index_options)
             self.indexes[layer] = index
@@ -392,11 +328,11 @@ class CircuitDB:
 
     def measure_recall(self, layer: int, k: int = 10, n_queries: int = 200, n_candidates: int | None = None, seed: int = 0) -> dict:
         """recall@k of approximate against exact search, and queries/s of both, on stored circuits."""
-        layer = self._layer(layer)
+        layer = self.require_layer(layer)
         rng = np.random.default_rng(seed)
         query_ids = np.sort(rng.choice(len(self), min(n_queries, len(self)), replace=False))
         queries = self.codes[layer].rows(query_ids)
-        self.inverted_lists(layer)
+        self.exact_index(layer)
         started = time.perf_counter()
         _, exact_distances = self.search_ids(queries, layer, k, exact=True, exclude=query_ids)
         exact_seconds = time.perf_counter() - started
@@ -425,7 +361,7 @@ class CircuitDB:
         n_candidates: int | None = None,
     ) -> tuple[np.ndarray, np.ndarray]:
         """Raw search: (circuit ids [Q, k], cosine distances [Q, k]); -1 / inf where fewer exist."""
-        layer = self._layer(layer)
+        layer = self.require_layer(layer)
         if k < 1:
             raise CircuitDBError(f"k must be at least 1, got {k}")
         codes = self.codes[layer]
@@ -436,7 +372,7 @@ class CircuitDB:
             )
         exclude = None if exclude is None else np.asarray(exclude, dtype=np.int64)
         if exact:
-            return exact_search(codes, self.inverted_lists(layer), queries, k, exclude)
+            return exact_search(codes, self.exact_index(layer), queries, k, exclude)
         if layer not in self.indexes:
             warnings.warn(f"layer {layer} has no approximate index yet: building one now (db.build_index)")
             self.build_index([layer], progress=False)
@@ -465,7 +401,7 @@ class CircuitDB:
         and category, sequence_id, position, token_start, token_end (the token's span in the plain excerpt
         `context_plain`), layer.
         """
-        layer = self._layer(layer)
+        layer = self.require_layer(layer)
         if isinstance(query, str):
             queries, positions, query_tokens = self._text_query(query, layer)
         else:
@@ -547,10 +483,10 @@ class CircuitDB:
         """The k nearest other circuits of stored circuits: (circuit ids [Q, k], distances [Q, k]).
 
         within: restrict the neighbours to these circuit ids (for example the circuits of a UMAP map); the
-        search then runs on an index of that subset (exact inverted lists, or FAISS sketches when
+        search then runs on an index of that subset (exact blocked products, or FAISS sketches when
         exact=False).
         """
-        layer = self._layer(layer)
+        layer = self.require_layer(layer)
         circuit_ids = np.asarray(circuit_ids, dtype=np.int64)
         codes = self.codes[layer]
         queries = codes.rows(circuit_ids)
@@ -562,7 +498,7 @@ class CircuitDB:
         position_in_subset[within] = np.arange(within.size)
         exclude = position_in_subset[circuit_ids]
         if exact:
-            local_ids, distances = exact_search(subset, InvertedLists(subset), queries, k, exclude)
+            local_ids, distances = exact_search(subset, ExactIndex(subset), queries, k, exclude)
         else:
             spec = self.indexes[layer].spec if layer in self.indexes else SketchSpec()
             index = ApproximateIndex.build(subset, spec, "auto")
@@ -570,82 +506,19 @@ class CircuitDB:
             local_ids, distances = rerank(subset, queries, index.candidates(queries, wanted + 1), k, exclude)
         return np.where(local_ids >= 0, within[np.maximum(local_ids, 0)], -1), distances
 
-    # --- semantic score (beyond the paper) ------------------------------------------------------------
+    # --- analyses that live elsewhere ----------------------------------------------------------------
 
-    def semantic_score(
-        self,
-        layer: int,
-        k: int = 10,
-        *,
-        n_queries: int = 2000,
-        n_shuffles: int = 20,
-        exact: bool = True,
-        seed: int = 0,
-    ) -> dict:
-        """How much do circuits cluster by meaning? A number for seed 000's "semantically related" claim.
+    def semantic_score(self, layer: int, k: int = 10, **options: Any) -> dict:
+        """`circuitlab.analysis.semantic.semantic_score` of this database."""
+        from circuitlab.analysis.semantic import semantic_score
 
-        Among circuits whose token has a category label, draw up to `n_queries` (seeded) and find each one's
-        k nearest other labelled circuits. `score` is the mean fraction of neighbours whose label equals the
-        query's; `baseline` is the same with the labels randomly permuted over the labelled circuits (mean of
-        `n_shuffles` permutations, `baseline_std` their spread), which is what label frequencies alone give.
-        Identical tokens share a label trivially, so `score_other_tokens` repeats the score over neighbours
-        with a different token id only (queries with none are skipped), and `same_token_fraction` says how
-        many neighbours are the same token.
-        """
-        for option, value in (("k", k), ("n_queries", n_queries), ("n_shuffles", n_shuffles)):
-            if value < 1:
-                raise ValueError(f"semantic score: {option} must be at least 1, got {value}")
-        layer = self._layer(layer)
-        categories = self.metadata["category"]
-        labelled = np.flatnonzero(categories.notna().to_numpy())
-        if labelled.size < k + 1:
-            raise CircuitDBError(
-                f"semantic score needs category labels: only {labelled.size} circuits of layer {layer} have one "
-                "(build the database from labelled stories, e.g. circuitlab.data's generated corpus)"
-            )
-        rng = np.random.default_rng(seed)
-        queries = np.sort(rng.choice(labelled, min(n_queries, labelled.size), replace=False))
-        neighbour_ids, _ = self.neighbours(layer, queries, k, within=labelled, exact=exact)
-        codes_of, label_values = np.unique(categories.to_numpy()[labelled].astype(str), return_inverse=True)
-        label = np.full(len(self), -1, dtype=np.int64)
-        label[labelled] = label_values
-        token_ids = self.metadata["token_id"].to_numpy()
-        valid = neighbour_ids >= 0
-        safe = np.maximum(neighbour_ids, 0)
-        other_token = valid & (token_ids[safe] != token_ids[queries][:, None])
-
-        def scores(labels: np.ndarray) -> tuple[float, float]:
-            same = (labels[safe] == labels[queries][:, None]) & valid
-            overall = np.mean(same.sum(1) / np.maximum(valid.sum(1), 1))
-            has_other = other_token.any(1)
-            other = (same & other_token).sum(1)[has_other] / other_token.sum(1)[has_other]
-            return float(overall), float(other.mean()) if other.size else float("nan")
-
-        score, score_other = scores(label)
-        shuffled = []
-        for _ in range(n_shuffles):
-            permuted = label.copy()
-            permuted[labelled] = rng.permutation(label[labelled])
-            shuffled.append(scores(permuted))
-        shuffled = np.array(shuffled)
-        return {
-            "layer": layer,
-            "k": k,
-            "n_queries": int(queries.size),
-            "n_labels": int(codes_of.size),
-            "score": score,
-            "baseline": float(shuffled[:, 0].mean()),
-            "baseline_std": float(shuffled[:, 0].std()),
-            "score_other_tokens": score_other,
-            "baseline_other_tokens": float(np.nanmean(shuffled[:, 1])),
-            "same_token_fraction": float(np.mean((~other_token & valid).sum(1) / np.maximum(valid.sum(1), 1))),
-        }
+        return semantic_score(self, layer, k, **options)
 
     def semantic_scores(self, layers: Sequence[int] | None = None, **options: Any):
-        """`semantic_score` of several layers as a DataFrame (one row per layer)."""
-        import pandas as pd
+        """`circuitlab.analysis.semantic.semantic_scores` of this database (one row per layer)."""
+        from circuitlab.analysis.semantic import semantic_scores
 
-        return pd.DataFrame([self.semantic_score(layer, **options) for layer in (layers or self.layers)])
+        return semantic_scores(self, layers, **options)
 
     # --- persistence ----------------------------------------------------------------------------------
 
@@ -678,53 +551,8 @@ class CircuitDB:
         return self.manifest
 
     def save(self, folder: str | os.PathLike) -> Path:
-        """Save atomically: a crash mid-save leaves the previous database in `folder` readable."""
-        folder = Path(folder)
-        folder.mkdir(parents=True, exist_ok=True)
-        if not (folder / MANIFEST).exists():
-            strangers = [p.name for p in folder.iterdir() if not (p.name.startswith(DATA_PREFIX) or p.name in (LOCK, f".{MANIFEST}.tmp"))]
-            if strangers:
-                raise CircuitDBError(
-                    f"{folder} is not empty and holds no {MANIFEST} (found {', '.join(sorted(strangers)[:5])}): "
-                    "refusing to write a circuit database over other files; choose a new or empty folder"
-                )
-        with _SaveLock(folder):
-            previous = _read_manifest(folder) if (folder / MANIFEST).exists() else None
-            _remove_leftovers(folder, keep=previous["data_dir"] if previous else None)
-            data_name = f"{DATA_PREFIX}{_dt.datetime.now().strftime('%Y%m%dT%H%M%S')}-{secrets.token_hex(4)}"
-            data_dir = folder / data_name
-            data_dir.mkdir()
-            files = self._write_data(data_dir)
-            for name in files:
-                _fsync_path(data_dir / name)
-            _fsync_path(data_dir)
-            manifest = dict(self.manifest, data_dir=data_name, files=files, saved=_dt.datetime.now().isoformat(timespec="seconds"))
-            temporary = folder / f".{MANIFEST}.tmp"
-            with open(temporary, "w") as handle:
-                json.dump(manifest, handle, indent=1, sort_keys=True)
-                handle.flush()
-                os.fsync(handle.fileno())
-            os.replace(temporary, folder / MANIFEST)  # the commit point
-            _fsync_path(folder)
-            _remove_leftovers(folder, keep=data_name, announce=False)  # the superseded data folder
-        return folder
-
-    def _write_data(self, data_dir: Path) -> dict[str, dict]:
-        import pyarrow as pa
-        import pyarrow.parquet as pq
-
-        names = ["metadata.parquet"]
-        pq.write_table(pa.Table.from_pandas(self.metadata, preserve_index=False), data_dir / "metadata.parquet")
-        for layer, matrix in self.codes.items():
-            for part in ("indices", "values"):
-                name = f"layer{layer}.{part}.npy"
-                _save_array(data_dir / name, getattr(matrix, part))
-                names.append(name)
-            if layer in self.indexes:
-                name = f"layer{layer}.sketch.faiss"
-                self.indexes[layer].save(data_dir / name)
-                names.append(name)
-        return {name: {"sha256": sha256_file(data_dir / name), "bytes": (data_dir / name).stat().st_size} for name in names}
+        """Save atomically: a crash mid-save leaves the previous database in `folder` readable (see dbstore)."""
+        return dbstore.save_database(self, folder)
 
     @classmethod
     def load(
@@ -743,230 +571,11 @@ class CircuitDB:
         (DatabaseMismatchError) unless allow_mismatch=True; the model is attached for text queries.
         mmap: memory-map the code arrays instead of reading them into memory.
         """
-        import pandas as pd
-
-        folder = Path(folder)
-        manifest = _read_manifest(folder)
-        data_dir = folder / manifest["data_dir"]
-        if not (folder / LOCK).exists() or not _lock_alive(folder):
-            _remove_leftovers(folder, keep=manifest["data_dir"])
-        for name, record in manifest["files"].items():
-            path = data_dir / name
-            if not path.exists():
-                raise CorruptDatabaseError(f"{path} is missing: the database in {folder} is incomplete; rebuild it")
-            size = path.stat().st_size
-            if size != record["bytes"]:
-                raise CorruptDatabaseError(
-                    f"{path} has {size} bytes but the manifest records {record['bytes']}: the file was truncated "
-                    "or modified; rebuild the database"
-                )
-            if verify and sha256_file(path) != record["sha256"]:
-                raise CorruptDatabaseError(
-                    f"{path} fails its sha256 check against {folder / MANIFEST}: the file was modified or "
-                    "corrupted; rebuild the database"
-                )
-        metadata = _read_or_raise(data_dir / "metadata.parquet", lambda p: pd.read_parquet(p))
-        codes, indexes, reports, layouts = {}, {}, {}, {}
-        for layer in manifest["layers"]:
-            info = manifest["layer_info"][str(layer)]
-            indices = _read_or_raise(data_dir / f"layer{layer}.indices.npy", lambda p: np.load(p, mmap_mode="r" if mmap else None))
-            values = _read_or_raise(data_dir / f"layer{layer}.values.npy", lambda p: np.load(p, mmap_mode="r" if mmap else None))
-            code_size = int(info["code_size"])
-            if indices.size and (int(indices.min()) < 0 or int(indices.max()) >= code_size):
-                raise CorruptDatabaseError(
-                    f"{data_dir / f'layer{layer}.indices.npy'} holds neuron ids outside [0, {code_size}): "
-                    "the file is damaged; rebuild the database"
-                )
-            codes[int(layer)] = CodeMatrix(indices, values, code_size, canonical=True)
-            layouts[int(layer)] = info.get("layout", {})
-            if info.get("index"):
-                report = info["index"]
-                index_path = data_dir / f"layer{layer}.sketch.faiss"
-                indexes[int(layer)] = _read_or_raise(
-                    index_path,
-                    lambda p: ApproximateIndex.load(p, SketchSpec(**report["sketch"]), report["kind"], report["params"]),
-                )
-                reports[int(layer)] = report
-        db = cls(
-            metadata,
-            codes,
-            model_config_hash=manifest.get("model_config_hash"),
-            tokenizer_hash=manifest.get("tokenizer_hash"),
-            model_config=manifest.get("model_config"),
-            layer_layouts=layouts,
-            corpus_stats=manifest.get("corpus"),
-            indexes=indexes,
-            index_reports=reports,
-            model_source=manifest.get("model_source"),
-        )
-        db._fingerprint = hashlib.sha256(json.dumps(manifest["files"], sort_keys=True).encode()).hexdigest()
+        db = dbstore.load_database(cls, folder, verify=verify, mmap=mmap)
         tokenizer = tokenizer if tokenizer is not None else getattr(model, "tokenizer", None)
         if model is not None or tokenizer is not None:
-            db.check_model(model, tokenizer, allow_mismatch=allow_mismatch, where=str(folder / MANIFEST))
+            db.check_model(model, tokenizer, allow_mismatch=allow_mismatch, where=str(Path(folder) / MANIFEST))
             db.model, db.tokenizer = model, tokenizer
         return db
 
-
-# ------------------------------------------------------------------------------------------ persistence
-
-
-def _save_array(path: Path, array: np.ndarray) -> None:
-    with open(path, "wb") as handle:
-        np.lib.format.write_array(handle, np.ascontiguousarray(array), allow_pickle=False)
-
-
-def _read_or_raise(path: Path, read):
-    try:
-        return read(path)
-    except Exception as error:  # any parse failure of a checksummed file means the file is bad
-        raise CorruptDatabaseError(f"{path} cannot be read ({type(error).__name__}: {error}); rebuild the database") from error
-
-
-def _read_manifest(folder: Path) -> dict:
-    path = folder / MANIFEST
-    if not folder.is_dir():
-        raise FileNotFoundError(f"no circuit database at {folder}: the folder does not exist")
-    if not path.exists():
-        partial = sorted(p.name for p in folder.glob(f"{DATA_PREFIX}*"))
-        hint = (
-            f" (it holds {', '.join(partial)}: a save that never finished)" if partial else ""
-        )
-        raise CorruptDatabaseError(f"{path} not found: {folder} is not a saved circuit database{hint}")
-    try:
-        manifest = json.loads(path.read_text())
-    except (json.JSONDecodeError, UnicodeDecodeError) as error:
-        raise CorruptDatabaseError(f"{path} is not valid JSON ({error}); rebuild the database") from error
-    if manifest.get("format") != FORMAT_NAME:
-        raise CorruptDatabaseError(f"{path} is not a circuit database manifest (format {manifest.get('format')!r})")
-    if manifest.get("format_version") != FORMAT_VERSION:
-        raise CircuitDBError(
-            f"{path} has format version {manifest.get('format_version')}, this circuitlab reads version "
-            f"{FORMAT_VERSION}; rebuild the database with this version"
-        )
-    for key in ("data_dir", "files", "layers", "layer_info"):
-        if key not in manifest:
-            raise CorruptDatabaseError(f"{path} lacks the field {key!r}; rebuild the database")
-    # the manifest may only name files inside this folder's own data folder
-    names = [manifest["data_dir"], *manifest["files"]] if isinstance(manifest["files"], dict) else [None]
-    if not str(manifest["data_dir"]).startswith(DATA_PREFIX) or not all(_plain_name(n) for n in names):
-        raise CorruptDatabaseError(
-            f"{path} names data_dir {manifest['data_dir']!r} or files outside the database folder; rebuild the database"
-        )
-    return manifest
-
-
-def _plain_name(name: Any) -> bool:
-    return isinstance(name, str) and name not in ("", ".", "..") and "/" not in name and "\\" not in name
-
-
-def _remove_leftovers(folder: Path, keep: str | None, announce: bool = True) -> list[str]:
-    """Delete data folders no manifest names and stale temporary manifests (an interrupted save)."""
-    removed = []
-    for path in folder.glob(f"{DATA_PREFIX}*"):
-        if path.is_dir() and path.name != keep:
-            shutil.rmtree(path, ignore_errors=True)
-            removed.append(path.name)
-    temporary = folder / f".{MANIFEST}.tmp"
-    if temporary.exists():
-        temporary.unlink()
-        removed.append(temporary.name)
-    if removed and announce:
-        warnings.warn(f"removed leftovers of an interrupted save in {folder}: {', '.join(sorted(removed))}")
-    return removed
-
-
-def _lock_alive(folder: Path) -> bool:
-    try:
-        pid = int((folder / LOCK).read_text().strip() or 0)
-    except (OSError, ValueError):
-        return False
-    return pid > 0 and pid != os.getpid() and _pid_alive(pid)
-
-
-class _SaveLock:
-    """One saver per folder; a lock left by a dead process is taken over."""
-
-    def __init__(self, folder: Path) -> None:
-        self.path = folder / LOCK
-
-    def __enter__(self) -> "_SaveLock":
-        for _ in range(2):
-            try:
-                descriptor = os.open(self.path, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
-            except FileExistsError:
-                if _lock_alive(self.path.parent):
-                    raise CircuitDBError(
-                        f"{self.path} says another process is saving this database; wait for it to finish"
-                    ) from None
-                self.path.unlink(missing_ok=True)
-                continue
-            with os.fdopen(descriptor, "w") as handle:
-                handle.write(str(os.getpid()))
-            return self
-        raise CircuitDBError(f"cannot take the save lock {self.path}; remove it if no save is running")
-
-    def __exit__(self, *exc: Any) -> None:
-        self.path.unlink(missing_ok=True)
-
-
-# ------------------------------------------------------------------------------------------ presentation
-
-
-def format_hits(hits, max_context: int = 64, marks: tuple[str, str] = TOKEN_MARKS) -> str:
-    """A plain-text table in the layout of seed 000, table 3 (one block of k rows per query token)."""
-    lines = [f"{'Pos':>4}  {'Token':<12} {'Distance':>9}  {'Neighbour input excerpt':<{max_context}}  Neighbour top predictions"]
-    previous = None
-    for row in hits.itertuples(index=False):
-        excerpt = mark_token(row.context_plain, row.token_start, row.token_end, marks)
-        excerpt = _fit(excerpt, max_context, marks)
-        first = row.query_position != previous
-        previous = row.query_position
-        position = f"{row.query_position:>4}" if first else " " * 4
-        token = repr(row.query_token)[1:-1] if first else ""
-        predictions = str(row.top_predictions).replace("\n", "\\n").replace("\r", "\\r")
-        lines.append(f"{position}  {token:<12.12} {row.distance:9.2e}  {excerpt:<{max_context}}  {predictions}")
-    return "\n".join(lines)
-
-
-def _fit(excerpt: str, width: int, marks: tuple[str, str]) -> str:
-    """Cut a long excerpt around its marked token."""
-    excerpt = excerpt.replace("\n", " ")
-    if len(excerpt) <= width:
-        return excerpt
-    centre = excerpt.find(marks[0])
-    start = max(0, min(centre - width // 2, len(excerpt) - width))
-    return excerpt[start : start + width]
-
-
-def neighbour_heatmap(hits, title: str | None = None):
-    """Seed 000, figure 6: one column per query token, one row per neighbour rank, colour = distance,
-    each cell labelled with the neighbour's token (hover: its excerpt and the model's top predictions)."""
-    import plotly.graph_objects as go
-
-    positions = sorted(hits["query_position"].unique())
-    k = int(hits["rank"].max()) if len(hits) else 0
-    z = np.full((k, len(positions)), np.nan)
-    text = [["" for _ in positions] for _ in range(k)]
-    hover = [["" for _ in positions] for _ in range(k)]
-    column = {position: i for i, position in enumerate(positions)}
-    labels = {}
-    for row in hits.itertuples(index=False):
-        c, r = column[row.query_position], int(row.rank) - 1
-        z[r, c] = row.distance
-        text[r][c] = str(row.token).strip() or repr(str(row.token))
-        hover[r][c] = f"{row.context}<br>distance {row.distance:.3g}<br>predicts: {row.top_predictions}"
-        labels[row.query_position] = f"{row.query_position}: {str(row.query_token).strip() or repr(str(row.query_token))}"
-    figure = go.Figure(
-        go.Heatmap(
-            z=z, x=[labels[p] for p in positions], y=list(range(1, k + 1)), text=text, texttemplate="%{text}",
-            customdata=hover, hovertemplate="%{customdata}<extra></extra>", colorscale="Viridis_r",
-            colorbar={"title": "cosine<br>distance"},
-        )
-    )
-    layer = hits["layer"].iloc[0] if "layer" in hits and len(hits) else None
-    figure.update_layout(
-        title=title or (f"Nearest circuits, layer {layer}" if layer is not None else "Nearest circuits"),
-        xaxis_title="query token", yaxis_title="neighbour rank", yaxis_autorange="reversed",
-        width=max(500, 70 * len(positions) + 200), height=max(350, 40 * k + 150),
-    )
-    return figure
+    _layer = require_layer  # the name analyses used before

@@ -4,9 +4,9 @@ A circuit is identified by its sparse code (seed 000, section 4: the gate vector
 circuit sgatlin applies to it), and two circuits are compared by the cosine distance of their codes
 (DESIGN section 7). This module holds the codes of one layer and searches them two ways:
 
-- exact: inverted lists over code indices (for each neuron, the rows that use it). A query touches only the
-  rows that share at least one neuron with it, and every other row has cosine 0 exactly, so the result is
-  the brute-force result (ties broken by the smaller row id) at a fraction of the cost.
+- exact: blocked sparse products (scipy.sparse): CSR row blocks of the codes times a CSR block of queries give
+  the dot product of every row that shares a neuron with a query; every other row has cosine 0 exactly, so
+  the k best per query (argpartition) are the brute-force result (ties broken by the smaller row id).
 - approximate: every code is compressed to a dense sketch of `dim` floats (a sparse signed random
   projection, seeded, so it needs no stored matrix whatever the code size), the normalised sketches go
   into a FAISS inner-product index, FAISS proposes candidates and those are re-ranked with the exact
@@ -137,11 +137,11 @@ class CodeMatrix:
         np.add.at(dense, (rows, self.indices.ravel()), self.values.astype(np.float32).ravel())
         return dense
 
-    def to_csr(self):
+    def to_csr(self, dtype=np.float32):
         """A scipy.sparse CSR matrix [R, size] (zero-valued slots dropped)."""
         from scipy import sparse
 
-        values = self.values.astype(np.float32).ravel()
+        values = self.values.astype(dtype).ravel()
         matrix = sparse.csr_matrix(
             (values, self.indices.ravel().astype(np.int64), np.arange(0, values.size + 1, self.nnz)),
             shape=(len(self), self.size),
@@ -174,30 +174,57 @@ def _canonicalise(
 # ----------------------------------------------------------------------------------------------- exact
 
 
-class InvertedLists:
-    """For each code index, the rows whose code contains it, with the value they carry there."""
+class ExactIndex:
+    """One layer's codes as row blocks of a scipy CSR matrix [R, size] in float64, for blocked exact products.
 
-    def __init__(self, codes: CodeMatrix) -> None:
-        flat_indices = codes.indices.ravel()
-        # numpy's stable sort is a radix sort for 16-bit keys: 4x faster on sgatlin's 8192 neuron ids.
-        keys = flat_indices.astype(np.uint16) if codes.size <= 1 << 16 else flat_indices
-        order = np.argsort(keys, kind="stable")
-        self.rows = (order // codes.nnz).astype(np.int32)
-        self.values = codes.values.ravel()[order].astype(np.float32)
-        counts = np.bincount(flat_indices, minlength=codes.size)
-        self.offsets = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
+    A block of queries becomes a CSR matrix [Q, size]; `rows @ queries.T` [rows, Q] holds the dot product of
+    every stored row with every query that shares a neuron with it, and every pair it leaves out has cosine
+    0 exactly. The product streams the stored rows once per query block with an accumulator of Q entries
+    (cache-resident); row blocks bound the memory of one product.
+    """
 
-    def dots(self, query_indices: Int[np.ndarray, " K"], query_values: Float[np.ndarray, " K"], n_rows: int) -> Float[np.ndarray, " R"]:
-        """Inner products of one query with every row (float64), touching only the rows that share an index."""
-        rows, weights = [], []
-        for index, value in zip(query_indices.tolist(), query_values.tolist()):
-            start, end = self.offsets[index], self.offsets[index + 1]
-            if value != 0 and end > start:
-                rows.append(self.rows[start:end])
-                weights.append(np.multiply(self.values[start:end], value, dtype=np.float64))
-        if not rows:
-            return np.zeros(n_rows, dtype=np.float64)
-        return np.bincount(np.concatenate(rows), weights=np.concatenate(weights), minlength=n_rows)
+    def __init__(self, codes: CodeMatrix, block_rows: int = 1 << 18) -> None:
+        self.n_rows = len(codes)
+        self.size = codes.size
+        self.norms = codes.norms
+        self.blocks = []
+        for start in range(0, max(len(codes), 1), block_rows):
+            part = codes.rows(np.arange(start, min(start + block_rows, len(codes))))
+            self.blocks.append((start, part.to_csr(np.float64)))
+        self.posting_lengths = np.bincount(codes.indices.ravel(), minlength=codes.size)
+
+
+def _block_top_k(
+    block_start: int,
+    block_rows,
+    block_norms: Float[np.ndarray, " B"],
+    query_matrix,
+    query_norms: Float[np.ndarray, " Q"],
+    k: int,
+    exclude: Int[np.ndarray, " Q"] | None,
+) -> tuple[list[np.ndarray], list[np.ndarray], np.ndarray]:
+    """Per query, the k best rows of one row block among those with cosine > 0: (ids, distances, counts)."""
+    products = (block_rows @ query_matrix.T).T.tocsr()  # [Q, B]; csr->csc conversion sorts row ids
+    ids, distances = [], []
+    counts = np.zeros(len(query_norms), dtype=np.int64)
+    for query in range(len(query_norms)):
+        lo, hi = products.indptr[query], products.indptr[query + 1]
+        local = products.indices[lo:hi]
+        dots = products.data[lo:hi]
+        # The same arithmetic as the dense reference (dot / (|q| |x|)), so ties stay ties.
+        denominator = query_norms[query] * block_norms[local]
+        cosine = np.divide(dots, denominator, out=np.zeros_like(dots), where=denominator > 0)
+        distance = np.clip(1.0 - cosine, 0.0, 2.0)
+        row_ids = local.astype(np.int64) + block_start
+        keep = distance < 1.0
+        if exclude is not None and exclude[query] >= 0:
+            keep &= row_ids != exclude[query]
+        row_ids, distance = row_ids[keep], distance[keep]
+        counts[query] = row_ids.size
+        chosen = smallest_k(distance, k)
+        ids.append(row_ids[chosen])
+        distances.append(distance[chosen])
+    return ids, distances, counts
 
 
 def cosine_distance_from_dots(
@@ -226,49 +253,89 @@ def smallest_k(distances: Float[np.ndarray, " R"], k: int, ids: Int[np.ndarray, 
     return chosen if ids is None else ids[chosen]
 
 
+def _query_block_size(index: ExactIndex, queries: CodeMatrix, budget: int = 1 << 25) -> int:
+    """Queries per block so that one row block's product stays within `budget` entries (~400 MB)."""
+    rows_per_block = max(index.blocks[0][1].shape[0], 1)
+    touched = np.minimum(index.posting_lengths[queries.indices].sum(axis=1), index.n_rows)
+    per_query = max(float(touched.mean()) * rows_per_block / max(index.n_rows, 1), 1.0) if len(queries) else 1.0
+    return int(np.clip(budget // per_query, 1, 512))
+
+
 def exact_search(
     codes: CodeMatrix,
-    lists: InvertedLists,
+    index: ExactIndex,
     queries: CodeMatrix,
     k: int,
     exclude: Int[np.ndarray, " Q"] | None = None,
+    threads: int = 1,
 ) -> tuple[Int[np.ndarray, "Q k"], Float[np.ndarray, "Q k"]]:
     """The k rows nearest each query by cosine distance, exactly as brute force over dense vectors gives them.
 
     `exclude[q]` (a row id, or -1) is left out of query q's answer (a row searching for its own neighbours).
     Returns ids (int64, -1 where fewer than k rows exist) and distances (float64, inf there).
+    threads: row blocks searched by a pool of threads (default 1: on 2 shared cores we measured no gain, as
+    scipy's sparse product did not overlap across threads there).
     """
+    from concurrent.futures import ThreadPoolExecutor
+
     if queries.size != codes.size:
         raise ValueError(f"query codes have size {queries.size} but the stored codes have size {codes.size}")
     n_rows, n_queries = len(codes), len(queries)
     k_out = min(k, n_rows - (0 if exclude is None else 1)) if n_rows else 0
     ids = np.full((n_queries, k), -1, dtype=np.int64)
     distances = np.full((n_queries, k), np.inf, dtype=np.float64)
-    if n_rows == 0 or k_out <= 0:
+    if n_rows == 0 or k_out <= 0 or n_queries == 0:
         return ids, distances
-    norms = codes.norms
-    for query in range(n_queries):
-        query_norm = queries.norms[query]
-        if query_norm > 0:
-            row_distances = lists.dots(queries.indices[query], queries.values[query], n_rows)
-            # The same arithmetic as the dense reference (dot / (|q| |x|)), so ties stay ties.
-            denominator = query_norm * norms
-            np.divide(row_distances, denominator, out=row_distances, where=denominator > 0)
-            np.subtract(1.0, row_distances, out=row_distances)
-            np.clip(row_distances, 0.0, 2.0, out=row_distances)
-        else:
-            row_distances = np.ones(n_rows, dtype=np.float64)  # a zero query has cosine 0 with every row
-        if exclude is not None and exclude[query] >= 0:
-            row_distances[exclude[query]] = np.inf
-        # Rows sharing no neuron sit at distance exactly 1; when k rows are closer, only those compete.
-        closer = np.flatnonzero(row_distances < 1.0)
-        if closer.size >= k_out:
-            nearest = smallest_k(row_distances[closer], k_out, closer)
-        else:
-            nearest = smallest_k(row_distances, k_out)
-        ids[query, : nearest.size] = nearest
-        distances[query, : nearest.size] = row_distances[nearest]
+    step = _query_block_size(index, queries)
+    with ThreadPoolExecutor(max_workers=max(1, min(threads, len(index.blocks)))) as pool:
+        for start in range(0, n_queries, step):
+            stop = min(start + step, n_queries)
+            block = queries.rows(np.arange(start, stop))
+            matrix = block.to_csr(np.float64)
+            block_exclude = None if exclude is None else exclude[start:stop]
+            parts = list(pool.map(
+                lambda part: _block_top_k(
+                    part[0], part[1], index.norms[part[0] : part[0] + part[1].shape[0]], matrix, block.norms,
+                    k_out, block_exclude,
+                ),
+                index.blocks,
+            ))
+            for slot in range(stop - start):
+                query = start + slot
+                found = sum(int(part[2][slot]) for part in parts)
+                if found >= k_out:
+                    # Row blocks come in ascending order, so the concatenated ids ascend and ties keep the smaller id.
+                    row_ids = np.concatenate([part[0][slot] for part in parts])
+                    row_distances = np.concatenate([part[1][slot] for part in parts])
+                    order = np.lexsort((row_ids, row_distances))[:k_out]
+                    nearest, nearest_distances = row_ids[order], row_distances[order]
+                else:
+                    # Fewer than k rows share a neuron with this query: rows at cosine 0 (distance 1) fill the
+                    # rest, so rank every row by its full distance vector.
+                    row_distances = _all_distances(index, block, slot)
+                    if exclude is not None and exclude[query] >= 0:
+                        row_distances[exclude[query]] = np.inf
+                    nearest = smallest_k(row_distances, k_out)
+                    nearest_distances = row_distances[nearest]
+                ids[query, : nearest.size] = nearest
+                distances[query, : nearest.size] = nearest_distances
     return ids, distances
+
+
+def _all_distances(index: ExactIndex, queries: CodeMatrix, slot: int) -> Float[np.ndarray, " R"]:
+    """Cosine distances of one query to every stored row (1 where they share no neuron)."""
+    row_distances = np.ones(index.n_rows, dtype=np.float64)
+    query_norm = queries.norms[slot]
+    if query_norm == 0:
+        return row_distances
+    query = queries.rows([slot]).to_csr(np.float64)
+    for start, rows in index.blocks:
+        dots = np.asarray((rows @ query.T).todense()).ravel()
+        stop = start + rows.shape[0]
+        denominator = query_norm * index.norms[start:stop]
+        cosine = np.divide(dots, denominator, out=np.zeros_like(dots), where=denominator > 0)
+        row_distances[start:stop] = np.clip(1.0 - cosine, 0.0, 2.0)
+    return row_distances
 
 
 def brute_force_search(
@@ -317,28 +384,33 @@ def _mix64(values: np.ndarray) -> np.ndarray:
         return values ^ (values >> np.uint64(31))
 
 
-def sketch(codes: CodeMatrix, spec: SketchSpec) -> Float[np.ndarray, "R D"]:
-    """L2-normalised float32 sketches of every row (a zero row gets a zero sketch)."""
+def projection(size: int, spec: SketchSpec):
+    """The sketch as a sparse matrix [size, dim]: row i holds code index i's `hashes` signed entries."""
+    from scipy import sparse
+
+    indices = np.arange(size, dtype=np.uint64)
+    buckets, signs = [], []
+    for hash_number in range(spec.hashes):
+        with np.errstate(over="ignore"):
+            salt = np.uint64((spec.seed * 0x9E3779B1 + hash_number * 0x85EBCA77 + 1) & 0xFFFFFFFFFFFFFFFF)
+            mixed = _mix64(indices * np.uint64(0x9E3779B97F4A7C15) + salt)
+        buckets.append((mixed % np.uint64(spec.dim)).astype(np.int64))
+        signs.append(np.where((mixed >> np.uint64(63)) == 1, -1.0, 1.0) / math.sqrt(spec.hashes))
+    rows = np.tile(np.arange(size), spec.hashes)
+    # duplicates (two hashes of one index in one bucket) are summed by the COO -> CSR conversion
+    return sparse.coo_matrix((np.concatenate(signs), (rows, np.concatenate(buckets))), shape=(size, spec.dim)).tocsr()
+
+
+def sketch(codes: CodeMatrix, spec: SketchSpec, matrix=None) -> Float[np.ndarray, "R D"]:
+    """L2-normalised float32 sketches of every row (a zero row gets a zero sketch): codes @ projection.
+
+    matrix: `projection(codes.size, spec)`, when the caller keeps it between calls."""
+    matrix = projection(codes.size, spec) if matrix is None else matrix
     out = np.zeros((len(codes), spec.dim), dtype=np.float32)
-    scale = 1.0 / math.sqrt(spec.hashes)
     for start in range(0, len(codes), _CHUNK_ROWS):
-        indices = codes.indices[start : start + _CHUNK_ROWS].astype(np.uint64)
-        values = codes.values[start : start + _CHUNK_ROWS].astype(np.float64) * scale
-        n_block = indices.shape[0]
-        row_offsets = (np.arange(n_block, dtype=np.int64) * spec.dim)[:, None]
-        accumulated = np.zeros(n_block * spec.dim, dtype=np.float64)
-        for hash_number in range(spec.hashes):
-            with np.errstate(over="ignore"):
-                salt = np.uint64((spec.seed * 0x9E3779B1 + hash_number * 0x85EBCA77 + 1) & 0xFFFFFFFFFFFFFFFF)
-                mixed = _mix64(indices * np.uint64(0x9E3779B97F4A7C15) + salt)
-            buckets = (mixed % np.uint64(spec.dim)).astype(np.int64)
-            signs = np.where((mixed >> np.uint64(63)) == 1, -1.0, 1.0)
-            accumulated += np.bincount(
-                (row_offsets + buckets).ravel(), weights=(values * signs).ravel(), minlength=n_block * spec.dim
-            )
-        block = accumulated.reshape(n_block, spec.dim)
+        block = (codes.rows(np.arange(start, min(start + _CHUNK_ROWS, len(codes)))).to_csr(np.float64) @ matrix).toarray()
         lengths = np.linalg.norm(block, axis=1, keepdims=True)
-        out[start : start + n_block] = np.where(lengths > 0, block / np.where(lengths > 0, lengths, 1.0), 0.0)
+        out[start : start + len(block)] = np.where(lengths > 0, block / np.where(lengths > 0, lengths, 1.0), 0.0)
     return out
 
 
@@ -346,10 +418,10 @@ class ApproximateIndex:
     """Sketches of one layer's codes in a FAISS inner-product index, proposing candidates for exact re-ranking.
 
     kind "flat" scans every sketch (small stores); "ivf" scans the `nprobe` nearest of `nlist` k-means cells
-    (default 2 sqrt(rows) cells, 64 probed), sketches stored with 8-bit scalar quantization (a quarter of
-    float32's memory; the exact re-ranking absorbs the rounding); "hnsw" walks a graph. "auto" picks flat
-    below 20k rows, ivf above. Measured on 10^6 structured sgatlin-shape codes, 512-float sketches with
-    512 re-ranked candidates reach recall@10 >= 0.99 (benchmarks/bench_circuitdb.py).
+    (default sqrt(rows) cells, 32 probed, float32 sketches: on CPU FAISS scans float32 lists faster than
+    8-bit ones, and a million 512-float sketches take 2 GB); "hnsw" walks a graph. "auto" picks flat below
+    20k rows, ivf above. k-means trains on 40 sketches per cell (FAISS's own lower bound for a stable
+    clustering). Measured on 10^6 structured sgatlin-shape codes: benchmarks/bench_circuitdb.py.
     """
 
     def __init__(self, faiss_index, spec: SketchSpec, kind: str, params: dict) -> None:
@@ -357,6 +429,7 @@ class ApproximateIndex:
         self.spec = spec
         self.kind = kind
         self.params = dict(params)
+        self._projection = None
         self._apply_search_params()
 
     @classmethod
@@ -368,6 +441,7 @@ class ApproximateIndex:
         *,
         nlist: int | None = None,
         nprobe: int | None = None,
+        training_per_cell: int = 40,
         hnsw_m: int = 32,
         ef_search: int = 256,
         seed: int = 0,
@@ -378,23 +452,20 @@ class ApproximateIndex:
 
         spec = spec or SketchSpec()
         n_rows = len(codes)
+        matrix = projection(codes.size, spec)
         if kind == "auto":
             kind = "flat" if n_rows < 20_000 else "ivf"
         if kind == "flat":
             index = faiss.IndexFlatIP(spec.dim)
             params: dict = {}
         elif kind == "ivf":
-            nlist = nlist or max(1, min(int(2 * math.sqrt(n_rows)), n_rows // 39))
-            nprobe = min(nlist, nprobe or 64)
-            quantizer = faiss.IndexFlatIP(spec.dim)
-            index = faiss.IndexIVFScalarQuantizer(
-                quantizer, spec.dim, nlist, faiss.ScalarQuantizer.QT_8bit, faiss.METRIC_INNER_PRODUCT
-            )
-            # k-means on a sample: 40 points per cell is FAISS's own lower bound for a stable clustering.
-            sample_size = min(n_rows, 64 * nlist)
+            nlist = nlist or max(1, min(int(math.sqrt(n_rows)), n_rows // training_per_cell))
+            nprobe = min(nlist, nprobe or 32)
+            index = faiss.IndexIVFFlat(faiss.IndexFlatIP(spec.dim), spec.dim, nlist, faiss.METRIC_INNER_PRODUCT)
+            sample_size = min(n_rows, training_per_cell * nlist)
             sample = np.sort(np.random.default_rng(seed).choice(n_rows, sample_size, replace=False))
-            index.train(sketch(codes.rows(sample), spec))
-            params = {"nlist": nlist, "nprobe": nprobe}
+            index.train(sketch(codes.rows(sample), spec, matrix))
+            params = {"nlist": nlist, "nprobe": nprobe, "training_sample": int(sample_size)}
         elif kind == "hnsw":
             index = faiss.IndexHNSWFlat(spec.dim, hnsw_m, faiss.METRIC_INNER_PRODUCT)
             params = {"hnsw_m": hnsw_m, "ef_search": ef_search}
@@ -402,8 +473,10 @@ class ApproximateIndex:
             raise ValueError(f"unknown approximate index kind {kind!r}; expected 'auto', 'flat', 'ivf' or 'hnsw'")
         chunk = 2 * _CHUNK_ROWS
         for start in tqdm(range(0, n_rows, chunk), desc=f"sketch index ({kind})", disable=not progress):
-            index.add(sketch(codes.rows(np.arange(start, min(start + chunk, n_rows))), spec))
-        return cls(index, spec, kind, params)
+            index.add(sketch(codes.rows(np.arange(start, min(start + chunk, n_rows))), spec, matrix))
+        built = cls(index, spec, kind, params)
+        built._projection = matrix
+        return built
 
     def _apply_search_params(self) -> None:
         if self.kind == "ivf":
@@ -418,7 +491,10 @@ class ApproximateIndex:
         """Row ids whose sketches have the largest inner product with each query's sketch (-1 = none)."""
         if self.kind == "hnsw":
             self.faiss_index.hnsw.efSearch = max(int(self.params["ef_search"]), n_candidates)
-        _, ids = self.faiss_index.search(sketch(queries, self.spec), min(n_candidates, max(1, len(self))))
+        if self._projection is None:
+            self._projection = projection(queries.size, self.spec)
+        query_sketches = sketch(queries, self.spec, self._projection)
+        _, ids = self.faiss_index.search(query_sketches, min(n_candidates, max(1, len(self))))
         return ids.astype(np.int64)
 
     def save(self, path: str | Path) -> None:

@@ -28,6 +28,7 @@ from jaxtyping import Int
 from torch import Tensor
 
 from circuitlab.analysis.codeindex import CodeMatrix
+from circuitlab.atomic import atomic_write_text
 
 SHARD_MANIFEST = "collection.json"
 METADATA_COLUMNS = (
@@ -135,9 +136,7 @@ class Collection:
             "layer_layouts": {str(k): v for k, v in self.layer_layouts.items()},
             "stats": {"n_sequences": self.stats.n_sequences, "n_tokens": self.stats.n_tokens, "seconds": self.stats.seconds},
         }
-        temporary = self.folder / f".{SHARD_MANIFEST}.tmp"
-        temporary.write_text(json.dumps(record, indent=1))
-        os.replace(temporary, self.folder / SHARD_MANIFEST)
+        atomic_write_text(self.folder / SHARD_MANIFEST, json.dumps(record, indent=1))
 
     @classmethod
     def open(cls, folder: str | os.PathLike) -> "Collection":

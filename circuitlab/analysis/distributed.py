@@ -25,6 +25,7 @@ import torch
 import torch.distributed as dist
 
 from circuitlab.analysis.collect import SHARD_MANIFEST, Collection, CollectionStats, collect
+from circuitlab.atomic import atomic_write_text
 
 
 def _rank_world() -> tuple[int, int]:
@@ -130,16 +131,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--stats", default=None, help="write timing (JSON) here")
     args = parser.parse_args(argv)
 
-    world = int(os.environ.get("WORLD_SIZE", "1"))
-    if world > 1:
-        backend = "nccl" if torch.cuda.is_available() else "gloo"
-        dist.init_process_group(backend)
-    rank, world = _rank_world()
-    local_rank = int(os.environ.get("LOCAL_RANK", "0"))
-    device = torch.device(f"cuda:{local_rank}" if torch.cuda.is_available() else "cpu")
-    if device.type == "cuda":
-        torch.cuda.set_device(device)
+    from circuitlab.distributed import device_for, setup_distributed, teardown_distributed
+
+    context = setup_distributed("auto")
+    rank, world = context.rank, context.world_size
     try:
+        device = device_for(context, "auto")
         from circuitlab.data import held_out_stories
 
         model = _load(args.model, args.tokenizer, device)
@@ -166,10 +163,9 @@ def main(argv: list[str] | None = None) -> int:
             }
             print(json.dumps(record))
             if args.stats:
-                Path(args.stats).write_text(json.dumps(record, indent=1))
+                atomic_write_text(args.stats, json.dumps(record, indent=1))
     finally:
-        if world > 1:
-            dist.destroy_process_group()
+        teardown_distributed(context)
     return 0
 
 

@@ -2,7 +2,7 @@
 
 The codes of the circuits of the most frequent tokens (default 100) of a layer are embedded in 2-D with
 UMAP under the cosine distance. UMAP's first step is a k-nearest-neighbour graph; the circuit database
-already answers nearest-neighbour queries, so its graph (exact inverted lists, or the FAISS sketch index
+already answers nearest-neighbour queries, so its graph (exact blocked sparse products, or the FAISS sketch index
 with exact re-ranking) is handed to UMAP as `precomputed_knn` and UMAP goes straight to the layout.
 `knn_speedup` measures what that saves against UMAP computing its own neighbours.
 
@@ -23,6 +23,8 @@ from typing import Any
 
 import numpy as np
 from jaxtyping import Float, Int
+
+from circuitlab.atomic import atomic_write
 
 Reducer = Callable[..., Float[np.ndarray, "points 2"]]
 
@@ -51,7 +53,7 @@ def database_knn(
     """UMAP's precomputed_knn from the database: positions into `circuit_ids`, each point first (distance 0),
     then its n_neighbors - 1 nearest other points by cosine distance.
 
-    exact=None picks exact inverted lists up to 50k points, the FAISS sketch index above.
+    exact=None picks exact search up to 50k points, the FAISS sketch index above.
     """
     circuit_ids = np.asarray(circuit_ids, dtype=np.int64)
     if circuit_ids.size <= n_neighbors:
@@ -124,7 +126,7 @@ def embed_layer(
 
     from circuitlab.analysis.circuitdb import mark_token
 
-    layer = db._layer(layer)
+    layer = db.require_layer(layer)
     if knn not in ("database", "umap"):
         raise ValueError(f"knn must be 'database' or 'umap', got {knn!r}")
     circuit_ids = frequent_token_circuits(db, n_tokens, max_points, seed)
@@ -155,10 +157,7 @@ def embed_layer(
         }
     )
     if cache_path is not None:
-        cache_path.parent.mkdir(parents=True, exist_ok=True)
-        temporary = cache_path.with_suffix(".tmp")
-        frame.to_parquet(temporary, index=False)
-        os.replace(temporary, cache_path)
+        atomic_write(cache_path, lambda temporary: frame.to_parquet(temporary, index=False))
     return frame
 
 
@@ -182,7 +181,7 @@ def knn_speedup(
     Returns seconds for: the database graph, UMAP given that graph, UMAP on its own; and the speed-up.
     """
     circuit_ids = frequent_token_circuits(db, n_tokens, max_points, seed)
-    codes = db.codes[db._layer(layer)].rows(circuit_ids).to_csr()
+    codes = db.codes[db.require_layer(layer)].rows(circuit_ids).to_csr()
     reduce = umap_reducer(n_neighbors, min_dist, seed)
     if warm_up:
         warm_ids = circuit_ids[: min(circuit_ids.size, 300)]

@@ -12,6 +12,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+from circuitlab.atomic import atomic_write_text
 from circuitlab.config import ModelConfig, ncffn_partition
 
 CARD_FILE = "card.md"
@@ -78,8 +79,11 @@ def write_card(
     parameter_count: int | None = None,
     extra_metrics: dict[str, Any] | None = None,
     title: str | None = None,
+    warnings: list[str] | None = None,
 ) -> Path:
-    """Write `folder/card.md` and return its path. `config` defaults to the folder's config.json."""
+    """Write `folder/card.md` and return its path. `config` defaults to the folder's config.json.
+
+    warnings: training warnings (overfitting) shown right under the results."""
     folder = Path(folder)
     if config is None:
         config = ModelConfig.from_json(folder / "config.json")
@@ -99,6 +103,8 @@ def write_card(
         'after "The [noun] was" is the adjective.',
         "",
     ]
+    if warnings:
+        lines += ["**Warnings from training:**", "", *[f"- {message}" for message in warnings], ""]
     if extra_metrics:
         lines += ["| metric | value |", "|---|---|"]
         lines += [f"| {key} | {value} |" for key, value in extra_metrics.items()]
@@ -126,7 +132,7 @@ def write_card(
         lines.append("")
     lines += ["## Design notes", "", design_notes.strip() or "(none given)", ""]
     path = folder / CARD_FILE
-    path.write_text("\n".join(lines))
+    atomic_write_text(path, "\n".join(lines))
     return path
 
 
@@ -150,4 +156,5 @@ def write_card_from_metrics(folder: str | os.PathLike, design_notes: str = "", t
         train_settings=metrics.get("train_settings"),
         parameter_count=metrics.get("parameters"),
         title=title,
+        warnings=metrics.get("warnings"),
     )

@@ -19,11 +19,9 @@ train_log.jsonl, metrics.json, card.md, checkpoints/, and data/ (the tokenized c
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import shlex
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
@@ -219,243 +217,26 @@ def build_model_config(args: argparse.Namespace, vocab_size: int | None = None) 
     return config
 
 
-def _device_description(device: Any, world_size: int) -> str:
-    import torch
-
-    if device.type == "cuda":
-        name = torch.cuda.get_device_name(device)
-        return f"{world_size} x {name} (bf16 autocast)" if world_size > 1 else f"{name} (bf16 autocast)"
-    return f"cpu ({torch.get_num_threads()} threads{f', {world_size} processes' if world_size > 1 else ''}, float32)"
-
-
-# float32 weights, their gradients and AdamW's two moments: a floor on what training holds per parameter
-TRAINING_BYTES_PER_PARAMETER = 16
-
-
-def device_memory_bytes(device: Any) -> int | None:
-    """Total memory of a CUDA device, or the machine's physical memory for the CPU; None when unknown."""
-    import torch
-
-    if device.type == "cuda":
-        return int(torch.cuda.get_device_properties(device).total_memory)
-    try:
-        return int(os.sysconf("SC_PHYS_PAGES")) * int(os.sysconf("SC_PAGE_SIZE"))
-    except (AttributeError, ValueError, OSError):  # not a POSIX system that reports it
-        return None
-
-
-def check_model_fits(config: Any, device: Any, world_size: int = 1, fsdp: bool = False) -> int:
-    """Refuse, before any data work, a config whose parameters alone cannot be trained on `device`.
-
-    The parameter count comes from building the model on the meta device (no memory) with the smallest
-    vocabulary a tokenizer can have, so it never overestimates; activations are not counted either. Returns
-    the count."""
-    import torch
-
-    from circuitlab.architectures.transformer import CircuitTransformer
-    from circuitlab.data.tokenizer import MIN_VOCAB_SIZE
-
-    with torch.device("meta"):
-        parameters = sum(p.numel() for p in CircuitTransformer(config.replace(d_vocab=MIN_VOCAB_SIZE)).parameters())
-    available = device_memory_bytes(device)
-    if available is None:
-        return parameters
-    per_device = TRAINING_BYTES_PER_PARAMETER * parameters / (world_size if fsdp else 1)
-    # processes on the CPU share the machine's memory; on CUDA each rank has its own device
-    needed = per_device * (world_size if device.type == "cpu" else 1)
-    if needed > available:
-        raise ValueError(
-            f"the model config{f' {config.name!r}' if config.name else ''} has at least {parameters:,} parameters: "
-            f"training needs at least {needed / 2**30:,.1f} GiB for weights, gradients and AdamW moments, but "
-            f"{'the machine has' if device.type == 'cpu' else f'{device} has'} {available / 2**30:,.1f} GiB; "
-            "reduce d_model, n_layers or the feed-forward width" + ("" if fsdp or world_size == 1 else ", or shard with --fsdp")
-        )
-    return parameters
-
-
-def _check_out_folder(out: Path, resume: bool) -> None:
-    from circuitlab.training.trainer import LOG_FILE
-
-    if resume or not out.exists():
-        return
-    existing = [name for name in (LOG_FILE, "checkpoints", "metrics.json") if (out / name).exists()]
-    if existing:
-        raise ValueError(
-            f"--out {out} already holds a run ({', '.join(existing)}); pass --resume to continue it, or choose "
-            "another --out folder"
-        )
-
-
 def run_train(args: argparse.Namespace) -> int:
-    started = time.monotonic()
-    cpu_started = time.process_time()
-    import torch
+    from circuitlab.training.distributed import launched_by_torchrun
+    from circuitlab.training.guard import DivergenceError
+    from circuitlab.training.run import train
 
-    from circuitlab.training.distributed import (
-        barrier,
-        broadcast_object,
-        device_for,
-        setup_distributed,
-        teardown_distributed,
-        unwrap_model,
-    )
-
-    if args.threads is not None:
-        if args.threads <= 0:
-            raise ValueError(f"--threads must be positive, got {args.threads}")
-        torch.set_num_threads(args.threads)
     if args.config is not None and not Path(args.config).is_file():
         raise FileNotFoundError(f"--config {args.config}: no such file")
-    out = Path(args.out)
     train_config = build_train_config(args)
     spec = build_data_spec(args)
-    from circuitlab.training.distributed import launched_by_torchrun
-
-    if args.fsdp and not launched_by_torchrun():
-        raise ValueError("--fsdp shards a model across processes: launch with torchrun --nproc_per_node=N")
-    early_config = build_model_config(args)  # bad presets, configs and pressures fail before any data work
-    if train_config.seq_len > early_config.n_ctx:
-        raise ValueError(f"--seq-len {train_config.seq_len} exceeds the model's context n_ctx={early_config.n_ctx}")
-    context = setup_distributed(args.device)
+    model_config = build_model_config(args)  # bad presets, configs and pressures fail before any data work
+    world_size = int(os.environ["WORLD_SIZE"]) if launched_by_torchrun() else 1
     try:
-        train_config.validate(context.world_size)
-        _check_out_folder(out, args.resume or args.prepare_only)  # on every rank, so all of them stop together
-        device = device_for(context, args.device)
-        check_model_fits(early_config, device, context.world_size, train_config.fsdp)  # before minutes of data work
-        if device.type == "cuda":
-            torch.backends.cuda.matmul.allow_tf32 = True
-            torch.backends.cudnn.allow_tf32 = True
-        data_dir = Path(args.data_dir) if args.data_dir else out / "data"
-
-        from circuitlab.training.corpus import prepare_data, unigram_entropy
-
-        error = None
-        if context.is_main:  # rank 0 builds the cache, the others read it
-            try:
-                prepared = prepare_data(spec, train_config.seq_len, data_dir, show_progress=not args.quiet)
-            except Exception as caught:  # re-raised on every rank below, so no rank waits forever
-                error = caught
-        error_text = broadcast_object(None if error is None else f"{type(error).__name__}: {error}", context)
-        if error is not None:
-            raise error
-        if error_text is not None:
-            raise ValueError(f"rank 0 could not prepare the data ({error_text})")
-        if not context.is_main:
-            prepared = prepare_data(spec, train_config.seq_len, data_dir, show_progress=False)
-        barrier(context)
-        manifest = prepared.manifest
-        if context.is_main:
-            print(
-                f"data: {manifest['source']}: {manifest['train_windows']} training windows "
-                f"({manifest['train_tokens']:,} tokens), {manifest['held_out_windows']} held-out windows; "
-                f"tokenizer vocabulary {prepared.tokenizer.vocab_size}",
-                file=sys.stderr,
-            )
-        if args.prepare_only:
-            return 0
-
-        model_config = build_model_config(args, prepared.tokenizer.vocab_size)
-        from circuitlab.architectures.transformer import CircuitTransformer
-        from circuitlab.training.guard import DivergenceError
-        from circuitlab.training.trainer import Trainer, find_checkpoint
-
-        model = CircuitTransformer(model_config, tokenizer=prepared.tokenizer)
-        model.reset_parameters(seed=args.seed)
-        if args.resume and context.is_main and find_checkpoint(out) is None:
-            print(f"note: no checkpoint in {out}; starting from scratch", file=sys.stderr)
-        trainer = Trainer(
-            model, train_config, prepared.train_windows, prepared.held_out_windows, out, device=device,
-            context=context, tokenizer=prepared.tokenizer, progress=not args.quiet, clock_start=started,
+        train(
+            args.out, model_config, train_config, spec, data_dir=args.data_dir, device=args.device,
+            resume=args.resume, prepare_only=args.prepare_only, threads=args.threads, save_dtype=args.save_dtype,
+            card_notes=Path(args.card_notes).read_text() if args.card_notes else "",
+            command=command_line(args, world_size), progress=not args.quiet,
         )
-        try:
-            result = trainer.fit(resume=args.resume)
-        except DivergenceError as diverged:
-            if context.is_main:
-                print(f"circuitlab train: diverged: {diverged}", file=sys.stderr)
-            return EXIT_DIVERGED
-
-        full_state = trainer.full_model_state() if train_config.fsdp else None
-        if context.is_main:
-            if full_state is None:
-                final_model = unwrap_model(trainer.base_model)
-            else:
-                final_model = CircuitTransformer(model_config, tokenizer=prepared.tokenizer)
-                final_model.load_state_dict(full_state)
-                final_model.to(device)
-            _finish(args, out, final_model, result, train_config, prepared, device, context.world_size,
-                    (started, cpu_started), unigram_entropy(prepared.held_out_windows, prepared.tokenizer.vocab_size))
-        barrier(context)
-        return 0
-    finally:
-        teardown_distributed(context)
-
-
-def _finish(args, out, model, result, train_config, prepared, device, world_size, started, entropy) -> None:
-    """Save the model folder, measure fact accuracy, write metrics.json and card.md (rank 0).
-
-    started: (time.monotonic(), time.process_time()) at the start of the command."""
-    import torch
-
-    from circuitlab.architectures.checkpoint import save_model
-    from circuitlab.training.card import write_card
-
-    model.eval()
-    save_model(model, out, dtype=torch.bfloat16 if args.save_dtype == "bf16" else None)
-    fact_accuracy, fact_note = None, None
-    if args.text is None and args.jsonl is None and args.hf_dataset is None:
-        from circuitlab.data import fact_accuracy as measure_facts
-
-        try:
-            with torch.no_grad():
-                fact_accuracy, table = measure_facts(lambda tokens: model(tokens.to(device)), prepared.tokenizer)
-            fact_note = f"{int(table['correct'].sum())} of {len(table)} single-token facts"
-        except ValueError as error:
-            fact_note = f"not measured: {error}"
-    parameters = sum(p.numel() for p in model.parameters())
-    # earlier sessions' training time plus all of this command (data, training, evaluation, saving)
-    wall_seconds = result.train_seconds - result.session_seconds + (time.monotonic() - started[0])
-    metrics = {
-        "name": model.config.name or out.name,
-        "held_out_loss": result.held_out_loss,
-        "held_out_ppl": result.held_out_ppl,
-        "held_out_unigram_entropy": entropy,
-        "fact_accuracy": fact_accuracy,
-        "fact_accuracy_detail": fact_note,
-        "tokens_seen": result.tokens_seen,
-        "steps": result.step,
-        "stopped": result.stopped,
-        "train_seconds": result.train_seconds,
-        "wall_seconds": wall_seconds,
-        "cpu_seconds": time.process_time() - started[1],  # this command, this process, all its threads
-        "device": _device_description(device, world_size),
-        "world_size": world_size,
-        "command": command_line(args, world_size),
-        "seed": args.seed,
-        "parameters": parameters,
-        "config_hash": model.config.hash(),
-        "tokenizer_hash": prepared.tokenizer.hash(),
-        "data": prepared.manifest,
-        "train_settings": train_config.to_dict(),
-    }
-    (out / "metrics.json").write_text(json.dumps(metrics, indent=1) + "\n")
-    notes = Path(args.card_notes).read_text() if args.card_notes else ""
-    write_card(
-        out, command=metrics["command"], seed=args.seed, tokens_seen=result.tokens_seen, wall_seconds=wall_seconds,
-        device=metrics["device"], held_out_ppl=result.held_out_ppl, fact_accuracy=fact_accuracy,
-        config=model.config, design_notes=notes, parameter_count=parameters,
-        train_settings={k: v for k, v in train_config.to_dict().items() if v not in (None, False)},
-        extra_metrics={
-            "held-out loss (nats/token)": f"{result.held_out_loss:.4f}",
-            "held-out unigram entropy (nats/token)": f"{entropy:.4f}",
-            "facts": fact_note or "n/a",
-            "corpus": prepared.manifest["source"],
-            "stopped": result.stopped,
-        },
-    )
-    print(
-        f"done: {result.step} steps, {result.tokens_seen:,} tokens, held-out ppl {result.held_out_ppl:.3f} "
-        f"(loss {result.held_out_loss:.4f}, unigram entropy {entropy:.4f})"
-        + (f", fact accuracy {100 * fact_accuracy:.1f}%" if fact_accuracy is not None else "")
-        + f"; model in {out}" + ("" if result.stopped == "completed" else f" (stopped: {result.stopped})"),
-        file=sys.stderr,
-    )
+    except DivergenceError as diverged:
+        if int(os.environ.get("RANK", "0")) == 0:
+            print(f"circuitlab train: diverged: {diverged}", file=sys.stderr)
+        return EXIT_DIVERGED
+    return 0

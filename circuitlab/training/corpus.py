@@ -35,7 +35,7 @@ import torch
 from jaxtyping import Int
 from torch import Tensor
 
-from circuitlab.atomic import atomic_write_text
+from circuitlab.atomic import atomic_write, atomic_write_text
 
 
 @dataclass
@@ -180,9 +180,7 @@ def prepare_data(
         if tokenizer is None:
             documents = load_split_documents(spec, show_progress)
             tokenizer = train_tokenizer(documents[0], vocab_size=spec.vocab_size, show_progress=False)
-            tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-            tokenizer.save(tmp)
-            os.replace(tmp, path)
+            atomic_write(path, tokenizer.save)
 
     window = seq_len + 1
     windows_key = _key({"source": source_key, "tokenizer": tokenizer.hash(), "window": window})

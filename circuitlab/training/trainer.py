@@ -17,15 +17,8 @@ the last seq_len). The order is a pure function of (seed, step): sample p of the
 perm_e[p mod n] of epoch e = p // n, each epoch a fresh seeded permutation. So the data position of a
 checkpoint is just its step, and a resumed run draws exactly the batches the uninterrupted one would have.
 
-Checkpoints (`<out>/checkpoints/step_<8-digit step>/`) hold, never pickled:
-    config.json, model.safetensors, tokenizer.json   a loadable model folder (float32 weights)
-    optimizer.safetensors   AdamW moments and step counts, keyed `<param name>/<exp_avg|exp_avg_sq|step>`
-    rng.safetensors         torch CPU (and CUDA) generator states
-    trainer_state.json      step, tokens seen, elapsed time, optimizer hyper-parameters, guard state,
-                            train config, data fingerprint, Python/NumPy RNG states
-Each folder is written under a temporary name and renamed into place (atomic on POSIX), and
-`checkpoints/latest.json` (replaced atomically) names the newest; a kill at any moment leaves the previous
-checkpoint intact. On CPU a resumed run logs losses bitwise equal to an uninterrupted run's.
+Checkpoints are written every `ckpt_every` steps by `circuitlab.training.checkpoints` (atomic folders,
+safetensors + JSON, never pickled). On CPU a resumed run logs losses bitwise equal to an uninterrupted run's.
 
 Letters: B batch (sequences), T positions, V vocabulary, W window (seq_len + 1).
 """
@@ -38,21 +31,32 @@ import hashlib
 import json
 import math
 import os
-import random
-import shutil
 import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import torch
 import torch.nn.functional as F
 from jaxtyping import Int
 from torch import Tensor, nn
 
 from circuitlab.atomic import atomic_write_text
+from circuitlab.training.checkpoints import (  # noqa: F401  (CheckpointMismatchError, find_checkpoint: public here too)
+    CHECKPOINT_FORMAT,
+    CHECKPOINT_VERSION,
+    CheckpointMismatchError,
+    StateHolder,
+    check_compatible,
+    find_checkpoint,
+    optimizer_state,
+    point_latest_at,
+    read_checkpoint,
+    remove_temporaries,
+    restore_rng,
+    write_checkpoint,
+)
 from circuitlab.training.distributed import (
     DistributedContext,
     all_reduce_mean,
@@ -62,15 +66,10 @@ from circuitlab.training.distributed import (
     wrap_model,
 )
 from circuitlab.training.guard import DivergenceError, DivergenceGuard
+from circuitlab.training.overfit import overfitting_warnings
 from circuitlab.training.schedule import wsd_lr
 
-CHECKPOINT_FORMAT = "circuitlab-train-checkpoint"
-CHECKPOINT_VERSION = 1
 LOG_FILE = "train_log.jsonl"
-
-
-class CheckpointMismatchError(ValueError):
-    """A checkpoint that cannot continue this run (other settings, other data, unreadable files)."""
 
 
 @dataclass
@@ -149,6 +148,7 @@ class TrainResult:
     stopped: str  # "completed", "time limit", or "stopped" (at fit's stop_at)
     log_path: Path
     history: list[dict[str, Any]] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)  # overfitting signs (circuitlab.training.overfit)
 
 
 def parameter_groups(model: nn.Module, weight_decay: float, decay_embeddings: bool = True) -> list[dict[str, Any]]:
@@ -212,47 +212,6 @@ def autocast_for(device: torch.device) -> contextlib.AbstractContextManager:
     if device.type == "cuda":
         return torch.autocast("cuda", dtype=torch.bfloat16)
     return contextlib.nullcontext()
-
-
-def _fsync_folder(folder: Path) -> None:
-    for path in folder.iterdir():
-        if path.is_file():
-            with open(path, "rb") as handle:
-                os.fsync(handle.fileno())
-
-
-class _StateHolder:
-    """What `save_model` reads from a model: a state dict, a config and a tokenizer."""
-
-    def __init__(self, state: dict[str, Tensor], config: Any, tokenizer: Any):
-        self._state, self.config, self.tokenizer = state, config, tokenizer
-
-    def state_dict(self) -> dict[str, Tensor]:
-        return self._state
-
-
-def find_checkpoint(out_dir: str | os.PathLike) -> Path | None:
-    """The newest complete checkpoint folder of a run, or None."""
-    from circuitlab.architectures.checkpoint import is_plain_name
-
-    root = Path(out_dir) / "checkpoints"
-    latest = root / "latest.json"
-    if latest.exists():
-        try:
-            name = json.loads(latest.read_text())["folder"]
-        except (json.JSONDecodeError, UnicodeDecodeError, KeyError, TypeError) as error:
-            raise CheckpointMismatchError(f"{latest} is not a valid checkpoint pointer ({error})") from error
-        if not isinstance(name, str) or not is_plain_name(name):
-            # the pointer only ever names a folder beside it; anything else would read a checkpoint from elsewhere
-            raise CheckpointMismatchError(
-                f"{latest} points to {name!r}, which is not a checkpoint folder inside {root}; delete {latest} to "
-                "resume from the newest step_* folder"
-            )
-        folder = root / name
-        if (folder / "trainer_state.json").exists():
-            return folder
-    complete = sorted(p for p in root.glob("step_*") if (p / "trainer_state.json").exists()) if root.is_dir() else []
-    return complete[-1] if complete else None
 
 
 class Trainer:
@@ -338,65 +297,28 @@ class Trainer:
     def save_checkpoint(self, name: str | None = None, point_latest: bool = True) -> Path:
         """Write a checkpoint of the state after `self.step` steps (every rank must call it)."""
         model_state, optim_state = self._full_state()
-        root = self.out_dir / "checkpoints"
-        final = root / (name or f"step_{self.step:08d}")
-        if self.context.is_main and not (final / "trainer_state.json").exists():
-            root.mkdir(parents=True, exist_ok=True)
-            tmp = root / f".tmp-{final.name}-{os.getpid()}"
-            shutil.rmtree(tmp, ignore_errors=True)
-            self._write_checkpoint(tmp, model_state, optim_state)
-            _fsync_folder(tmp)
-            shutil.rmtree(final, ignore_errors=True)
-            os.replace(tmp, final)
-        if self.context.is_main and point_latest:
-            atomic_write_text(root / "latest.json", json.dumps({"folder": final.name, "step": self.step}) + "\n")
-            self._prune_checkpoints(root, keep=final)
+        final = self.out_dir / "checkpoints" / (name or f"step_{self.step:08d}")
+        if self.context.is_main:
+            state = {
+                "step": self.step,
+                "tokens_seen": self.step * self.tokens_per_step,
+                "train_seconds": self.train_seconds_before + self._session_seconds(),
+                "guard": self.guard.state_dict(),
+                "train_config": self.config.to_dict(),
+                "model_config_hash": unwrap_model(self.base_model).config.hash(),
+                "data": {
+                    "fingerprint": self.data_hash,
+                    "n_windows": int(self.train_windows.shape[0]),
+                    "samples_consumed": self.step * self.config.batch_size,
+                    "epoch": (self.step * self.config.batch_size) // int(self.train_windows.shape[0]),
+                },
+            }
+            model = StateHolder(model_state, unwrap_model(self.base_model).config, self.tokenizer)
+            write_checkpoint(final, model, optim_state, state, self.device)
+            if point_latest:
+                point_latest_at(final, self.step, self.config.keep_checkpoints)
         barrier(self.context)
         return final
-
-    def _write_checkpoint(self, folder: Path, model_state: dict[str, Tensor], optim_state: dict[str, Any]) -> None:
-        from circuitlab.architectures.checkpoint import save_model, save_tensors
-
-        folder.mkdir(parents=True)
-        save_model(_StateHolder(model_state, unwrap_model(self.base_model).config, self.tokenizer), folder)
-        moments = {}
-        for param_name, param_state in optim_state["state"].items():
-            for key, value in param_state.items():
-                moments[f"{param_name}/{key}"] = torch.as_tensor(value).detach().cpu().contiguous()
-        save_tensors(moments, folder / "optimizer.safetensors")
-        rng = {"torch_cpu": torch.get_rng_state()}
-        if self.device.type == "cuda":  # this rank's device only: touching the others would open contexts there
-            rng["torch_cuda"] = torch.cuda.get_rng_state(self.device)
-        save_tensors(rng, folder / "rng.safetensors")
-        python_rng = random.getstate()
-        numpy_rng = np.random.get_state()
-        state = {
-            "format": CHECKPOINT_FORMAT,
-            "version": CHECKPOINT_VERSION,
-            "step": self.step,
-            "tokens_seen": self.step * self.tokens_per_step,
-            "train_seconds": self.train_seconds_before + self._session_seconds(),
-            "param_groups": optim_state["param_groups"],
-            "guard": self.guard.state_dict(),
-            "train_config": self.config.to_dict(),
-            "model_config_hash": unwrap_model(self.base_model).config.hash(),
-            "data": {
-                "fingerprint": self.data_hash,
-                "n_windows": int(self.train_windows.shape[0]),
-                "samples_consumed": self.step * self.config.batch_size,
-                "epoch": (self.step * self.config.batch_size) // int(self.train_windows.shape[0]),
-            },
-            "rng": {
-                "python": [python_rng[0], list(python_rng[1]), python_rng[2]],
-                "numpy": [numpy_rng[0], numpy_rng[1].tolist(), *[float(x) if isinstance(x, float) else int(x) for x in numpy_rng[2:]]],
-            },
-        }
-        (folder / "trainer_state.json").write_text(json.dumps(state, indent=1) + "\n")
-
-    def _prune_checkpoints(self, root: Path, keep: Path) -> None:
-        complete = sorted(p for p in root.glob("step_*") if p != keep)
-        for old in complete[: max(0, len(complete) - (self.config.keep_checkpoints - 1))]:
-            shutil.rmtree(old, ignore_errors=True)
 
     def load_checkpoint(self, folder: str | os.PathLike) -> None:
         """Restore model, optimizer, RNG, guard and step from a checkpoint folder (every rank reads it)."""
@@ -406,70 +328,18 @@ class Trainer:
             set_optimizer_state_dict,
         )
 
-        from circuitlab.architectures.checkpoint import CheckpointError, load_tensors
-
-        folder = Path(folder)
-        state_path = folder / "trainer_state.json"
-        try:
-            state = json.loads(state_path.read_text())
-        except (OSError, ValueError) as error:  # JSON and UTF-8 decoding errors are ValueErrors
-            raise CheckpointMismatchError(f"{state_path} cannot be read ({error}); the checkpoint is damaged") from error
-        if not isinstance(state, dict) or state.get("format") != CHECKPOINT_FORMAT:
-            raise CheckpointMismatchError(f"{state_path} is not a circuitlab training checkpoint")
-        missing = sorted({"step", "train_seconds", "param_groups", "guard", "train_config", "model_config_hash", "data",
-                          "rng"} - set(state))
-        if missing:
-            raise CheckpointMismatchError(f"{state_path} lacks {', '.join(missing)}; the checkpoint is damaged")
-        self._check_compatible(state, state_path)
-        tensors = {}
-        for file in ("model.safetensors", "optimizer.safetensors", "rng.safetensors"):
-            try:
-                tensors[file] = load_tensors(folder / file)[0]
-            except CheckpointError as error:
-                raise CheckpointMismatchError(
-                    f"{error}. The checkpoint is damaged: delete {folder} to resume from the one before it, or "
-                    "start a new run"
-                ) from error
-        optim_state: dict[str, Any] = {"state": {}, "param_groups": state["param_groups"]}
-        for key, value in tensors["optimizer.safetensors"].items():
-            param_name, slot = key.rsplit("/", 1)
-            optim_state["state"].setdefault(param_name, {})[slot] = value
+        state, tensors = read_checkpoint(folder)
+        check_compatible(
+            state, Path(folder), self.config.to_dict(), RESUMABLE_CHANGES,
+            unwrap_model(self.base_model).config.hash(), self.data_hash, int(self.train_windows.shape[0]),
+        )
         options = StateDictOptions(full_state_dict=True)
         set_model_state_dict(self.model, tensors["model.safetensors"], options=options)
-        set_optimizer_state_dict(self.model, self.optimizer, optim_state, options=options)
-        torch.set_rng_state(tensors["rng.safetensors"]["torch_cpu"])
-        if "torch_cuda" in tensors["rng.safetensors"] and self.device.type == "cuda":
-            torch.cuda.set_rng_state(tensors["rng.safetensors"]["torch_cuda"], self.device)
-        python_rng = state["rng"]["python"]
-        random.setstate((python_rng[0], tuple(python_rng[1]), python_rng[2]))
-        numpy_rng = state["rng"]["numpy"]
-        np.random.set_state((numpy_rng[0], np.asarray(numpy_rng[1], dtype=np.uint32), *numpy_rng[2:]))
+        set_optimizer_state_dict(self.model, self.optimizer, optimizer_state(state, tensors), options=options)
+        restore_rng(state, tensors["rng.safetensors"], self.device)
         self.guard.load_state_dict(state["guard"])
         self.step = int(state["step"])
         self.train_seconds_before = float(state["train_seconds"])
-
-    def _check_compatible(self, state: dict[str, Any], state_path: Path) -> None:
-        saved = state["train_config"]
-        current = self.config.to_dict()
-        differing = sorted(k for k in current if k not in RESUMABLE_CHANGES and saved.get(k) != current[k])
-        if differing:
-            details = ", ".join(f"{k}: checkpoint {saved.get(k)!r} vs now {current[k]!r}" for k in differing)
-            raise CheckpointMismatchError(
-                f"cannot resume from {state_path.parent}: training settings differ ({details}); resume with the "
-                "settings of the original run, or start a new run in another --out folder"
-            )
-        model_hash = unwrap_model(self.base_model).config.hash()
-        if state["model_config_hash"] != model_hash:
-            raise CheckpointMismatchError(
-                f"cannot resume from {state_path.parent}: its model config differs from the one asked for now "
-                "(another preset, --config or selectivity setting?)"
-            )
-        if state["data"]["fingerprint"] != self.data_hash:
-            raise CheckpointMismatchError(
-                f"cannot resume from {state_path.parent}: the training data differs from the checkpoint's "
-                f"({state['data']['n_windows']} windows then, {self.train_windows.shape[0]} now); use the same "
-                "corpus, tokenizer, --n-stories and --seq-len"
-            )
 
     # --- loop --------------------------------------------------------------------------------------------
 
@@ -582,8 +452,7 @@ class Trainer:
         config = self.config
         if self.context.is_main:
             self.out_dir.mkdir(parents=True, exist_ok=True)
-            for stale in (self.out_dir / "checkpoints").glob(".tmp-*"):
-                shutil.rmtree(stale, ignore_errors=True)
+            remove_temporaries(self.out_dir)
         barrier(self.context)
         if resume:
             checkpoint = find_checkpoint(self.out_dir)
@@ -641,6 +510,15 @@ class Trainer:
         finally:
             bar.close()
         held_out_loss = self.evaluate()
+        warnings = overfitting_warnings(
+            self.history, int(self.train_windows.shape[0]) * config.seq_len, self.step * self.tokens_per_step
+        )
+        logged = {record.get("warning") for record in self.history}
+        for message in warnings:
+            if message not in logged:
+                self._log({"step": self.step, "warning": message})
+            if self.context.is_main:
+                print(f"warning: {message}", file=sys.stderr)
         return TrainResult(
             step=self.step,
             tokens_seen=self.step * self.tokens_per_step,
@@ -651,6 +529,7 @@ class Trainer:
             stopped=stopped,
             log_path=self.out_dir / LOG_FILE,
             history=self.history,
+            warnings=warnings,
         )
 
     def _time_is_up(self) -> bool:

@@ -1,0 +1,13 @@
+"""The errors a circuit database raises (shared by the store, its persistence and its analyses)."""
+
+
+class CircuitDBError(ValueError):
+    """A circuit database that cannot be used as asked."""
+
+
+class CorruptDatabaseError(CircuitDBError):
+    """A database file is missing, truncated or modified since it was saved."""
+
+
+class DatabaseMismatchError(CircuitDBError):
+    """A database built with another model or tokenizer than the one given."""
