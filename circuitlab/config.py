@@ -11,13 +11,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from circuitlab.errors import UserError
+
 VALUE_MODES = ("standard", "membership", "boolean")
 FFN_TYPES = ("mlp", "swiglu", "sgatlin", "ncffn")
 POSITIONALS = ("rope", "learned")
 NORMS = ("rmsnorm", "layernorm")
 
 
-class ConfigError(ValueError):
+class ConfigError(UserError):
     """A configuration that cannot describe a model."""
 
 

@@ -11,7 +11,7 @@ import pytest
 pytest.importorskip("streamlit")
 from streamlit.testing.v1 import AppTest
 
-from circuitlab.demo import RUN_MANIFEST
+from circuitlab.demo.runfolder import RUN_MANIFEST
 from demo_fixtures import build_runs
 
 APP = str(Path(__file__).resolve().parents[1] / "apps" / "app.py")

@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 
 from circuitdb_fixtures import tiny_model, tokenizer
-from circuitlab.analysis import cli_db
+from circuitlab.cli import db as cli_db
 
 
 def run(argv: list[str]) -> int:

@@ -13,7 +13,7 @@ import re
 import pytest
 
 from circuitlab.data import vocabulary as vocab
-from circuitlab.data.cli import register
+from circuitlab.cli.data import register
 from circuitlab.data.facts import FACT_ADJECTIVES, FACTS
 from circuitlab.data.stories import (
     FRAME_IDS,

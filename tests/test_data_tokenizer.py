@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from circuitlab.data.cli import register
+from circuitlab.cli.data import register
 from circuitlab.data.stories import generate_stories, iter_stories, label_tokens, write_corpus
 from circuitlab.data.tokenizer import EOS_TOKEN, CircuitTokenizer, train_tokenizer
 

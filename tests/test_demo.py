@@ -26,9 +26,7 @@ from circuitlab.demo import (
     check_run_name,
     check_text,
     custom_patch_pair,
-    dashboard_command,
     dla_tables,
-    is_loopback,
     load_usage_reports,
     lookup_circuits,
     model_identity,
@@ -38,6 +36,7 @@ from circuitlab.demo import (
     run_folder_path,
     run_pipeline,
 )
+from circuitlab.cli.demo import dashboard_command, is_loopback
 from demo_fixtures import build_runs
 
 ODD_TEXTS = [

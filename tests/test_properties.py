@@ -246,13 +246,13 @@ def run_cli(argv: list[str]) -> tuple[int, str, str]:
 @settings(max_examples=50, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 @given(data=st.data())
 def test_random_argv_exits_0_or_2_with_one_line(sandbox, monkeypatch, data):
-    import circuitlab.demo
+    import circuitlab.cli.demo
 
     monkeypatch.chdir(sandbox)
     monkeypatch.setenv("CIRCUITLAB_MODELS", str(sandbox / "models"))  # no shipped model can be picked up
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
-    monkeypatch.setattr(circuitlab.demo, "serve", lambda *args, **kwargs: 0)  # never start a server
+    monkeypatch.setattr(circuitlab.cli.demo, "serve", lambda *args, **kwargs: 0)  # never start a server
     verb = data.draw(st.sampled_from(VERBS + [""]))
     own_options = st.sampled_from(OPTIONS.get(verb) or ["--help"])
     tokens = data.draw(st.lists(own_options | cli_token(sandbox), max_size=6))

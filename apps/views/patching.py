@@ -7,7 +7,8 @@ import streamlit as st
 
 from app_support import guarded, load_artifact, model_of, need, read_parquet, require_run
 from circuitlab.analysis.patching import nie_heatmap, nie_summary
-from circuitlab.demo import custom_patch_pair, nie_from_parquet, run_custom_patch
+from circuitlab.demo.inputs import custom_patch_pair, run_custom_patch
+from circuitlab.demo.readers import nie_from_parquet
 
 st.title("Patching")
 st.markdown(

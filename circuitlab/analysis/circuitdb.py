@@ -56,6 +56,7 @@ from circuitlab.analysis.codeindex import (
     rerank,
 )
 from circuitlab.codes import SparseCode
+from circuitlab.errors import UserError
 
 FORMAT_NAME = "circuitlab.circuitdb"
 FORMAT_VERSION = 1
@@ -65,7 +66,7 @@ DATA_PREFIX = "data-"
 TOKEN_MARKS = ("«", "»")
 
 
-class CircuitDBError(ValueError):
+class CircuitDBError(UserError):
     """A circuit database that cannot be used as asked."""
 
 

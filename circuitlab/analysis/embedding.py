@@ -218,8 +218,11 @@ def embedding_figure(coordinates, color: str = "category", title: str | None = N
     frame = coordinates.copy()
     frame[color] = frame[color].fillna("(none)").astype(str)
     layers = sorted(frame["layer"].unique())
+    from circuitlab.figures import color_map
+
     figure = px.scatter(
-        frame, x="x", y="y", color=color, facet_col="layer" if len(layers) > 1 else None,
+        frame, x="x", y="y", color=color, color_discrete_map=color_map(frame[color]),
+        category_orders={color: sorted(frame[color].unique())}, facet_col="layer" if len(layers) > 1 else None,
         facet_col_wrap=2 if len(layers) > 1 else 0, hover_data={"token": True, "context": True, "x": False, "y": False},
         title=title or (f"Circuits of the most frequent tokens, layer {layers[0]}" if len(layers) == 1 else "Circuits of the most frequent tokens"),
         width=900 if len(layers) == 1 else 1300, height=750 if len(layers) <= 2 else 1200, render_mode="webgl",

@@ -21,6 +21,8 @@ C channels of one hook, V vocabulary.
 
 from __future__ import annotations
 
+from circuitlab.errors import UserError
+
 import math
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -45,7 +47,7 @@ STAT_COLUMNS = (
 )
 
 
-class NoBoundedChannelsError(ValueError):
+class NoBoundedChannelsError(UserError):
     """The model has no bounded value channels, so legibility metrics do not apply."""
 
 

@@ -30,11 +30,14 @@ import torch
 from jaxtyping import Float
 from torch import Tensor
 
+from circuitlab.pairs import MIN_LOGIT_DIFFERENCE
+
 if TYPE_CHECKING:
     import pandas
     import plotly.graph_objects
 
 POSITION_ROLES = ("noun", "final", "all")
+
 # hooks whose axis 1 is not the token position cannot be patched by position
 _NOT_POSITIONAL = ("hook_attn_scores", "hook_pattern")
 
@@ -115,18 +118,25 @@ class PatchPair:
         return [(index % n_clean, index % n_clean)]
 
 
-def as_patch_pair(pair: Any, index: int = 0) -> PatchPair:
-    """A PatchPair from a PatchPair, a fact pair (circuitlab.data.facts.FactPair) or a mapping with the same
-    fields: clean_tokens, patch_tokens, clean_answer_id, patch_answer_id and optionally noun_position,
+def as_patch_pair(pair: Any, index: int = 0, model: Any = None) -> PatchPair:
+    """A PatchPair from a PatchPair, a text pair (the documented format of circuitlab.pairs; needs
+    `model` for its tokenizer), a fact pair (circuitlab.data.facts.FactPair) or a mapping of token ids:
+    clean_tokens, patch_tokens, clean_answer_id, patch_answer_id and optionally noun_position,
     final_position, patch_noun_position, patch_final_position, alignment, name."""
+    from circuitlab.pairs import EXAMPLE, TOKEN_KEYS, PairFormatError, is_text_pair, text_pair
+
     if isinstance(pair, PatchPair):
         return pair
+    if is_text_pair(pair):
+        if model is None:
+            raise PairFormatError(f"pair {index} is a text pair; reading it needs the model's tokenizer (pass model=)")
+        return text_pair(model, pair, index)
     get = pair.get if isinstance(pair, Mapping) else (lambda key, default=None: getattr(pair, key, default))
-    missing = [key for key in ("clean_tokens", "patch_tokens", "clean_answer_id", "patch_answer_id") if get(key) is None]
+    missing = [key for key in TOKEN_KEYS if get(key) is None]
     if missing:
-        raise ValueError(
-            f"pair {index} lacks {missing}: a pair needs clean_tokens, patch_tokens, clean_answer_id and "
-            "patch_answer_id (see circuitlab.data.facts.build_fact_pairs or PatchPair)"
+        raise PairFormatError(
+            f"pair {index} lacks the key{'s' if len(missing) > 1 else ''} {', '.join(map(repr, missing))}: a pair is "
+            f"text, like {EXAMPLE}, or token ids with {', '.join(TOKEN_KEYS)} (see circuitlab.pairs)"
         )
     clean_tokens, patch_tokens = list(get("clean_tokens")), list(get("patch_tokens"))
     roles = dict(get("roles") or {})
@@ -344,10 +354,12 @@ def nie_grid(
     heads: Sequence[int] | str | None = None,
     batch_size: int = 64,
     progress: bool = True,
+    min_difference: float = MIN_LOGIT_DIFFERENCE,
 ) -> pandas.DataFrame:
     """NIE of do(g = g_patch) for every pair x layer x position (x head), batched.
 
-    pairs: fact pairs (circuitlab.data.facts.build_fact_pairs), PatchPairs, or mappings with their fields.
+    pairs: text pairs in the documented format (circuitlab.pairs), fact pairs
+        (circuitlab.data.facts.build_fact_pairs), PatchPairs, or mappings of token ids.
     layers: ints and/or "all" (every layer at once); default every layer and "all".
     positions: roles ("noun", "final", any role the pairs define), "all", or integer positions.
     hooks: None = each layer's natural code (natural_code_hooks); else hook name templates with a
@@ -356,13 +368,15 @@ def nie_grid(
     heads: patch one entry of the hooks' third axis at a time (a head of "blocks.{layer}.attn.hook_result",
         a channel of sgatlin gates): "each" or a list of indices; adds a `head` column.
     batch_size: interventions per forward pass (1 runs each alone).
+    min_difference: pairs with |m(x_patch) - m(x_clean)| below this (nats) are marked `excluded` and left out
+        of nie_summary's means (their NIE divides by a difference that is mostly noise).
 
     Returns a DataFrame with one row per pair and cell: pair, pair_name, layer (int or "all"), position,
-    [head], hooks, m_clean, m_patch, m_patched, nie. NIE is NaN where m(x_patch) == m(x_clean).
+    [head], hooks, m_clean, m_patch, m_patched, nie, excluded. NIE is NaN where m(x_patch) == m(x_clean).
     """
     import pandas as pd
 
-    pair_list = [as_patch_pair(pair, index) for index, pair in enumerate(pairs)]
+    pair_list = [as_patch_pair(pair, index, model=model) for index, pair in enumerate(pairs)]
     if not pair_list:
         raise ValueError("no pairs to patch: pass fact pairs (circuitlab.data.facts.build_fact_pairs) or PatchPairs")
     n_layers = model.cfg.n_layers
@@ -403,10 +417,12 @@ def nie_grid(
         cell.update(
             hooks=label, m_clean=m_clean, m_patch=m_patch, m_patched=m_patched,
             nie=(m_patched - m_clean) / denominator if denominator != 0 else math.nan,
+            excluded=bool(abs(denominator) < min_difference),
         )
     table = pd.DataFrame(cells)
     table["layer"] = table["layer"].astype(object)
     table["position"] = table["position"].astype(object)
+    table.attrs["min_difference"] = float(min_difference)
     return table
 
 
@@ -435,9 +451,34 @@ def _head_list(model: Any, heads: Sequence[int] | str | None, hooks_of_layer: di
     return head_list
 
 
+def excluded_pairs(table: pandas.DataFrame) -> pandas.DataFrame:
+    """The pairs nie_grid left out of the means: pair, pair_name, m_clean, m_patch and their difference."""
+    if "excluded" not in table.columns:
+        return table.iloc[0:0][["pair"]]
+    rows = table[table["excluded"].astype(bool)].drop_duplicates("pair")
+    out = rows[["pair", "pair_name", "m_clean", "m_patch"]].reset_index(drop=True)
+    out["difference"] = out["m_patch"] - out["m_clean"]
+    return out
+
+
+def excluded_report(table: pandas.DataFrame) -> str | None:
+    """One line naming the pairs left out of the means, or None when every pair counted."""
+    left_out = excluded_pairs(table)
+    if left_out.empty:
+        return None
+    threshold = table.attrs.get("min_difference", MIN_LOGIT_DIFFERENCE)
+    shown = ", ".join(f"{row.pair_name} ({row.difference:+.3f})" for row in left_out.head(8).itertuples())
+    more = f" and {len(left_out) - 8} more" if len(left_out) > 8 else ""
+    return (f"left out of the means: {len(left_out)} of {table['pair'].nunique()} pairs whose m(x_patch) - m(x_clean) "
+            f"is below {threshold:g} nats in size: {shown}{more}")
+
+
 def nie_summary(table: pandas.DataFrame) -> pandas.DataFrame:
-    """Mean NIE over pairs per cell, with its standard error and the number of pairs (NaN NIEs dropped)."""
+    """Mean NIE over pairs per cell, with its standard error and the number of pairs (NaN NIEs and pairs
+    marked `excluded` by nie_grid, whose m(x) differences are below its threshold, left out)."""
     keys = ["layer", "position"] + (["head"] if "head" in table.columns else [])
+    if "excluded" in table.columns:
+        table = table[~table["excluded"].astype(bool)]
     grouped = table.dropna(subset=["nie"]).groupby(keys, sort=False)["nie"]
     summary = grouped.agg(nie="mean", sem="sem", n_pairs="count").reset_index()
     return summary

@@ -30,11 +30,12 @@ from circuitlab.architectures.feedforward.parity import ParityBottleneck
 from circuitlab.architectures.feedforward.sgatlin import Sgatlin
 from circuitlab.codes import SparseCode
 from circuitlab.config import ModelConfig
+from circuitlab.errors import UserError
 
 FFN_CLASSES = {"mlp": MLP, "swiglu": SwiGLU, "sgatlin": Sgatlin, "ncffn": NCFFN}
 
 
-class ContextLengthError(ValueError):
+class ContextLengthError(UserError):
     """A prompt longer than the model's context."""
 
 

@@ -63,13 +63,14 @@ from circuitlab.training.distributed import (
 )
 from circuitlab.training.guard import DivergenceError, DivergenceGuard
 from circuitlab.training.schedule import wsd_lr
+from circuitlab.errors import UserError
 
 CHECKPOINT_FORMAT = "circuitlab-train-checkpoint"
 CHECKPOINT_VERSION = 1
 LOG_FILE = "train_log.jsonl"
 
 
-class CheckpointMismatchError(ValueError):
+class CheckpointMismatchError(UserError):
     """A checkpoint that cannot continue this run (other settings, other data, unreadable files)."""
 
 

@@ -14,8 +14,6 @@ import sys
 import time
 from pathlib import Path
 
-from circuitlab.data._io import DataError
-
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     corpus = subparsers.add_parser(
@@ -73,6 +71,7 @@ def run_corpus(args: argparse.Namespace) -> int:
 
 
 def run_tokenizer(args: argparse.Namespace) -> int:
+    from circuitlab.data._io import DataError
     from circuitlab.data.loaders import load_documents
     from circuitlab.data.stories import iter_stories
     from circuitlab.data.tokenizer import MIN_VOCAB_SIZE, train_tokenizer

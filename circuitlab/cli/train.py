@@ -27,6 +27,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from circuitlab.errors import UserError
+
 TRAINING_DEFAULTS: dict[str, dict[str, Any]] = {
     # the tiny presets: a few hundred steps on 2 CPU cores, well below the corpus' unigram entropy
     "tiny": dict(steps=300, batch_size=16, seq_len=128, lr=3e-3, warmup=30, eval_every=100, ckpt_every=100,
@@ -115,45 +117,16 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     data.add_argument("--vocab-size", type=int, default=None, help="vocabulary of a tokenizer trained here")
     data.add_argument("--data-dir", default=None, help="tokenized-corpus cache (default: <out>/data); may be shared")
     data.add_argument("--prepare-only", action="store_true", help="build the tokenizer and data cache, then exit")
-    parser.set_defaults(func=run_train, train_parser=parser)
-
-
-def _typed_arguments(args: argparse.Namespace) -> list[str] | None:
-    """The arguments after `train` on this process's command line, if they are the ones parsed into `args`
-    (not so when main() was called with its own argv, as tests do)."""
-    if len(sys.argv) < 2 or Path(sys.argv[0]).name not in ("circuitlab", "cli.py") or sys.argv[1] != "train":
-        return None
-    typed = sys.argv[2:]
-    try:
-        reparsed = args.train_parser.parse_args(typed)
-    except SystemExit:
-        return None
-    mine = {k: v for k, v in vars(args).items() if k != "verb"}
-    return [a for a in typed if a != "--resume"] if vars(reparsed) == mine else None
+    parser.set_defaults(func=run_train)
 
 
 def command_line(args: argparse.Namespace, world_size: int) -> str:
-    """The command of this run as typed (without --resume); when that is unknown, every option that was given
-    a non-default value, in parser order."""
+    """The command of this run as typed (without --resume): the arguments after `train` that main() parsed."""
     parts = ["circuitlab", "train"] if world_size == 1 else [
         "torchrun", f"--nproc_per_node={world_size}", "-m", "circuitlab.cli", "train"]
-    typed = _typed_arguments(args)
-    if typed is not None:
-        return shlex.join(parts + typed)
-    for action in args.train_parser._actions:
-        if not action.option_strings or action.dest in ("help", "resume", "prepare_only"):
-            continue
-        value = getattr(args, action.dest, None)
-        if value is None or value is False or value == action.default:
-            continue
-        flag = action.option_strings[-1]
-        if value is True:
-            parts.append(flag)
-        elif isinstance(value, list):
-            parts += [flag, *map(str, value)]
-        else:
-            parts += [flag, str(value)]
-    return shlex.join(parts)
+    argv = list(getattr(args, "argv", None) or [])
+    typed = argv[argv.index("train") + 1:] if "train" in argv else []
+    return shlex.join(parts + [part for part in typed if part != "--resume"])
 
 
 def _setting(args: argparse.Namespace, defaults: dict[str, Any], name: str, fallback: Any) -> Any:
@@ -264,7 +237,7 @@ def check_model_fits(config: Any, device: Any, world_size: int = 1, fsdp: bool =
     # processes on the CPU share the machine's memory; on CUDA each rank has its own device
     needed = per_device * (world_size if device.type == "cpu" else 1)
     if needed > available:
-        raise ValueError(
+        raise UserError(
             f"the model config{f' {config.name!r}' if config.name else ''} has at least {parameters:,} parameters: "
             f"training needs at least {needed / 2**30:,.1f} GiB for weights, gradients and AdamW moments, but "
             f"{'the machine has' if device.type == 'cpu' else f'{device} has'} {available / 2**30:,.1f} GiB; "
@@ -280,7 +253,7 @@ def _check_out_folder(out: Path, resume: bool) -> None:
         return
     existing = [name for name in (LOG_FILE, "checkpoints", "metrics.json") if (out / name).exists()]
     if existing:
-        raise ValueError(
+        raise UserError(
             f"--out {out} already holds a run ({', '.join(existing)}); pass --resume to continue it, or choose "
             "another --out folder"
         )
@@ -302,7 +275,7 @@ def run_train(args: argparse.Namespace) -> int:
 
     if args.threads is not None:
         if args.threads <= 0:
-            raise ValueError(f"--threads must be positive, got {args.threads}")
+            raise UserError(f"--threads must be positive, got {args.threads}")
         torch.set_num_threads(args.threads)
     if args.config is not None and not Path(args.config).is_file():
         raise FileNotFoundError(f"--config {args.config}: no such file")
@@ -312,10 +285,10 @@ def run_train(args: argparse.Namespace) -> int:
     from circuitlab.training.distributed import launched_by_torchrun
 
     if args.fsdp and not launched_by_torchrun():
-        raise ValueError("--fsdp shards a model across processes: launch with torchrun --nproc_per_node=N")
+        raise UserError("--fsdp shards a model across processes: launch with torchrun --nproc_per_node=N")
     early_config = build_model_config(args)  # bad presets, configs and pressures fail before any data work
     if train_config.seq_len > early_config.n_ctx:
-        raise ValueError(f"--seq-len {train_config.seq_len} exceeds the model's context n_ctx={early_config.n_ctx}")
+        raise UserError(f"--seq-len {train_config.seq_len} exceeds the model's context n_ctx={early_config.n_ctx}")
     context = setup_distributed(args.device)
     try:
         train_config.validate(context.world_size)
@@ -339,7 +312,7 @@ def run_train(args: argparse.Namespace) -> int:
         if error is not None:
             raise error
         if error_text is not None:
-            raise ValueError(f"rank 0 could not prepare the data ({error_text})")
+            raise UserError(f"rank 0 could not prepare the data ({error_text})")
         if not context.is_main:
             prepared = prepare_data(spec, train_config.seq_len, data_dir, show_progress=False)
         barrier(context)
