@@ -159,7 +159,7 @@ def test_a_config_too_large_for_the_machine(world, capsys):
 
 
 def test_the_training_memory_floor_counts_parameters_exactly(monkeypatch):
-    from circuitlab.training import cli as train_cli
+    from circuitlab.cli import train as train_cli
 
     config = ModelConfig.preset("tiny-sgatlin")
     real = CircuitTransformer(config.replace(d_vocab=257))

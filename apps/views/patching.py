@@ -57,6 +57,6 @@ if submitted:
             st.metric("m(counterfactual)", f"{grid['m_patch'].iloc[0]:.3f}")
             if note:
                 st.warning(note)
-            else:
+            if grid["nie"].notna().any():  # a small difference is shown with its warning; an equal one has no NIE
                 st.plotly_chart(nie_heatmap(grid, title="NIE of your pair"))
                 st.dataframe(grid.astype({"layer": str, "position": str})[["layer", "position", "m_patched", "nie"]], hide_index=True)

@@ -207,6 +207,8 @@ def run_build(args: argparse.Namespace) -> int:
 def _open(folder: str, model: Any = None, allow_mismatch: bool = False, verify: bool = True) -> Any:
     from circuitlab.analysis.circuitdb import CircuitDB
 
+    if not Path(folder).is_dir():
+        raise UserError(f"no circuit database at {folder}: the folder does not exist (make one with `circuitlab db build`)")
     return CircuitDB.load(folder, model=model, allow_mismatch=allow_mismatch, verify=verify)
 
 

@@ -120,6 +120,17 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.set_defaults(func=run_train)
 
 
+def _checked_settings(validate: Any) -> None:
+    """Run a settings check of the training library: the settings are the user's, so its ValueError is a
+    UserError here (the library raises ValueError so that Python callers need not know circuitlab's classes)."""
+    try:
+        validate()
+    except UserError:
+        raise
+    except ValueError as error:
+        raise UserError(str(error)) from None
+
+
 def command_line(args: argparse.Namespace, world_size: int) -> str:
     """The command of this run as typed (without --resume): the arguments after `train` that main() parsed."""
     parts = ["circuitlab", "train"] if world_size == 1 else [
@@ -174,7 +185,7 @@ def build_data_spec(args: argparse.Namespace) -> Any:
     for source, paths in (("text", args.text), ("jsonl", args.jsonl), ("hf", args.hf_dataset)):
         if paths:
             spec.source, spec.paths = source, list(paths)
-    spec.validate()
+    _checked_settings(spec.validate)
     return spec
 
 
@@ -291,7 +302,7 @@ def run_train(args: argparse.Namespace) -> int:
         raise UserError(f"--seq-len {train_config.seq_len} exceeds the model's context n_ctx={early_config.n_ctx}")
     context = setup_distributed(args.device)
     try:
-        train_config.validate(context.world_size)
+        _checked_settings(lambda: train_config.validate(context.world_size))
         _check_out_folder(out, args.resume or args.prepare_only)  # on every rank, so all of them stop together
         device = device_for(context, args.device)
         check_model_fits(early_config, device, context.world_size, train_config.fsdp)  # before minutes of data work
