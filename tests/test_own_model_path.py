@@ -93,6 +93,20 @@ def test_the_training_command_line_is_the_one_typed():
     assert command_line(args, 2).startswith("torchrun --nproc_per_node=2 -m circuitlab.cli train --preset")
 
 
+def test_the_dashboard_imports_its_handlers_from_modules_that_need_no_streamlit_or_cli():
+    importers = sorted(
+        str(path.relative_to(ROOT)) for path in (ROOT / "apps").rglob("*.py")
+        if path.name != "screenshots.py" and ("circuitlab.cli" in path.read_text() or "circuitlab.demo import" in path.read_text())
+    )
+    assert importers == []  # apps/ read circuitlab.demo.inputs / readers / runfolder / pipeline, never the CLI
+    probe = ("import sys\nimport circuitlab.demo.inputs, circuitlab.demo.readers, circuitlab.demo.runfolder\n"
+             "print(sorted(m for m in ('streamlit', 'circuitlab.cli', 'torch') if m in sys.modules))")
+    loaded = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, cwd=ROOT, timeout=60,
+                            env=dict(os.environ, PYTHONPATH=str(ROOT)))
+    assert loaded.returncode == 0, loaded.stderr
+    assert loaded.stdout.strip() == "[]"
+
+
 # --- model names, presets, pickles --------------------------------------------------------------------------
 
 

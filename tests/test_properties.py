@@ -357,10 +357,13 @@ def test_patching_a_typed_pair_gives_a_table_or_a_message(tiny_sgatlin, clean, p
     assert len(pair.clean_tokens) <= model.config.n_ctx and len(pair.patch_tokens) <= model.config.n_ctx
     table, note = run_custom_patch(model, pair, positions)
     assert len(table) > 0 and {"m_clean", "m_patch", "nie"} <= set(table.columns)
+    difference = abs(float(table["m_patch"].iloc[0]) - float(table["m_clean"].iloc[0]))
     if note is None:
-        assert table["nie"].map(math.isfinite).all()
-    else:
+        assert table["nie"].map(math.isfinite).all() and difference >= 0.5
+    elif difference < 1e-9:
         assert "NIE is undefined" in note
+    else:  # random weights tell most prompts apart by little: such pairs are flagged, their NIE still shown
+        assert "below 0.5" in note and table["nie"].map(math.isfinite).all()
 
 
 @FEW
