@@ -290,7 +290,7 @@ def show(figure: Any, name: str | None = None) -> None:
     folder = figures_dir()
     if folder is not None and name:
         folder.mkdir(parents=True, exist_ok=True)
-        figure.write_html(folder / f"{name}.html", include_plotlyjs="directory", full_html=True)
+        figure.write_html(folder / f"{name}.html", include_plotlyjs="cdn", full_html=True)
         png = save_png(figure, folder / f"{name}.png")
         if png is not None:
             bundle["image/png"] = base64.b64encode(png.read_bytes()).decode("ascii")

@@ -188,7 +188,7 @@ def test_a_text_pair_is_the_same_pair_in_python_cli_and_dashboard(word_model, tm
 
 
 def test_pairs_with_a_small_logit_difference_are_reported_and_left_out_of_means(word_model):
-    from circuitlab.analysis.patching import excluded_pairs, excluded_report, nie_grid, nie_summary
+    from circuitlab.analysis.patching import excluded_pairs, excluded_report, nie_grid, nie_heatmap, nie_summary
 
     records = [
         {"clean": "The turtle was", "patch": "The rabbit was", "clean_answer": "slow", "patch_answer": "fast"},
@@ -210,6 +210,10 @@ def test_pairs_with_a_small_logit_difference_are_reported_and_left_out_of_means(
     report = excluded_report(table)
     assert report.startswith(f"left out of the means: {len(small)} of 3 pairs") and f"{threshold:g} nats" in report
     assert excluded_report(everything) is None
+    assert f"{3 - len(small)} of 3 pairs" in nie_heatmap(table).layout.title.text
+    none_counted = nie_grid(word_model, records, positions=["final"], progress=False, min_difference=1e9)
+    z = nie_heatmap(none_counted).data[0].z
+    assert len(z) == word_model.cfg.n_layers + 1 and all(v != v for row in z for v in row)  # all blank (NaN)
 
 
 # --- the demo on one's own model and data -------------------------------------------------------------------

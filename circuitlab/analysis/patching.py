@@ -488,15 +488,21 @@ def nie_heatmap(table: pandas.DataFrame, title: str = "Normalized indirect effec
     """Figure 7 of seed 000: mean NIE over pairs, layers (rows, 'all' on top) x positions (columns)."""
     import plotly.graph_objects as go
 
+    import numpy as np
+
     summary = nie_summary(table)
     if "head" in summary.columns:
         summary = summary.groupby(["layer", "position"], sort=False)["nie"].mean().reset_index()
-    layer_order = sorted({l for l in summary["layer"] if l != "all"}) + (["all"] if "all" in set(summary["layer"]) else [])
-    position_order = list(dict.fromkeys(summary["position"]))
-    grid = summary.pivot_table(index="layer", columns="position", values="nie", aggfunc="mean")
-    grid = grid.reindex(index=layer_order, columns=position_order)
-    values = grid.to_numpy(dtype=float)
+    # the grid's shape comes from every cell, so pairs left out of the means leave blanks, not a smaller grid
+    layer_order = sorted({l for l in table["layer"] if l != "all"}) + (["all"] if "all" in set(table["layer"]) else [])
+    position_order = list(dict.fromkeys(table["position"]))
+    values = np.full((len(layer_order), len(position_order)), np.nan)
+    if not summary.empty:
+        grid = summary.pivot_table(index="layer", columns="position", values="nie", aggfunc="mean")
+        values = grid.reindex(index=layer_order, columns=position_order).to_numpy(dtype=float)
     n_pairs = table["pair"].nunique()
+    n_left_out = len(excluded_pairs(table))
+    counted = f"{n_pairs - n_left_out} of {n_pairs} pairs" if n_left_out else f"{n_pairs} pair{'s' if n_pairs != 1 else ''}"
     figure = go.Figure(
         go.Heatmap(
             z=values, x=[str(p) for p in position_order], y=[f"layer {l}" if l != "all" else "all layers" for l in layer_order],
@@ -506,7 +512,7 @@ def nie_heatmap(table: pandas.DataFrame, title: str = "Normalized indirect effec
         )
     )
     figure.update_layout(
-        title=f"{title} ({n_pairs} pair{'s' if n_pairs != 1 else ''}; hooks: {table['hooks'].iloc[0]})",
+        title=f"{title} ({counted}; hooks: {table['hooks'].iloc[0]})",
         xaxis_title="patched position", yaxis_title="patched layer",
     )
     return figure

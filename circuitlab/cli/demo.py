@@ -195,7 +195,7 @@ def register(subparsers: Any) -> None:
                         help=f"shipped model name or model folder (default: {DEFAULT_MODEL})")
     parser.add_argument("--corpus", default=None, metavar="FILE|DIR",
                         help="analyse the model on this text (a .txt/.jsonl file or a folder of them) instead of "
-                             "generated stories; the first --fast/full sample size of documents is used")
+                             "generated stories; its first 400 documents (40 with --fast) are used")
     parser.add_argument("--pairs", default=None, metavar="FILE",
                         help="patching pairs for the NIE artifact, in the JSON pair format (README, 'patching "
                              "pairs'); default: the shipped fact pairs when the tokenizer has them")

@@ -159,7 +159,8 @@ def run_custom_patch(model: Any, pair: Any, positions: list) -> tuple[pandas.Dat
     from circuitlab.analysis.patching import nie_grid
     from circuitlab.pairs import MIN_LOGIT_DIFFERENCE
 
-    table = nie_grid(model, [pair], positions=positions, progress=False)
+    # one pair: its values are shown (with the note below when they are untrustworthy), not left out
+    table = nie_grid(model, [pair], positions=positions, progress=False, min_difference=0.0)
     m_clean, m_patch = float(table["m_clean"].iloc[0]), float(table["m_patch"].iloc[0])
     if math.isclose(m_clean, m_patch, rel_tol=0.0, abs_tol=1e-9):
         return table, (
