@@ -28,13 +28,9 @@ VERB_GROUPS = tuple(module for module in (summary, data, train, db, causal, gene
 
 
 def version() -> str:
-    from importlib.metadata import PackageNotFoundError
-    from importlib.metadata import version as installed_version
+    from circuitlab import __version__
 
-    try:
-        return installed_version("circuitlab")
-    except PackageNotFoundError:  # run from a source tree that was never installed
-        return "unknown (not installed)"
+    return __version__
 
 
 def build_parser() -> argparse.ArgumentParser:
