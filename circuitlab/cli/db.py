@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import csv
-import sys
 import time
 from pathlib import Path
 from typing import Any, Callable
