@@ -24,6 +24,8 @@ from typing import Any
 import numpy as np
 from jaxtyping import Float, Int
 
+from circuitlab.errors import UserError
+
 Reducer = Callable[..., Float[np.ndarray, "points 2"]]
 
 
@@ -55,7 +57,7 @@ def database_knn(
     """
     circuit_ids = np.asarray(circuit_ids, dtype=np.int64)
     if circuit_ids.size <= n_neighbors:
-        raise ValueError(f"a map needs more than n_neighbors={n_neighbors} points; got {circuit_ids.size}")
+        raise UserError(f"a map needs more than n_neighbors={n_neighbors} points; got {circuit_ids.size}")
     exact = circuit_ids.size <= 50_000 if exact is None else exact
     neighbour_ids, distances = db.neighbours(layer, circuit_ids, n_neighbors - 1, within=circuit_ids, exact=exact)
     position = np.full(len(db), -1, dtype=np.int64)
@@ -126,7 +128,7 @@ def embed_layer(
 
     layer = db._layer(layer)
     if knn not in ("database", "umap"):
-        raise ValueError(f"knn must be 'database' or 'umap', got {knn!r}")
+        raise UserError(f"knn must be 'database' or 'umap', got {knn!r}")
     circuit_ids = frequent_token_circuits(db, n_tokens, max_points, seed)
     parameters = dict(n_tokens=n_tokens, n_neighbors=n_neighbors, min_dist=min_dist, seed=seed, knn=knn)
     cache_path = None
@@ -214,7 +216,7 @@ def embedding_figure(coordinates, color: str = "category", title: str | None = N
     import plotly.express as px
 
     if color not in ("category", "token"):
-        raise ValueError(f"color must be 'category' or 'token', got {color!r}")
+        raise UserError(f"color must be 'category' or 'token', got {color!r}")
     frame = coordinates.copy()
     frame[color] = frame[color].fillna("(none)").astype(str)
     layers = sorted(frame["layer"].unique())

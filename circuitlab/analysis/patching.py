@@ -31,6 +31,7 @@ from jaxtyping import Float
 from torch import Tensor
 
 from circuitlab.pairs import MIN_LOGIT_DIFFERENCE
+from circuitlab.errors import UserError
 
 if TYPE_CHECKING:
     import pandas
@@ -66,12 +67,12 @@ class PatchPair:
         object.__setattr__(self, "clean_tokens", tuple(int(t) for t in self.clean_tokens))
         object.__setattr__(self, "patch_tokens", tuple(int(t) for t in self.patch_tokens))
         if not self.clean_tokens or not self.patch_tokens:
-            raise ValueError("a patch pair needs non-empty clean and patch token lists")
+            raise UserError("a patch pair needs non-empty clean and patch token lists")
         roles = {name: (int(c), int(p)) for name, (c, p) in dict(self.roles).items()}
         roles.setdefault("final", (len(self.clean_tokens) - 1, len(self.patch_tokens) - 1))
         for role, (clean_pos, patch_pos) in roles.items():
             if not (0 <= clean_pos < len(self.clean_tokens) and 0 <= patch_pos < len(self.patch_tokens)):
-                raise ValueError(
+                raise UserError(
                     f"{self.name or 'pair'}: role {role!r} at positions ({clean_pos}, {patch_pos}) lies outside "
                     f"the prompts of {len(self.clean_tokens)} and {len(self.patch_tokens)} tokens"
                 )
@@ -94,7 +95,7 @@ class PatchPair:
             if self.alignment is not None:
                 return list(self.alignment)
             if n_clean != n_patch:
-                raise ValueError(
+                raise UserError(
                     f"{self.name or 'pair'}: position 'all' needs prompts of equal length, got {n_clean} and "
                     f"{n_patch} tokens; give the pair an explicit alignment [(clean_pos, patch_pos), ...] or "
                     "patch by role only (positions=('noun', 'final'))"
@@ -102,19 +103,19 @@ class PatchPair:
             return [(t, t) for t in range(n_clean)]
         if isinstance(position, str):
             if position not in self.roles:
-                raise ValueError(
+                raise UserError(
                     f"{self.name or 'pair'} has no position role {position!r}; it has {sorted(self.roles)} "
                     "(and 'all'), or pass integer positions"
                 )
             return [self.roles[position]]
         index = int(position)
         if n_clean != n_patch:
-            raise ValueError(
+            raise UserError(
                 f"{self.name or 'pair'}: integer position {index} is ambiguous for prompts of {n_clean} and "
                 f"{n_patch} tokens; patch by role instead"
             )
         if not -n_clean <= index < n_clean:
-            raise ValueError(f"position {index} is outside a prompt of {n_clean} tokens")
+            raise UserError(f"position {index} is outside a prompt of {n_clean} tokens")
         return [(index % n_clean, index % n_clean)]
 
 
@@ -186,19 +187,19 @@ def natural_code_hooks(model: Any, layer: int) -> list[str]:
         return [f"{prefix}.mlp.hook_gate_indices", f"{prefix}.mlp.hook_gate_values"]
     if f"{prefix}.mlp.hook_post" in names:
         return [f"{prefix}.mlp.hook_post"]
-    raise ValueError(f"layer {layer} has no FFN code hook; name the hooks to patch with hooks=[...]")
+    raise UserError(f"layer {layer} has no FFN code hook; name the hooks to patch with hooks=[...]")
 
 
 def _check_hook(model: Any, name: str) -> None:
     if name not in model.hook_dict:
         stem = name.rsplit(".", 1)[-1]
         similar = sorted(h for h in model.hook_dict if h.endswith(stem))[:6]
-        raise ValueError(
+        raise UserError(
             f"the model has no hook {name!r}"
             + (f"; hooks with that ending: {similar}" if similar else "; list them with `circuitlab summary`")
         )
     if name.endswith(_NOT_POSITIONAL):
-        raise ValueError(
+        raise UserError(
             f"{name} is laid out [batch, head, query, key], not [batch, pos, ...]; patch attn.hook_z or "
             "attn.hook_result per head instead"
         )
@@ -213,7 +214,7 @@ def _layer_hooks(model: Any, hooks: str | Sequence[str] | Callable[[int], list[s
         templates = [hooks] if isinstance(hooks, str) else list(hooks)
         for template in templates:
             if "{layer}" not in template:
-                raise ValueError(
+                raise UserError(
                     f"hook template {template!r} has no '{{layer}}' placeholder; write e.g. "
                     "'blocks.{layer}.hook_resid_pre' (patch a single hook with layers=[l])"
                 )
@@ -249,7 +250,7 @@ def run_interventions(
     from tqdm.auto import tqdm
 
     if batch_size < 1:
-        raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+        raise UserError(f"batch_size must be >= 1, got {batch_size}")
     device = model.W_E.device
     needed = sorted({patch.hook for _, intervention in rows for patch in intervention})
     sources = _patch_activations(model, pairs, needed, batch_size)
@@ -378,14 +379,14 @@ def nie_grid(
 
     pair_list = [as_patch_pair(pair, index, model=model) for index, pair in enumerate(pairs)]
     if not pair_list:
-        raise ValueError("no pairs to patch: pass fact pairs (circuitlab.data.facts.build_fact_pairs) or PatchPairs")
+        raise UserError("no pairs to patch: pass fact pairs (circuitlab.data.facts.build_fact_pairs) or PatchPairs")
     n_layers = model.cfg.n_layers
     layer_specs = list(range(n_layers)) + ["all"] if layers is None else list(layers)
     for spec in layer_specs:
         if spec != "all" and not (isinstance(spec, int) and 0 <= spec < n_layers):
-            raise ValueError(f"layers must be ints in [0, {n_layers}) or 'all', got {spec!r}")
+            raise UserError(f"layers must be ints in [0, {n_layers}) or 'all', got {spec!r}")
     if not list(positions):
-        raise ValueError("positions is empty: give roles ('noun', 'final', 'all') or integer positions")
+        raise UserError("positions is empty: give roles ('noun', 'final', 'all') or integer positions")
     hooks_of_layer = {layer: _layer_hooks(model, hooks, layer) for layer in range(n_layers)}
     head_list = _head_list(model, heads, hooks_of_layer)
 
@@ -435,19 +436,19 @@ def _head_list(model: Any, heads: Sequence[int] | str | None, hooks_of_layer: di
         _, cache = model.run_with_cache(tokens, names_filter=lambda name: name in names)
     widths = {name: cache[name].shape[2] if cache[name].dim() > 2 else None for name in names}
     if any(width is None for width in widths.values()) or len(set(widths.values())) != 1:
-        raise ValueError(
+        raise UserError(
             f"heads= patches one entry of the hooks' third axis, but the hooks have shapes "
             f"{ {n: tuple(cache[n].shape) for n in names} }; use per-head hooks such as 'blocks.{{layer}}.attn.hook_result'"
         )
     width = next(iter(widths.values()))
     if isinstance(heads, str):
         if heads != "each":
-            raise ValueError(f"heads must be 'each' or a list of indices, got {heads!r}")
+            raise UserError(f"heads must be 'each' or a list of indices, got {heads!r}")
         return list(range(width))
     head_list = [int(h) for h in heads]
     bad = [h for h in head_list if not 0 <= h < width]
     if bad:
-        raise ValueError(f"heads {bad} are outside [0, {width}) for hooks {sorted(names)}")
+        raise UserError(f"heads {bad} are outside [0, {width}) for hooks {sorted(names)}")
     return head_list
 
 

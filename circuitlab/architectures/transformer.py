@@ -191,7 +191,7 @@ class CircuitTransformer(HookedRootModule):
         if tokens.dim() == 1:
             tokens = tokens[None]
         if tokens.dim() != 2 or tokens.dtype not in (torch.int64, torch.int32, torch.int16, torch.uint8):
-            raise ValueError(
+            raise UserError(
                 f"tokens must be an integer tensor [batch, pos], got {tuple(tokens.shape)} {tokens.dtype}"
                 " (use model.to_tokens(text) for strings)"
             )
@@ -202,7 +202,7 @@ class CircuitTransformer(HookedRootModule):
             )
         # range check on host tensors only: on the GPU it would force a sync every training step
         if tokens.device.type == "cpu" and tokens.numel() and (int(tokens.min()) < 0 or int(tokens.max()) >= self.config.d_vocab):
-            raise ValueError(
+            raise UserError(
                 f"token ids must lie in [0, d_vocab={self.config.d_vocab}), got [{int(tokens.min())}, "
                 f"{int(tokens.max())}] (was the text tokenized with another tokenizer?)"
             )
@@ -221,14 +221,14 @@ class CircuitTransformer(HookedRootModule):
         if isinstance(tokens, str):
             ids = self.to_tokens(tokens)[0]
             if ids.numel() != 1:
-                raise ValueError(f"{tokens!r} is {ids.numel()} tokens; pass a single-token string or token ids")
+                raise UserError(f"{tokens!r} is {ids.numel()} tokens; pass a single-token string or token ids")
             tokens = ids[0]
         tokens = torch.as_tensor(tokens, device=self.W_E.device)
         return self.W_U[:, tokens].movedim(0, -1)
 
     def _require_tokenizer(self) -> Any:
         if self.tokenizer is None:
-            raise ValueError(
+            raise UserError(
                 "this model has no tokenizer: load it from a folder with tokenizer.json, or set model.tokenizer"
             )
         return self.tokenizer
@@ -239,7 +239,7 @@ class CircuitTransformer(HookedRootModule):
         texts = [text] if isinstance(text, str) else list(text)
         ids = [tokenizer.encode(t) for t in texts]
         if any(len(seq) == 0 for seq in ids):
-            raise ValueError("cannot run the model on empty text: give at least one character")
+            raise UserError("cannot run the model on empty text: give at least one character")
         width = max(len(seq) for seq in ids)
         pad = getattr(tokenizer, "eos_id", 0)
         batch = torch.full((len(ids), width), pad, dtype=torch.long)

@@ -4,7 +4,8 @@
     circuitlab tokenizer --corpus stories.jsonl --vocab-size 4096 --out tokenizer.json
     circuitlab tokenizer --vocab-size 4096 --out tokenizer.json        # generates 20000 stories (seed 0)
 
-User errors (missing or unreadable files, bad arguments) print one line to stderr and return 2.
+User errors (missing or unreadable files, bad arguments) are UserErrors:
+one line on stderr, exit status 2 (circuitlab.cli.main).
 """
 
 from __future__ import annotations

@@ -8,7 +8,8 @@ command line.
     circuitlab embed runs/db --layers 0 1 2 3 --out runs/umap.html
     circuitlab usage runs/db --out-dir runs/usage
 
-User errors (missing folders, mismatched models, bad arguments) print one line to stderr and return 2.
+User errors (missing folders, mismatched models, bad arguments) are UserErrors:
+one line on stderr, exit status 2 (circuitlab.cli.main).
 CSV files quote every text field: byte-level tokens may hold carriage returns.
 """
 

@@ -13,8 +13,6 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     import pandas
 
-# --------------------------------------------------------------------------------- dashboard input handlers
-
 
 MAX_TEXT_CHARACTERS = 20_000
 

@@ -20,7 +20,7 @@ from circuitlab.atomic import atomic_write
 from circuitlab.errors import UserError
 from circuitlab.demo.readers import DLA_ATTRS, nie_for_parquet
 from circuitlab.demo.runfolder import (
-    ModelIdentity, RunFolder, _digest, _normalise, sha256_file, write_json_atomic, write_npz_atomic,
+    ModelIdentity, RunFolder, fingerprint_of, normalise, sha256_file, write_json_atomic, write_npz_atomic,
     write_parquet_atomic,
 )
 
@@ -45,9 +45,6 @@ ARTIFACTS: dict[str, tuple[str, str]] = {
     "legibility": ("legibility of bounded channels", "legibility_channels.parquet, legibility_summary.parquet"),
     "dla": ("direct logit attribution of the demo prompts", "dla.parquet"),
 }
-
-
-# -------------------------------------------------------------------------------------------- the pipeline
 
 
 @dataclass(frozen=True)
@@ -197,9 +194,6 @@ def _nie_applies(model: Any, inputs: DemoInputs) -> str | None:
     return None
 
 
-# --- the makers --------------------------------------------------------------------------------------------
-
-
 def _make_card(ctx: PipelineContext) -> tuple[list[str], dict | None]:
     folder = ctx.run.model_folder()
     files, absent = [], []
@@ -293,7 +287,7 @@ def _make_usage(ctx: PipelineContext) -> tuple[list[str], dict | None]:
             arrays["shared_subkey"] = report.shared_subkey
         write_npz_atomic(ctx.run.file(name), **arrays)
         files.append(name)
-    summary = {"layers": [_normalise(report.summary()) for report in reports.values()]}
+    summary = {"layers": [normalise(report.summary()) for report in reports.values()]}
     write_json_atomic(ctx.run.file("usage.json"), summary)
     return ["usage.json", *files], None
 
@@ -427,7 +421,7 @@ def run_pipeline(
     for step in bar:
         bar.set_postfix_str(step.key)
         params = dict(step.params, inputs={key: fingerprints.get(key) for key in step.inputs})
-        fingerprint = _digest({"key": step.key, "version": step.version, "params": _normalise(params), "model": identity.key()})
+        fingerprint = fingerprint_of({"key": step.key, "version": step.version, "params": normalise(params), "model": identity.key()})
         fingerprints[step.key] = fingerprint
         if run.is_fresh(step.key, fingerprint):
             report.actions[step.key] = "skipped" if run.skipped(step.key) else "cached"
@@ -456,8 +450,6 @@ def run_pipeline(
     run.manifest["last_demo_seconds"] = round(report.total_seconds, 2)
     run.save()
     return report
-
-
 
 
 def read_demo_corpus(path: Path) -> list:

@@ -11,8 +11,6 @@ if TYPE_CHECKING:
 
     from circuitlab.demo.runfolder import RunFolder
 
-# ------------------------------------------------------------------------------------ reading artifacts
-
 
 def nie_for_parquet(table: pandas.DataFrame) -> pandas.DataFrame:
     """Layers and positions mix ints and names ('all', 'noun'); Parquet needs one type per column: strings."""

@@ -42,9 +42,6 @@ class RunFolderError(UserError):
     """A run folder (or run name) that cannot be used as asked."""
 
 
-# ------------------------------------------------------------------------------------------ run names
-
-
 def check_run_name(name: str) -> str:
     """A run folder name: letters, digits and . _ + -, starting with a letter or digit, no '..'.
 
@@ -120,9 +117,6 @@ def list_runs(runs_root: str | os.PathLike) -> list[str]:
     return sorted(p.name for p in root.iterdir() if p.is_dir() and _RUN_NAME.fullmatch(p.name) and (p / RUN_MANIFEST).is_file())
 
 
-# ------------------------------------------------------------------------------------- atomic writes
-
-
 def write_text_atomic(path: Path, text: str) -> None:
     atomic_write(path, lambda tmp: tmp.write_text(text, encoding="utf-8"))
 
@@ -145,16 +139,14 @@ def write_npz_atomic(path: Path, **arrays: Any) -> None:
     atomic_write(path, write)
 
 
-def _normalise(data: Any) -> Any:
+def normalise(data: Any) -> Any:
     """JSON round-trip (tuples -> lists, keys -> strings) so recorded and requested params compare equal."""
     return json.loads(json.dumps(data, sort_keys=True))
 
 
-def _digest(data: Any) -> str:
+def fingerprint_of(data: Any) -> str:
+    """A short sha256 of JSON-able data: equal data, equal fingerprints."""
     return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:20]
-
-
-# ------------------------------------------------------------------------------------------ the run folder
 
 
 @dataclass(frozen=True)
@@ -230,8 +222,6 @@ class RunFolder:
         self.manifest["updated"] = _dt.datetime.now().isoformat(timespec="seconds")
         write_json_atomic(self.path / RUN_MANIFEST, self.manifest)
 
-    # --- the model the artifacts belong to --------------------------------------------------------------
-
     def bind_model(self, identity: ModelIdentity) -> bool:
         """Record the model; forget every artifact when it differs from the one recorded. True if it changed."""
         recorded = {key: self.manifest.get(key) for key in identity.key()}
@@ -257,8 +247,6 @@ class RunFolder:
         if not self.model_spec:
             raise RunFolderError(f"{self.path / RUN_MANIFEST} does not name its model; rerun `circuitlab demo`")
         return resolve_model_folder(self.model_spec)
-
-    # --- artifacts --------------------------------------------------------------------------------------
 
     def entry(self, key: str) -> dict | None:
         return self.manifest["artifacts"].get(key)
@@ -286,7 +274,7 @@ class RunFolder:
         entry = {
             "path": files[0] if files else None,
             "files": list(files),
-            "params": _normalise(params),
+            "params": normalise(params),
             "fingerprint": fingerprint,
             "seconds": round(float(seconds), 3),
             "created": _dt.datetime.now().isoformat(timespec="seconds"),
@@ -294,7 +282,7 @@ class RunFolder:
         if skipped:
             entry["skipped"] = skipped
         if extra:
-            entry.update(_normalise(extra))
+            entry.update(normalise(extra))
         self.manifest["artifacts"][key] = entry
         self.save()
 
@@ -320,8 +308,6 @@ def _shell_word(text: str) -> str:
     import shlex
 
     return shlex.quote(str(text))
-
-
 
 
 def sha256_file(path: str | os.PathLike) -> str:

@@ -53,6 +53,7 @@ from jaxtyping import Int
 from torch import Tensor, nn
 
 from circuitlab.atomic import atomic_write_text
+from circuitlab.errors import UserError
 from circuitlab.training.distributed import (
     DistributedContext,
     all_reduce_mean,
@@ -63,7 +64,6 @@ from circuitlab.training.distributed import (
 )
 from circuitlab.training.guard import DivergenceError, DivergenceGuard
 from circuitlab.training.schedule import wsd_lr
-from circuitlab.errors import UserError
 
 CHECKPOINT_FORMAT = "circuitlab-train-checkpoint"
 CHECKPOINT_VERSION = 1
