@@ -289,7 +289,7 @@ def run_train(args: argparse.Namespace) -> int:
             raise UserError(f"--threads must be positive, got {args.threads}")
         torch.set_num_threads(args.threads)
     if args.config is not None and not Path(args.config).is_file():
-        raise FileNotFoundError(f"--config {args.config}: no such file")
+        raise UserError(f"--config {args.config}: no such file")
     out = Path(args.out)
     train_config = build_train_config(args)
     spec = build_data_spec(args)
