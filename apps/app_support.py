@@ -20,15 +20,8 @@ from typing import Any
 
 import streamlit as st
 
-from circuitlab.demo import (
-    ARTIFACTS,
-    DEFAULT_MODEL,
-    DEFAULT_RUNS,
-    RunFolder,
-    RunFolderError,
-    list_runs,
-    run_folder_path,
-)
+from circuitlab.demo.pipeline import ARTIFACTS
+from circuitlab.demo.runfolder import DEFAULT_MODEL, DEFAULT_RUNS, RunFolder, RunFolderError, list_runs, run_folder_path
 
 APP_TITLE = "circuitlab dashboard"
 RUN_KEY = "run_path"

@@ -61,7 +61,7 @@ def free_port() -> int:
 @contextlib.contextmanager
 def served(run: Path, port: int | None = None, timeout: float = 120.0, log: Path | None = None) -> Iterator[str]:
     """The dashboard on 127.0.0.1 for the duration of the block; yields its base URL."""
-    from circuitlab.demo import dashboard_command
+    from circuitlab.cli.demo import dashboard_command
 
     port = port or free_port()
     command = dashboard_command(run, "127.0.0.1", port)  # what `circuitlab dashboard` runs

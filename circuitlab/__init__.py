@@ -8,12 +8,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from circuitlab.codes import SparseCode
 from circuitlab.config import ModelConfig, ladder_config, scaling_ladder
 
 __version__ = "0.1.0"
 
 _LAZY = {
+    "SparseCode": "circuitlab.codes",
     "CircuitTransformer": "circuitlab.architectures.transformer",
     "ContextLengthError": "circuitlab.architectures.transformer",
     "load_model": "circuitlab.architectures.checkpoint",
@@ -31,4 +31,4 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(f"module 'circuitlab' has no attribute {name!r}")
 
 
-__all__ = ["ModelConfig", "SparseCode", "ladder_config", "scaling_ladder", *_LAZY]
+__all__ = ["ModelConfig", "ladder_config", "scaling_ladder", *_LAZY]

@@ -18,6 +18,8 @@ from typing import Annotated, Any, Literal, Union
 
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, ValidationError, model_validator
 
+from circuitlab.errors import UserError
+
 VALUE_MODES = ("standard", "membership", "boolean")
 FFN_TYPES = ("mlp", "swiglu", "sgatlin", "ncffn")
 POSITIONALS = ("rope", "learned")
@@ -28,7 +30,7 @@ PositiveInt = Annotated[StrictInt, Field(gt=0)]
 CountInt = Annotated[StrictInt, Field(ge=0)]
 
 
-class ConfigError(ValueError):
+class ConfigError(UserError):
     """A configuration that cannot describe a model."""
 
 

@@ -11,7 +11,7 @@ import pytest
 pytest.importorskip("streamlit")
 from streamlit.testing.v1 import AppTest
 
-from circuitlab.demo import RUN_MANIFEST
+from circuitlab.demo.runfolder import RUN_MANIFEST
 from demo_fixtures import build_runs
 
 APP = str(Path(__file__).resolve().parents[1] / "apps" / "app.py")
@@ -161,7 +161,12 @@ def test_patching_shows_the_fact_grid_and_patches_a_typed_pair(demo_runs):
     inputs[3].input(patch.adjective)
     app.button[0].click()
     app.run()
-    assert not app.exception and not app.warning, texts(app.warning)
+    assert not app.exception
+    # the tiny model's weights are random, so its two logit differences are close: the page says so and still
+    # draws the pair's NIE
+    m = {metric.label: float(metric.value) for metric in app.metric}
+    small = abs(m["m(counterfactual)"] - m["m(clean)"]) < 0.5
+    assert [("below 0.5" in text) for text in texts(app.warning).split("\n") if text] == ([True] if small else [])
     assert len(plotly_charts(app)) == 2
     assert {metric.label for metric in app.metric} == {"m(clean)", "m(counterfactual)"}
 

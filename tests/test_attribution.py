@@ -192,14 +192,14 @@ def test_errors_and_figures():
 
 def test_cli_dla(tmp_path, capsys):
     out = tmp_path / "dla.csv"
-    code = main(["dla", "tiny-legible", "1,2,3,4,5", "--tokens", "--target-id", "9", "--out", str(out), "--figure", str(tmp_path / "dla.html")])
+    code = main(["dla", "preset:tiny-legible", "1,2,3,4,5", "--tokens", "--target-id", "9", "--out", str(out), "--figure", str(tmp_path / "dla.html")])
     assert code == 0
     printed = capsys.readouterr().out
     assert "logit('#9') at position 4" in printed and "largest FFN units" in printed
     assert (tmp_path / "dla.html").exists() and (tmp_path / "dla_layer1.html").exists()
     assert out.exists()
-    assert main(["dla", "tiny-legible", "1,x", "--tokens"]) == 2
-    assert main(["dla", "tiny-legible", "1,2", "--tokens", "--target", "a", "--target-id", "3"]) == 2
+    assert main(["dla", "preset:tiny-legible", "1,x", "--tokens"]) == 2
+    assert main(["dla", "preset:tiny-legible", "1,2", "--tokens", "--target", "a", "--target-id", "3"]) == 2
     assert capsys.readouterr().err.count("\n") == 2
 
 

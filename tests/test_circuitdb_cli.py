@@ -2,21 +2,17 @@
 
 from __future__ import annotations
 
-import argparse
 
 import numpy as np
 import pandas as pd
 import pytest
 
 from circuitdb_fixtures import tiny_model, tokenizer
-from circuitlab.analysis import cli_db
+from circuitlab.cli import main
 
 
 def run(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(prog="circuitlab")
-    cli_db.register(parser.add_subparsers(dest="verb"))
-    args = parser.parse_args(argv)
-    return args.func(args)
+    return main(argv)
 
 
 @pytest.fixture(scope="module")
@@ -71,7 +67,7 @@ def test_semantic_usage_and_embed(saved, capsys, monkeypatch):
     assert run(["usage", str(saved / "db"), "--out-dir", str(saved / "usage"), "--csv", str(saved / "usage.csv")]) == 0
     table = pd.read_csv(saved / "usage.csv")
     assert table["layer"].tolist() == [0, 1] and table["fraction_used"].between(0, 1).all()
-    assert sorted(p.name for p in (saved / "usage").iterdir()) == ["usage_layer0.html", "usage_layer1.html", "usage_summary.html"]
+    assert sorted(p.name for p in (saved / "usage").iterdir()) == ["plotly.min.js", "usage_layer0.html", "usage_layer1.html", "usage_summary.html"]  # one plotly.js, shared
 
     from circuitlab.analysis import embedding
 

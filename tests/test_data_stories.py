@@ -3,7 +3,6 @@ corpus files, token_labels, and the `circuitlab corpus` command."""
 
 from __future__ import annotations
 
-import argparse
 import collections
 import functools
 import itertools
@@ -13,7 +12,7 @@ import re
 import pytest
 
 from circuitlab.data import vocabulary as vocab
-from circuitlab.data.cli import register
+from circuitlab.cli import main
 from circuitlab.data.facts import FACT_ADJECTIVES, FACTS
 from circuitlab.data.stories import (
     FRAME_IDS,
@@ -337,10 +336,7 @@ def test_token_labels_matches_brute_force_on_random_offsets():
 
 
 def _run_cli(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(prog="circuitlab")
-    register(parser.add_subparsers(dest="verb"))
-    args = parser.parse_args(argv)
-    return args.func(args)
+    return main(argv)
 
 
 def test_corpus_command(tmp_path, capsys):

@@ -3,7 +3,6 @@ tokenization, the vocab-mismatch error, and the `circuitlab tokenizer` command."
 
 from __future__ import annotations
 
-import argparse
 import functools
 import json
 import re
@@ -12,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from circuitlab.data.cli import register
+from circuitlab.cli import main
 from circuitlab.data.stories import generate_stories, iter_stories, label_tokens, write_corpus
 from circuitlab.data.tokenizer import EOS_TOKEN, CircuitTokenizer, train_tokenizer
 
@@ -147,10 +146,7 @@ def test_errors(tmp_path):
 
 
 def _run_cli(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(prog="circuitlab")
-    register(parser.add_subparsers(dest="verb"))
-    args = parser.parse_args(argv)
-    return args.func(args)
+    return main(argv)
 
 
 def test_tokenizer_command(tmp_path, capsys):

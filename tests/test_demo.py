@@ -26,9 +26,7 @@ from circuitlab.demo import (
     check_run_name,
     check_text,
     custom_patch_pair,
-    dashboard_command,
     dla_tables,
-    is_loopback,
     load_usage_reports,
     lookup_circuits,
     model_identity,
@@ -38,6 +36,7 @@ from circuitlab.demo import (
     run_folder_path,
     run_pipeline,
 )
+from circuitlab.cli.demo import dashboard_command, is_loopback
 from demo_fixtures import build_runs
 
 ODD_TEXTS = [
@@ -444,9 +443,11 @@ def test_custom_patch_pair_positions_and_messages(sgatlin):
     assert pair.clean_tokens[0] == model.tokenizer.eos_id and len(pair.clean_tokens) == 1 + len(model.tokenizer.encode(clean_prompt))
     assert positions == list(range(len(pair.clean_tokens))) + ["all"]
     grid, note = run_custom_patch(model, pair, positions)
-    assert note is None
     assert len(grid) == (model.config.n_layers + 1) * len(positions)
     m_clean, m_patch = grid["m_clean"].iloc[0], grid["m_patch"].iloc[0]
+    # random weights tell the prompts apart by little: a note says so when the difference is below 0.5 nats
+    assert (note is None) == (abs(m_patch - m_clean) >= 0.5)
+    assert note is None or f"{m_patch - m_clean:+.3f} nats, below 0.5" in note
     assert np.allclose(grid["nie"], (grid["m_patched"] - m_clean) / (m_patch - m_clean))
     _, positions, message = custom_patch_pair(model, clean_prompt, "Once upon a time " + patch_prompt, clean.adjective, patch.adjective)
     assert message is None and positions == ["final"]

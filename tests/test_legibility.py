@@ -218,13 +218,13 @@ def test_cli_legibility(tmp_path, capsys):
     tokens_file = tmp_path / "tokens.json"
     tokens_file.write_text(json.dumps(held_out_tokens(4, 16).tolist()))
     out = tmp_path / "stats.csv"
-    code = main(["legibility", "tiny-legible", "--tokens-file", str(tokens_file), "--quiet", "--name", "2",
+    code = main(["legibility", "preset:tiny-legible", "--tokens-file", str(tokens_file), "--quiet", "--name", "2",
                  "--out", str(out), "--figure", str(tmp_path / "regimes.html"), "--head-figure", str(tmp_path / "heads.html")])
     assert code == 0
     printed = capsys.readouterr().out
     assert "legibility over 64 held-out tokens" in printed and "boolean head-100" in printed
     assert len(pd.read_csv(out)) == 512 and (tmp_path / "heads.html").exists()
-    assert main(["legibility", "tiny-gelu", "--tokens-file", str(tokens_file)]) == 2
+    assert main(["legibility", "preset:tiny-gelu", "--tokens-file", str(tokens_file)]) == 2
     err = capsys.readouterr().err
     assert "no bounded channels" in err and err.count("\n") == 1
 

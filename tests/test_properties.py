@@ -246,13 +246,13 @@ def run_cli(argv: list[str]) -> tuple[int, str, str]:
 @settings(max_examples=50, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 @given(data=st.data())
 def test_random_argv_exits_0_or_2_with_one_line(sandbox, monkeypatch, data):
-    import circuitlab.demo
+    import circuitlab.cli.demo
 
     monkeypatch.chdir(sandbox)
     monkeypatch.setenv("CIRCUITLAB_MODELS", str(sandbox / "models"))  # no shipped model can be picked up
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
-    monkeypatch.setattr(circuitlab.demo, "serve", lambda *args, **kwargs: 0)  # never start a server
+    monkeypatch.setattr(circuitlab.cli.demo, "serve", lambda *args, **kwargs: 0)  # never start a server
     verb = data.draw(st.sampled_from(VERBS + [""]))
     own_options = st.sampled_from(OPTIONS.get(verb) or ["--help"])
     tokens = data.draw(st.lists(own_options | cli_token(sandbox), max_size=6))
@@ -357,10 +357,13 @@ def test_patching_a_typed_pair_gives_a_table_or_a_message(tiny_sgatlin, clean, p
     assert len(pair.clean_tokens) <= model.config.n_ctx and len(pair.patch_tokens) <= model.config.n_ctx
     table, note = run_custom_patch(model, pair, positions)
     assert len(table) > 0 and {"m_clean", "m_patch", "nie"} <= set(table.columns)
+    difference = abs(float(table["m_patch"].iloc[0]) - float(table["m_clean"].iloc[0]))
     if note is None:
-        assert table["nie"].map(math.isfinite).all()
-    else:
+        assert table["nie"].map(math.isfinite).all() and difference >= 0.5
+    elif difference < 1e-9:
         assert "NIE is undefined" in note
+    else:  # random weights tell most prompts apart by little: such pairs are flagged, their NIE still shown
+        assert "below 0.5" in note and table["nie"].map(math.isfinite).all()
 
 
 @FEW

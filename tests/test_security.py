@@ -190,7 +190,7 @@ def test_every_verb_that_serves_binds_to_loopback_by_default(tmp_path):
     import ipaddress
 
     from circuitlab.cli import build_parser
-    from circuitlab.demo import dashboard_command
+    from circuitlab.cli.demo import dashboard_command
 
     serving = {}
     for name, sub in _subparsers(build_parser()):

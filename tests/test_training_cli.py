@@ -109,7 +109,7 @@ def test_quick_run_sources_overrides_and_bf16(tmp_path, quick_data):
     records = [json.loads(line) for line in (out / "train_log.jsonl").read_text().splitlines()]
     assert all(r["selectivity"] > 0 for r in records)  # only the FFN sparsity pressure is left on
     metrics = json.loads((out / "metrics.json").read_text())
-    assert "--attn-crispness 0.0" in metrics["command"] and "--save-dtype bf16" in metrics["command"]
+    assert "--attn-crispness 0 " in metrics["command"] and "--save-dtype bf16" in metrics["command"]
 
 
 def test_text_and_jsonl_sources(tmp_path):

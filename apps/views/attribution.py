@@ -7,7 +7,8 @@ import streamlit as st
 
 from app_support import guarded, load_artifact, model_of, need, read_parquet, require_run
 from circuitlab.analysis.attribution import dla_layer_figure, dla_overview_figure
-from circuitlab.demo import attribute_prompt, dla_tables
+from circuitlab.demo.inputs import attribute_prompt
+from circuitlab.demo.readers import dla_tables
 
 st.title("Attribution")
 st.markdown(

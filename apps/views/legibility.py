@@ -13,7 +13,7 @@ from circuitlab.analysis.legibility import (
     max_activating_contexts,
     regimes_by_layer_figure,
 )
-from circuitlab.demo import corpus_windows
+from circuitlab.demo.pipeline import corpus_windows
 
 st.title("Legibility")
 st.markdown(

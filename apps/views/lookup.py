@@ -7,7 +7,7 @@ import streamlit as st
 
 from app_support import db_of, guarded, layer_choice, model_of, need, penultimate, require_run
 from circuitlab.analysis.circuitdb import neighbour_heatmap
-from circuitlab.demo import lookup_circuits
+from circuitlab.demo.inputs import lookup_circuits
 
 DEFAULT_TEXT = "Lily had a big dog named Max. Max had a red ball that he loved every day."
 

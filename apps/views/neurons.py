@@ -6,7 +6,8 @@ import streamlit as st
 
 from app_support import layer_choice, load_artifact, need, penultimate, require_run
 from circuitlab.analysis.usage import usage_figure, usage_summary_figure, usage_table
-from circuitlab.demo import RunFolder, load_usage_reports
+from circuitlab.demo.readers import load_usage_reports
+from circuitlab.demo.runfolder import RunFolder
 
 st.title("Neurons")
 st.markdown(

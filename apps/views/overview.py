@@ -6,7 +6,8 @@ import pandas as pd
 import streamlit as st
 
 from app_support import display_path, guarded, model_of, require_run
-from circuitlab.demo import ARTIFACTS, read_train_log, train_log_figure
+from circuitlab.demo.pipeline import ARTIFACTS
+from circuitlab.demo.readers import read_train_log, train_log_figure
 
 st.title("Overview")
 run = require_run()

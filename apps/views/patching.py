@@ -6,8 +6,9 @@ from __future__ import annotations
 import streamlit as st
 
 from app_support import guarded, load_artifact, model_of, need, read_parquet, require_run
-from circuitlab.analysis.patching import nie_heatmap, nie_summary
-from circuitlab.demo import custom_patch_pair, nie_from_parquet, run_custom_patch
+from circuitlab.analysis.patching import excluded_report, nie_heatmap, nie_summary
+from circuitlab.demo.inputs import custom_patch_pair, run_custom_patch
+from circuitlab.demo.readers import nie_from_parquet
 
 st.title("Patching")
 st.markdown(
@@ -18,10 +19,14 @@ st.markdown(
 )
 run = require_run()
 
-st.header("Fact pairs")
+own_pairs = bool(run.manifest.get("pairs"))  # `circuitlab demo --pairs FILE`
+st.header("Your pairs file" if own_pairs else "Fact pairs")
 table = load_artifact(run, "nie", lambda: nie_from_parquet(read_parquet(run.file("nie.parquet")))) if need(run, "nie") else None
 if table is not None:
-    st.plotly_chart(nie_heatmap(table, title="NIE over the fact pairs"))
+    st.plotly_chart(nie_heatmap(table, title="NIE over your pairs" if own_pairs else "NIE over the fact pairs"))
+    left_out = excluded_report(table)
+    if left_out:
+        st.info(left_out)
     with st.expander("Mean NIE per cell"):
         st.dataframe(nie_summary(table).astype({"layer": str, "position": str}), hide_index=True)
     with st.expander("Pairs"):
@@ -56,6 +61,6 @@ if submitted:
             st.metric("m(counterfactual)", f"{grid['m_patch'].iloc[0]:.3f}")
             if note:
                 st.warning(note)
-            else:
+            if grid["nie"].notna().any():  # a small difference is shown with its warning; an equal one has no NIE
                 st.plotly_chart(nie_heatmap(grid, title="NIE of your pair"))
                 st.dataframe(grid.astype({"layer": str, "position": str})[["layer", "position", "m_patched", "nie"]], hide_index=True)

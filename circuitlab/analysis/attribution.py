@@ -30,6 +30,8 @@ import torch
 from jaxtyping import Float, Int
 from torch import Tensor
 
+from circuitlab.errors import UserError
+
 if TYPE_CHECKING:
     import pandas
     import plotly.graph_objects
@@ -46,13 +48,13 @@ def resolve_token(model: Any, token: int | str | None, what: str) -> int | None:
     if isinstance(token, str):
         ids = model.to_tokens(token)[0]
         if ids.numel() != 1:
-            raise ValueError(
+            raise UserError(
                 f"{what} {token!r} is {ids.numel()} tokens; give a single token (mind the leading space) or its id"
             )
         return int(ids[0])
     token_id = int(token)
     if not 0 <= token_id < model.cfg.d_vocab:
-        raise ValueError(f"{what} id {token_id} is outside the vocabulary [0, {model.cfg.d_vocab})")
+        raise UserError(f"{what} id {token_id} is outside the vocabulary [0, {model.cfg.d_vocab})")
     return token_id
 
 
@@ -63,7 +65,7 @@ def prompt_tokens(model: Any, prompt: str | list[int] | Tensor) -> Int[Tensor, "
     else:
         tokens = torch.as_tensor(prompt, dtype=torch.long).flatten()
     if tokens.numel() == 0:
-        raise ValueError("the prompt is empty: give at least one token")
+        raise UserError("the prompt is empty: give at least one token")
     return tokens.to(model.W_E.device)
 
 
@@ -139,7 +141,7 @@ def direct_logit_attribution(
     tokens_T = prompt_tokens(model, prompt)
     n_pos = tokens_T.numel()
     if not -n_pos <= position < n_pos:
-        raise ValueError(f"position {position} is outside the prompt of {n_pos} tokens")
+        raise UserError(f"position {position} is outside the prompt of {n_pos} tokens")
     position = position % n_pos
     names = set(_needed_hooks(model))
     with torch.no_grad():
@@ -148,7 +150,7 @@ def direct_logit_attribution(
     target_id = int(logits_V.argmax()) if target is None else resolve_token(model, target, "target")
     baseline_id = resolve_token(model, baseline_token, "baseline_token")
     if baseline_id is not None and baseline_id == target_id:
-        raise ValueError(f"baseline_token equals the target ({token_label(model, target_id)!r}); the difference is 0")
+        raise UserError(f"baseline_token equals the target ({token_label(model, target_id)!r}); the difference is 0")
     model_value = float(logits_V[target_id] - (logits_V[baseline_id] if baseline_id is not None else 0))
 
     def at(name: str) -> Tensor:
@@ -275,7 +277,7 @@ def dla_layer_figure(table: pandas.DataFrame, layer: int, top: int = 20) -> plot
 
     in_layer = table[table["layer"] == layer]
     if in_layer.empty:
-        raise ValueError(f"layer {layer} is not in this attribution (layers {sorted(table['layer'].unique())})")
+        raise UserError(f"layer {layer} is not in this attribution (layers {sorted(table['layer'].unique())})")
     components = in_layer[in_layer["level"] == "component"]
     unit_rows = in_layer[in_layer["level"] == "unit"]
     unit_rows = unit_rows.loc[unit_rows["value"].abs().sort_values(ascending=False).index[:top]]

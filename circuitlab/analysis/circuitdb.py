@@ -48,6 +48,7 @@ from circuitlab.analysis.dberrors import CircuitDBError, CorruptDatabaseError, D
 from circuitlab.analysis.dbstore import FORMAT_NAME, FORMAT_VERSION, LOCK, MANIFEST, sha256_file
 from circuitlab.analysis.neighbour_figures import TOKEN_MARKS, format_hits, mark_token, neighbour_heatmap
 from circuitlab.codes import SparseCode
+from circuitlab.errors import UserError
 
 __all__ = [
     "CircuitDB", "CircuitDBError", "CorruptDatabaseError", "DatabaseMismatchError", "FORMAT_NAME",

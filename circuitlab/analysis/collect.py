@@ -29,6 +29,7 @@ from torch import Tensor
 
 from circuitlab.analysis.codeindex import CodeMatrix
 from circuitlab.atomic import atomic_write_text
+from circuitlab.errors import UserError
 
 SHARD_MANIFEST = "collection.json"
 METADATA_COLUMNS = (
@@ -296,19 +297,19 @@ def collect(
     """
     tokenizer = tokenizer if tokenizer is not None else getattr(model, "tokenizer", None)
     if tokenizer is None:
-        raise ValueError("collecting circuits needs a tokenizer: pass tokenizer=..., or use a model that carries one")
+        raise UserError("collecting circuits needs a tokenizer: pass tokenizer=..., or use a model that carries one")
     if hasattr(tokenizer, "check_model_vocab"):
         tokenizer.check_model_vocab(model.config.d_vocab)
     n_layers = model.config.n_layers
     layers = list(range(n_layers)) if layers is None else sorted({int(layer) for layer in layers})
     bad = [layer for layer in layers if not 0 <= layer < n_layers]
     if bad:
-        raise ValueError(f"layers {bad} do not exist: the model has layers 0..{n_layers - 1}")
+        raise UserError(f"layers {bad} do not exist: the model has layers 0..{n_layers - 1}")
     if batch_size < 1:
-        raise ValueError(f"batch_size must be at least 1, got {batch_size}")
+        raise UserError(f"batch_size must be at least 1, got {batch_size}")
     window = window or model.config.n_ctx
     if not 0 < window <= model.config.n_ctx:
-        raise ValueError(f"window must lie in (0, n_ctx={model.config.n_ctx}], got {window}")
+        raise UserError(f"window must lie in (0, n_ctx={model.config.n_ctx}], got {window}")
 
     folder = Path(out_dir)
     folder.mkdir(parents=True, exist_ok=True)

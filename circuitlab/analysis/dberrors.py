@@ -1,7 +1,9 @@
 """The errors a circuit database raises (shared by the store, its persistence and its analyses)."""
 
+from circuitlab.errors import UserError
 
-class CircuitDBError(ValueError):
+
+class CircuitDBError(UserError):
     """A circuit database that cannot be used as asked."""
 
 

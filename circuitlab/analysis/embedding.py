@@ -25,6 +25,7 @@ import numpy as np
 from jaxtyping import Float, Int
 
 from circuitlab.atomic import atomic_write
+from circuitlab.errors import UserError
 
 Reducer = Callable[..., Float[np.ndarray, "points 2"]]
 
@@ -57,7 +58,7 @@ def database_knn(
     """
     circuit_ids = np.asarray(circuit_ids, dtype=np.int64)
     if circuit_ids.size <= n_neighbors:
-        raise ValueError(f"a map needs more than n_neighbors={n_neighbors} points; got {circuit_ids.size}")
+        raise UserError(f"a map needs more than n_neighbors={n_neighbors} points; got {circuit_ids.size}")
     exact = circuit_ids.size <= 50_000 if exact is None else exact
     neighbour_ids, distances = db.neighbours(layer, circuit_ids, n_neighbors - 1, within=circuit_ids, exact=exact)
     position = np.full(len(db), -1, dtype=np.int64)
@@ -128,7 +129,7 @@ def embed_layer(
 
     layer = db.require_layer(layer)
     if knn not in ("database", "umap"):
-        raise ValueError(f"knn must be 'database' or 'umap', got {knn!r}")
+        raise UserError(f"knn must be 'database' or 'umap', got {knn!r}")
     circuit_ids = frequent_token_circuits(db, n_tokens, max_points, seed)
     parameters = dict(n_tokens=n_tokens, n_neighbors=n_neighbors, min_dist=min_dist, seed=seed, knn=knn)
     cache_path = None
@@ -213,12 +214,15 @@ def embedding_figure(coordinates, color: str = "category", title: str | None = N
     import plotly.express as px
 
     if color not in ("category", "token"):
-        raise ValueError(f"color must be 'category' or 'token', got {color!r}")
+        raise UserError(f"color must be 'category' or 'token', got {color!r}")
     frame = coordinates.copy()
     frame[color] = frame[color].fillna("(none)").astype(str)
     layers = sorted(frame["layer"].unique())
+    from circuitlab.figures import color_map
+
     figure = px.scatter(
-        frame, x="x", y="y", color=color, facet_col="layer" if len(layers) > 1 else None,
+        frame, x="x", y="y", color=color, color_discrete_map=color_map(frame[color]),
+        category_orders={color: sorted(frame[color].unique())}, facet_col="layer" if len(layers) > 1 else None,
         facet_col_wrap=2 if len(layers) > 1 else 0, hover_data={"token": True, "context": True, "x": False, "y": False},
         title=title or (f"Circuits of the most frequent tokens, layer {layers[0]}" if len(layers) == 1 else "Circuits of the most frequent tokens"),
         width=900 if len(layers) == 1 else 1300, height=750 if len(layers) <= 2 else 1200, render_mode="webgl",

@@ -30,6 +30,7 @@ from jaxtyping import Float, Int
 from torch import Tensor
 
 from circuitlab.architectures.code_layer import ChannelGroup
+from circuitlab.errors import UserError
 
 if TYPE_CHECKING:
     import pandas
@@ -46,7 +47,7 @@ STAT_COLUMNS = (
 )
 
 
-class NoBoundedChannelsError(ValueError):
+class NoBoundedChannelsError(UserError):
     """The model has no bounded value channels, so legibility metrics do not apply."""
 
 
@@ -95,7 +96,7 @@ class ChannelAccumulator:
 
     def result(self) -> dict[str, Any]:
         if self.n == 0:
-            raise ValueError("no tokens were seen: give held-out text with at least one token")
+            raise UserError("no tokens were seen: give held-out text with at least one token")
         variance = self.m2_C / self.n
         crispness = self.crisp_C / self.n
         return dict(
@@ -110,7 +111,7 @@ def channel_statistics(values_NxC: Float[Tensor, "tokens channel"]) -> pandas.Da
 
     values = torch.as_tensor(values_NxC)
     if values.dim() != 2:
-        raise ValueError(f"channel values must be [tokens, channels], got shape {tuple(values.shape)}")
+        raise UserError(f"channel values must be [tokens, channels], got shape {tuple(values.shape)}")
     accumulator = ChannelAccumulator(values.shape[1])
     accumulator.update(values)
     result = accumulator.result()
@@ -153,7 +154,7 @@ def held_out_windows(model: Any, texts: Iterable[str], seq_len: int = 256) -> In
     """Tokenize texts (each followed by the end-of-text id) into one stream, cut into [windows, seq_len]."""
     tokenizer = model._require_tokenizer() if hasattr(model, "_require_tokenizer") else model.tokenizer
     if seq_len < 1 or seq_len > model.cfg.n_ctx:
-        raise ValueError(f"seq_len must lie in [1, n_ctx={model.cfg.n_ctx}], got {seq_len}")
+        raise UserError(f"seq_len must lie in [1, n_ctx={model.cfg.n_ctx}], got {seq_len}")
     stream: list[int] = []
     separator = getattr(tokenizer, "eos_id", None)
     for text in texts:
@@ -162,14 +163,14 @@ def held_out_windows(model: Any, texts: Iterable[str], seq_len: int = 256) -> In
             stream.append(separator)
     n_windows = len(stream) // seq_len
     if n_windows == 0:
-        raise ValueError(f"the held-out text has {len(stream)} tokens, fewer than one window of seq_len={seq_len}")
+        raise UserError(f"the held-out text has {len(stream)} tokens, fewer than one window of seq_len={seq_len}")
     return torch.tensor(stream[: n_windows * seq_len], dtype=torch.long).view(n_windows, seq_len)
 
 
 def _token_batches(tokens: Tensor | Iterable[Tensor], batch_size: int) -> Iterator[Tensor]:
     if isinstance(tokens, Tensor):
         if tokens.dim() != 2:
-            raise ValueError(f"held-out tokens must be [sequences, pos], got shape {tuple(tokens.shape)}")
+            raise UserError(f"held-out tokens must be [sequences, pos], got shape {tuple(tokens.shape)}")
         for start in range(0, tokens.shape[0], batch_size):
             yield tokens[start : start + batch_size]
     else:
@@ -216,7 +217,7 @@ def legibility_stats(
             flat_NxC = values.reshape(-1, math.prod(values.shape[2:]))
             accumulators.setdefault(index, ChannelAccumulator(flat_NxC.shape[1])).update(flat_NxC)
     if not accumulators:
-        raise ValueError("no held-out tokens were given")
+        raise UserError("no held-out tokens were given")
     rows = []
     for index, group in enumerate(groups):
         result = accumulators[index].result()
@@ -428,13 +429,13 @@ def max_activating_contexts(
         and (g.channel_slice is None or g.channel_slice.start <= channel < g.channel_slice.stop)
     ]
     if not groups:
-        raise ValueError(
+        raise UserError(
             f"{hook} channel {channel}{f' ({role})' if role else ''} is not a bounded channel of this model; "
             "pick one from legibility_stats(model, tokens)"
         )
     group = groups[0]
     if group.head_slice is not None and head is None:
-        raise ValueError(f"{hook} is an attention hook: give the head as well")
+        raise UserError(f"{hook} is an attention hook: give the head as well")
     d_vocab = model.cfg.d_vocab
     count_V = torch.zeros(d_vocab, dtype=torch.float64)
     fires_V = torch.zeros(d_vocab, dtype=torch.float64)

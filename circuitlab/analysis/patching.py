@@ -31,11 +31,15 @@ import torch
 from jaxtyping import Float
 from torch import Tensor
 
+from circuitlab.pairs import MIN_LOGIT_DIFFERENCE
+from circuitlab.errors import UserError
+
 if TYPE_CHECKING:
     import pandas
     import plotly.graph_objects
 
 POSITION_ROLES = ("noun", "final", "all")
+
 # hooks whose axis 1 is not the token position cannot be patched by position
 _NOT_POSITIONAL = ("hook_attn_scores", "hook_pattern")
 
@@ -64,12 +68,12 @@ class PatchPair:
         object.__setattr__(self, "clean_tokens", tuple(int(t) for t in self.clean_tokens))
         object.__setattr__(self, "patch_tokens", tuple(int(t) for t in self.patch_tokens))
         if not self.clean_tokens or not self.patch_tokens:
-            raise ValueError("a patch pair needs non-empty clean and patch token lists")
+            raise UserError("a patch pair needs non-empty clean and patch token lists")
         roles = {name: (int(c), int(p)) for name, (c, p) in dict(self.roles).items()}
         roles.setdefault("final", (len(self.clean_tokens) - 1, len(self.patch_tokens) - 1))
         for role, (clean_pos, patch_pos) in roles.items():
             if not (0 <= clean_pos < len(self.clean_tokens) and 0 <= patch_pos < len(self.patch_tokens)):
-                raise ValueError(
+                raise UserError(
                     f"{self.name or 'pair'}: role {role!r} at positions ({clean_pos}, {patch_pos}) lies outside "
                     f"the prompts of {len(self.clean_tokens)} and {len(self.patch_tokens)} tokens"
                 )
@@ -92,7 +96,7 @@ class PatchPair:
             if self.alignment is not None:
                 return list(self.alignment)
             if n_clean != n_patch:
-                raise ValueError(
+                raise UserError(
                     f"{self.name or 'pair'}: position 'all' needs prompts of equal length, got {n_clean} and "
                     f"{n_patch} tokens; give the pair an explicit alignment [(clean_pos, patch_pos), ...] or "
                     "patch by role only (positions=('noun', 'final'))"
@@ -100,34 +104,41 @@ class PatchPair:
             return [(t, t) for t in range(n_clean)]
         if isinstance(position, str):
             if position not in self.roles:
-                raise ValueError(
+                raise UserError(
                     f"{self.name or 'pair'} has no position role {position!r}; it has {sorted(self.roles)} "
                     "(and 'all'), or pass integer positions"
                 )
             return [self.roles[position]]
         index = int(position)
         if n_clean != n_patch:
-            raise ValueError(
+            raise UserError(
                 f"{self.name or 'pair'}: integer position {index} is ambiguous for prompts of {n_clean} and "
                 f"{n_patch} tokens; patch by role instead"
             )
         if not -n_clean <= index < n_clean:
-            raise ValueError(f"position {index} is outside a prompt of {n_clean} tokens")
+            raise UserError(f"position {index} is outside a prompt of {n_clean} tokens")
         return [(index % n_clean, index % n_clean)]
 
 
-def as_patch_pair(pair: Any, index: int = 0) -> PatchPair:
-    """A PatchPair from a PatchPair, a fact pair (circuitlab.data.facts.FactPair) or a mapping with the same
-    fields: clean_tokens, patch_tokens, clean_answer_id, patch_answer_id and optionally noun_position,
+def as_patch_pair(pair: Any, index: int = 0, model: Any = None) -> PatchPair:
+    """A PatchPair from a PatchPair, a text pair (the documented format of circuitlab.pairs; needs
+    `model` for its tokenizer), a fact pair (circuitlab.data.facts.FactPair) or a mapping of token ids:
+    clean_tokens, patch_tokens, clean_answer_id, patch_answer_id and optionally noun_position,
     final_position, patch_noun_position, patch_final_position, alignment, name."""
+    from circuitlab.pairs import EXAMPLE, TOKEN_KEYS, PairFormatError, is_text_pair, text_pair
+
     if isinstance(pair, PatchPair):
         return pair
+    if is_text_pair(pair):
+        if model is None:
+            raise PairFormatError(f"pair {index} is a text pair; reading it needs the model's tokenizer (pass model=)")
+        return text_pair(model, pair, index)
     get = pair.get if isinstance(pair, Mapping) else (lambda key, default=None: getattr(pair, key, default))
-    missing = [key for key in ("clean_tokens", "patch_tokens", "clean_answer_id", "patch_answer_id") if get(key) is None]
+    missing = [key for key in TOKEN_KEYS if get(key) is None]
     if missing:
-        raise ValueError(
-            f"pair {index} lacks {missing}: a pair needs clean_tokens, patch_tokens, clean_answer_id and "
-            "patch_answer_id (see circuitlab.data.facts.build_fact_pairs or PatchPair)"
+        raise PairFormatError(
+            f"pair {index} lacks the key{'s' if len(missing) > 1 else ''} {', '.join(map(repr, missing))}: a pair is "
+            f"text, like {EXAMPLE}, or token ids with {', '.join(TOKEN_KEYS)} (see circuitlab.pairs)"
         )
     clean_tokens, patch_tokens = list(get("clean_tokens")), list(get("patch_tokens"))
     roles = dict(get("roles") or {})
@@ -172,7 +183,7 @@ def natural_code_hooks(model: Any, layer: int) -> list[str]:
     of its write): do(g = g_patch) patches these together."""
     hooks = model.blocks[layer].ffn_code_layer.code_hooks()
     if not hooks:
-        raise ValueError(f"layer {layer} has no FFN code hook; name the hooks to patch with hooks=[...]")
+        raise UserError(f"layer {layer} has no FFN code hook; name the hooks to patch with hooks=[...]")
     return hooks
 
 
@@ -180,12 +191,12 @@ def _check_hook(model: Any, name: str) -> None:
     if name not in model.hook_dict:
         stem = name.rsplit(".", 1)[-1]
         similar = sorted(h for h in model.hook_dict if h.endswith(stem))[:6]
-        raise ValueError(
+        raise UserError(
             f"the model has no hook {name!r}"
             + (f"; hooks with that ending: {similar}" if similar else "; list them with `circuitlab summary`")
         )
     if name.endswith(_NOT_POSITIONAL):
-        raise ValueError(
+        raise UserError(
             f"{name} is laid out [batch, head, query, key], not [batch, pos, ...]; patch attn.hook_z or "
             "attn.hook_result per head instead"
         )
@@ -200,7 +211,7 @@ def _layer_hooks(model: Any, hooks: str | Sequence[str] | Callable[[int], list[s
         templates = [hooks] if isinstance(hooks, str) else list(hooks)
         for template in templates:
             if "{layer}" not in template:
-                raise ValueError(
+                raise UserError(
                     f"hook template {template!r} has no '{{layer}}' placeholder; write e.g. "
                     "'blocks.{layer}.hook_resid_pre' (patch a single hook with layers=[l])"
                 )
@@ -236,7 +247,7 @@ def run_interventions(
     from tqdm.auto import tqdm
 
     if batch_size < 1:
-        raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+        raise UserError(f"batch_size must be >= 1, got {batch_size}")
     device = model.W_E.device
     needed = sorted({patch.hook for _, intervention in rows for patch in intervention})
     sources = _patch_activations(model, pairs, needed, batch_size)
@@ -341,10 +352,12 @@ def nie_grid(
     heads: Sequence[int] | str | None = None,
     batch_size: int = 64,
     progress: bool = True,
+    min_difference: float = MIN_LOGIT_DIFFERENCE,
 ) -> pandas.DataFrame:
     """NIE of do(g = g_patch) for every pair x layer x position (x head), batched.
 
-    pairs: fact pairs (circuitlab.data.facts.build_fact_pairs), PatchPairs, or mappings with their fields.
+    pairs: text pairs in the documented format (circuitlab.pairs), fact pairs
+        (circuitlab.data.facts.build_fact_pairs), PatchPairs, or mappings of token ids.
     layers: ints and/or "all" (every layer at once); default every layer and "all".
     positions: roles ("noun", "final", any role the pairs define), "all", or integer positions.
     hooks: None = each layer's natural code (natural_code_hooks); else hook name templates with a
@@ -353,22 +366,24 @@ def nie_grid(
     heads: patch one entry of the hooks' third axis at a time (a head of "blocks.{layer}.attn.hook_result",
         a channel of sgatlin gates): "each" or a list of indices; adds a `head` column.
     batch_size: interventions per forward pass (1 runs each alone).
+    min_difference: pairs with |m(x_patch) - m(x_clean)| below this (nats) are marked `excluded` and left out
+        of nie_summary's means (their NIE divides by a difference that is mostly noise).
 
     Returns a DataFrame with one row per pair and cell: pair, pair_name, layer (int or "all"), position,
-    [head], hooks, m_clean, m_patch, m_patched, nie. NIE is NaN where m(x_patch) == m(x_clean).
+    [head], hooks, m_clean, m_patch, m_patched, nie, excluded. NIE is NaN where m(x_patch) == m(x_clean).
     """
     import pandas as pd
 
-    pair_list = [as_patch_pair(pair, index) for index, pair in enumerate(pairs)]
+    pair_list = [as_patch_pair(pair, index, model=model) for index, pair in enumerate(pairs)]
     if not pair_list:
-        raise ValueError("no pairs to patch: pass fact pairs (circuitlab.data.facts.build_fact_pairs) or PatchPairs")
+        raise UserError("no pairs to patch: pass fact pairs (circuitlab.data.facts.build_fact_pairs) or PatchPairs")
     n_layers = model.cfg.n_layers
     layer_specs = list(range(n_layers)) + ["all"] if layers is None else list(layers)
     for spec in layer_specs:
         if spec != "all" and not (isinstance(spec, int) and 0 <= spec < n_layers):
-            raise ValueError(f"layers must be ints in [0, {n_layers}) or 'all', got {spec!r}")
+            raise UserError(f"layers must be ints in [0, {n_layers}) or 'all', got {spec!r}")
     if not list(positions):
-        raise ValueError("positions is empty: give roles ('noun', 'final', 'all') or integer positions")
+        raise UserError("positions is empty: give roles ('noun', 'final', 'all') or integer positions")
     hooks_of_layer = {layer: _layer_hooks(model, hooks, layer) for layer in range(n_layers)}
     head_list = _head_list(model, heads, hooks_of_layer)
 
@@ -400,10 +415,12 @@ def nie_grid(
         cell.update(
             hooks=label, m_clean=m_clean, m_patch=m_patch, m_patched=m_patched,
             nie=(m_patched - m_clean) / denominator if denominator != 0 else math.nan,
+            excluded=bool(abs(denominator) < min_difference),
         )
     table = pd.DataFrame(cells)
     table["layer"] = table["layer"].astype(object)
     table["position"] = table["position"].astype(object)
+    table.attrs["min_difference"] = float(min_difference)
     return table
 
 
@@ -416,25 +433,50 @@ def _head_list(model: Any, heads: Sequence[int] | str | None, hooks_of_layer: di
         _, cache = model.run_with_cache(tokens, names_filter=lambda name: name in names)
     widths = {name: cache[name].shape[2] if cache[name].dim() > 2 else None for name in names}
     if any(width is None for width in widths.values()) or len(set(widths.values())) != 1:
-        raise ValueError(
+        raise UserError(
             f"heads= patches one entry of the hooks' third axis, but the hooks have shapes "
             f"{ {n: tuple(cache[n].shape) for n in names} }; use per-head hooks such as 'blocks.{{layer}}.attn.hook_result'"
         )
     width = next(iter(widths.values()))
     if isinstance(heads, str):
         if heads != "each":
-            raise ValueError(f"heads must be 'each' or a list of indices, got {heads!r}")
+            raise UserError(f"heads must be 'each' or a list of indices, got {heads!r}")
         return list(range(width))
     head_list = [int(h) for h in heads]
     bad = [h for h in head_list if not 0 <= h < width]
     if bad:
-        raise ValueError(f"heads {bad} are outside [0, {width}) for hooks {sorted(names)}")
+        raise UserError(f"heads {bad} are outside [0, {width}) for hooks {sorted(names)}")
     return head_list
 
 
+def excluded_pairs(table: pandas.DataFrame) -> pandas.DataFrame:
+    """The pairs nie_grid left out of the means: pair, pair_name, m_clean, m_patch and their difference."""
+    if "excluded" not in table.columns:
+        return table.iloc[0:0][["pair"]]
+    rows = table[table["excluded"].astype(bool)].drop_duplicates("pair")
+    out = rows[["pair", "pair_name", "m_clean", "m_patch"]].reset_index(drop=True)
+    out["difference"] = out["m_patch"] - out["m_clean"]
+    return out
+
+
+def excluded_report(table: pandas.DataFrame) -> str | None:
+    """One line naming the pairs left out of the means, or None when every pair counted."""
+    left_out = excluded_pairs(table)
+    if left_out.empty:
+        return None
+    threshold = table.attrs.get("min_difference", MIN_LOGIT_DIFFERENCE)
+    shown = ", ".join(f"{row.pair_name} ({row.difference:+.3f})" for row in left_out.head(8).itertuples())
+    more = f" and {len(left_out) - 8} more" if len(left_out) > 8 else ""
+    return (f"left out of the means: {len(left_out)} of {table['pair'].nunique()} pairs whose m(x_patch) - m(x_clean) "
+            f"is below {threshold:g} nats in size: {shown}{more}")
+
+
 def nie_summary(table: pandas.DataFrame) -> pandas.DataFrame:
-    """Mean NIE over pairs per cell, with its standard error and the number of pairs (NaN NIEs dropped)."""
+    """Mean NIE over pairs per cell, with its standard error and the number of pairs (NaN NIEs and pairs
+    marked `excluded` by nie_grid, whose m(x) differences are below its threshold, left out)."""
     keys = ["layer", "position"] + (["head"] if "head" in table.columns else [])
+    if "excluded" in table.columns:
+        table = table[~table["excluded"].astype(bool)]
     grouped = table.dropna(subset=["nie"]).groupby(keys, sort=False)["nie"]
     summary = grouped.agg(nie="mean", sem="sem", n_pairs="count").reset_index()
     return summary
@@ -444,15 +486,21 @@ def nie_heatmap(table: pandas.DataFrame, title: str = "Normalized indirect effec
     """Figure 7 of seed 000: mean NIE over pairs, layers (rows, 'all' on top) x positions (columns)."""
     import plotly.graph_objects as go
 
+    import numpy as np
+
     summary = nie_summary(table)
     if "head" in summary.columns:
         summary = summary.groupby(["layer", "position"], sort=False)["nie"].mean().reset_index()
-    layer_order = sorted({l for l in summary["layer"] if l != "all"}) + (["all"] if "all" in set(summary["layer"]) else [])
-    position_order = list(dict.fromkeys(summary["position"]))
-    grid = summary.pivot_table(index="layer", columns="position", values="nie", aggfunc="mean")
-    grid = grid.reindex(index=layer_order, columns=position_order)
-    values = grid.to_numpy(dtype=float)
+    # the grid's shape comes from every cell, so pairs left out of the means leave blanks, not a smaller grid
+    layer_order = sorted({l for l in table["layer"] if l != "all"}) + (["all"] if "all" in set(table["layer"]) else [])
+    position_order = list(dict.fromkeys(table["position"]))
+    values = np.full((len(layer_order), len(position_order)), np.nan)
+    if not summary.empty:
+        grid = summary.pivot_table(index="layer", columns="position", values="nie", aggfunc="mean")
+        values = grid.reindex(index=layer_order, columns=position_order).to_numpy(dtype=float)
     n_pairs = table["pair"].nunique()
+    n_left_out = len(excluded_pairs(table))
+    counted = f"{n_pairs - n_left_out} of {n_pairs} pairs" if n_left_out else f"{n_pairs} pair{'s' if n_pairs != 1 else ''}"
     figure = go.Figure(
         go.Heatmap(
             z=values, x=[str(p) for p in position_order], y=[f"layer {l}" if l != "all" else "all layers" for l in layer_order],
@@ -462,7 +510,7 @@ def nie_heatmap(table: pandas.DataFrame, title: str = "Normalized indirect effec
         )
     )
     figure.update_layout(
-        title=f"{title} ({n_pairs} pair{'s' if n_pairs != 1 else ''}; hooks: {table['hooks'].iloc[0]})",
+        title=f"{title} ({counted}; hooks: {table['hooks'].iloc[0]})",
         xaxis_title="patched position", yaxis_title="patched layer",
     )
     return figure

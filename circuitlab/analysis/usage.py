@@ -32,15 +32,16 @@ import numpy as np
 from jaxtyping import Bool, Float, Int
 
 from circuitlab.analysis.codeindex import CodeMatrix
+from circuitlab.errors import UserError
 
 
 def gini(values: Float[np.ndarray, " n"]) -> float:
     """Gini coefficient of non-negative values: sum_ij |x_i - x_j| / (2 n^2 mean); 0 for all-zero input."""
     values = np.sort(np.asarray(values, dtype=np.float64).ravel())
     if values.size == 0:
-        raise ValueError("the Gini coefficient of an empty set is undefined")
+        raise UserError("the Gini coefficient of an empty set is undefined")
     if values[0] < 0:
-        raise ValueError(f"the Gini coefficient needs non-negative values; the smallest is {values[0]}")
+        raise UserError(f"the Gini coefficient needs non-negative values; the smallest is {values[0]}")
     total = values.sum()
     if total == 0:
         return 0.0
@@ -71,10 +72,10 @@ def activation_frequency(
     rows, neurons = active_pairs(codes)
     if unique_tokens:
         if token_ids is None:
-            raise ValueError("counting each unique token once needs the token id of every row")
+            raise UserError("counting each unique token once needs the token id of every row")
         token_ids = np.asarray(token_ids)
         if token_ids.shape != (len(codes),):
-            raise ValueError(f"token_ids must have one id per code row ({len(codes)}), got shape {token_ids.shape}")
+            raise UserError(f"token_ids must have one id per code row ({len(codes)}), got shape {token_ids.shape}")
         _, token_index, occurrences = np.unique(token_ids, return_inverse=True, return_counts=True)
         row_weight = 1.0 / occurrences[token_index] / occurrences.size
     else:
@@ -105,7 +106,7 @@ def shared_subkey_mask(neurons: Int[np.ndarray, " m"], neurons_per_channel: int)
     """True where two distinct sgatlin neurons (channel-offset ids c * N + i1 * n + i2) share a subkey."""
     keys_per_half = int(round(np.sqrt(neurons_per_channel)))
     if keys_per_half * keys_per_half != neurons_per_channel:
-        raise ValueError(f"sgatlin neurons per channel must be a perfect square, got {neurons_per_channel}")
+        raise UserError(f"sgatlin neurons per channel must be a perfect square, got {neurons_per_channel}")
     neurons = np.asarray(neurons, dtype=np.int64)
     channel, local = np.divmod(neurons, neurons_per_channel)
     first_key, second_key = np.divmod(local, keys_per_half)

@@ -38,8 +38,44 @@ from circuitlab.config import ConfigError, ModelConfig
 
 
 def models_root() -> Path:
-    """Where shipped models live: $CIRCUITLAB_MODELS, else the repository's models/ folder."""
-    return Path(os.environ.get("CIRCUITLAB_MODELS", Path(__file__).resolve().parents[2] / "models"))
+    """Where shipped models live: $CIRCUITLAB_MODELS, else the installed package's models (the wheel carries
+    them as package data in circuitlab/models/), else the source tree's models/ folder."""
+    if "CIRCUITLAB_MODELS" in os.environ:
+        return Path(os.environ["CIRCUITLAB_MODELS"])
+    installed = Path(__file__).resolve().parents[1] / "models"
+    if installed.is_dir():
+        return installed
+    return Path(__file__).resolve().parents[2] / "models"
+
+
+def is_pickle(path: str | os.PathLike) -> bool:
+    """Whether a file holds pickled Python objects, judged by its bytes, whatever its name: a pickle of protocol
+    2 or later (0x80, protocol byte), or a zip archive with a pickle inside (what torch.save writes)."""
+    import zipfile
+
+    try:
+        with open(path, "rb") as handle:
+            head = handle.read(4)
+    except OSError:
+        return False
+    if len(head) >= 2 and head[0] == 0x80 and 2 <= head[1] <= 5:
+        return True
+    if head == b"PK\x03\x04":
+        try:
+            with zipfile.ZipFile(path) as archive:
+                return any(name.endswith((".pkl", ".pickle")) for name in archive.namelist())
+        except (zipfile.BadZipFile, OSError):
+            return False
+    return False
+
+
+def refuse_pickle(path: str | os.PathLike) -> None:
+    """CheckpointError when `path` is a pickle (see is_pickle): unpickling can run arbitrary code."""
+    if is_pickle(path):
+        raise CheckpointError(
+            f"{path} is a pickle (e.g. a torch.save checkpoint): circuitlab never unpickles files (they can run "
+            "code). Convert the weights to safetensors with the code that made them."
+        )
 
 
 def is_plain_name(name: str) -> bool:
@@ -52,14 +88,18 @@ def resolve_model_folder(name_or_path: str | os.PathLike) -> Path:
     path = Path(name_or_path)
     if path.is_dir():
         return path
-    shipped = models_root() / str(name_or_path)
+    if path.is_file():
+        refuse_pickle(path)
+        raise CheckpointError(f"{path} is a file; a model is a folder holding {CONFIG_FILE} and {WEIGHTS_FILE}")
+    root = models_root()
+    shipped = root / str(name_or_path)
     if is_plain_name(str(name_or_path)) and shipped.is_dir():
         return shipped
-    known = sorted(p.name for p in models_root().glob("*") if (p / CONFIG_FILE).exists()) if models_root().is_dir() else []
-    raise CheckpointError(
-        f"no model folder {str(name_or_path)!r}: not a directory, and not a shipped model"
-        + (f" (shipped: {', '.join(known)})" if known else "")
-    )
+    known = sorted(p.name for p in root.glob("*") if (p / CONFIG_FILE).exists()) if root.is_dir() else []
+    where = (f"shipped: {', '.join(known)}" if known else
+             f"no shipped models found in {root}; circuitlab downloads nothing, so point $CIRCUITLAB_MODELS at a "
+             "folder of model folders, or install the circuitlab wheel, which carries them")
+    raise CheckpointError(f"no model folder {str(name_or_path)!r}: not a directory, and not a shipped model ({where})")
 
 
 def load_model(
@@ -72,7 +112,7 @@ def load_model(
     folder = resolve_model_folder(name_or_path)
     weights = folder / WEIGHTS_FILE
     if not weights.exists():
-        pickles = sorted(p.name for p in folder.iterdir() if p.suffix in PICKLE_SUFFIXES)
+        pickles = sorted(p.name for p in folder.iterdir() if p.is_file() and is_pickle(p))
         if pickles:
             raise CheckpointError(
                 f"{folder} holds {', '.join(pickles)} but no {WEIGHTS_FILE}: circuitlab never unpickles files"

@@ -17,9 +17,10 @@ import numpy as np
 import torch
 
 from circuitlab.config import ModelConfig
+from circuitlab.errors import UserError
 
 
-class OfficialFormatError(ValueError):
+class OfficialFormatError(UserError):
     """A parameter set that does not look like the seed authors' sgatlin model."""
 
 

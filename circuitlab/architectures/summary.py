@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import argparse
 from pathlib import Path
 from typing import Any
 
@@ -12,9 +11,12 @@ from circuitlab.config import PRESETS, ModelConfig
 
 
 def build_from_spec(spec: str) -> Any:
-    """A model folder, a shipped model name, a config.json path, or a preset ("preset:NAME" forces the
-    randomly initialised preset when a shipped model has the same name)."""
-    from circuitlab.architectures.checkpoint import CheckpointError, load_model, models_root
+    """A model folder, a shipped model name, a config.json path (untrained), or `preset:NAME` (untrained).
+
+    A bare name that finds no trained model is an error, never a silent switch to the randomly initialised
+    preset of that name: random weights are asked for by `preset:NAME`.
+    """
+    from circuitlab.architectures.checkpoint import CheckpointError, load_model, models_root, refuse_pickle
     from circuitlab.architectures.transformer import CircuitTransformer
 
     if spec.startswith("preset:"):
@@ -22,17 +24,18 @@ def build_from_spec(spec: str) -> Any:
         return CircuitTransformer(ModelConfig.preset(name))
     path = Path(spec)
     if path.is_file():
+        refuse_pickle(path)
         return CircuitTransformer(ModelConfig.from_json(path))
     if path.is_dir() or (models_root() / spec).is_dir():
-        try:
-            return load_model(spec)
-        except CheckpointError as error:
-            raise ValueError(str(error)) from None
+        return load_model(spec)
     if spec in PRESETS:
-        return CircuitTransformer(ModelConfig.preset(spec))
-    raise ValueError(
-        f"{spec!r} is neither a model folder, a shipped model, a config.json, nor a preset "
-        f"({', '.join(sorted(PRESETS))})"
+        raise CheckpointError(
+            f"{spec!r} names no trained model: no folder {spec!r} here and no shipped model of that name in "
+            f"{models_root()}. For the randomly initialised (untrained) preset, pass preset:{spec}"
+        )
+    raise CheckpointError(
+        f"{spec!r} is neither a model folder, a shipped model, a config.json, nor preset:NAME "
+        f"(presets: {', '.join(sorted(PRESETS))})"
     )
 
 
@@ -79,16 +82,3 @@ def summary_text(model: Any) -> str:
     if config.n_layers > 1:
         lines.append(f"  ... the same for blocks.1 to blocks.{config.n_layers - 1}")
     return "\n".join(lines)
-
-
-def run(args: argparse.Namespace) -> int:
-    print(summary_text(build_from_spec(args.model)))
-    return 0
-
-
-def register(subparsers: Any) -> None:
-    parser = subparsers.add_parser("summary", help="parameters per part and hook names of a model")
-    parser.add_argument("model", nargs="?", default="sgatlin-stories",
-                        help="model folder, shipped model, config.json or preset (preset:NAME forces the "
-                             "untrained preset; default: sgatlin-stories)")
-    parser.set_defaults(func=run)

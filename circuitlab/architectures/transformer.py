@@ -37,9 +37,10 @@ from circuitlab.architectures.tl_cache import CircuitActivationCache
 from circuitlab.architectures.weights import save_model
 from circuitlab.codes import SparseCode
 from circuitlab.config import ModelConfig
+from circuitlab.errors import UserError
 
 
-class ContextLengthError(ValueError):
+class ContextLengthError(UserError):
     """A prompt longer than the model's context."""
 
 
@@ -214,7 +215,7 @@ class CircuitTransformer(TransformerLensAPI, GenerationMixin, HookedRootModule):
         if tokens.dim() == 1:
             tokens = tokens[None]
         if tokens.dim() != 2 or tokens.dtype not in (torch.int64, torch.int32, torch.int16, torch.uint8):
-            raise ValueError(
+            raise UserError(
                 f"tokens must be an integer tensor [batch, pos], got {tuple(tokens.shape)} {tokens.dtype}"
                 " (use model.to_tokens(text) for strings)"
             )
@@ -225,7 +226,7 @@ class CircuitTransformer(TransformerLensAPI, GenerationMixin, HookedRootModule):
             )
         # range check on host tensors only: on the GPU it would force a sync every training step
         if tokens.device.type == "cpu" and tokens.numel() and (int(tokens.min()) < 0 or int(tokens.max()) >= self.config.d_vocab):
-            raise ValueError(
+            raise UserError(
                 f"token ids must lie in [0, d_vocab={self.config.d_vocab}), got [{int(tokens.min())}, "
                 f"{int(tokens.max())}] (was the text tokenized with another tokenizer?)"
             )

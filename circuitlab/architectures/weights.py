@@ -19,6 +19,7 @@ from safetensors.torch import save_file
 from torch import Tensor
 
 from circuitlab.atomic import atomic_write
+from circuitlab.errors import UserError
 
 PICKLE_SUFFIXES = (".pt", ".pth", ".bin", ".ckpt", ".pkl", ".pickle")
 CONFIG_FILE, WEIGHTS_FILE, TOKENIZER_FILE = "config.json", "model.safetensors", "tokenizer.json"
@@ -27,7 +28,7 @@ METRICS_FILE = "metrics.json"  # written by `circuitlab train` beside the model
 TENSORS_SHA256, CONFIG_SHA256, TOKENIZER_SHA256 = "circuitlab.sha256", "circuitlab.config_sha256", "circuitlab.tokenizer_sha256"
 
 
-class CheckpointError(ValueError):
+class CheckpointError(UserError):
     """A model folder that cannot be loaded as asked."""
 
 

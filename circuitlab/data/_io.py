@@ -5,8 +5,10 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from circuitlab.errors import UserError
 
-class DataError(ValueError):
+
+class DataError(UserError):
     """A problem with the user's data (missing file, bad encoding, missing field, empty corpus)."""
 
 

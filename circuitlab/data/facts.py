@@ -26,6 +26,8 @@ import torch
 from jaxtyping import Float, Int
 from torch import Tensor
 
+from circuitlab.errors import UserError
+
 if TYPE_CHECKING:
     import pandas
     import plotly.graph_objects
@@ -110,7 +112,7 @@ def check_facts(facts: Sequence[Fact]) -> None:
         for fact in facts:
             key = getattr(fact, field)
             if key in seen:
-                raise ValueError(
+                raise UserError(
                     f"facts {seen[key].sentence!r} and {fact.sentence!r} share the {field} {key!r}; "
                     "every fact needs its own noun and its own adjective"
                 )
@@ -165,7 +167,7 @@ def _encode_prompt(tokenizer: _Tokenizer, noun: str, prepend_eos: bool) -> _Enco
     noun_end = noun_start + len(noun)
     noun_positions = [i for i, (start, end) in enumerate(offsets) if start < noun_end and end > noun_start]
     if len(noun_positions) != 1:
-        raise ValueError(f"{noun!r} is not a single token in {prompt!r}: tokens {noun_positions}")
+        raise UserError(f"{noun!r} is not a single token in {prompt!r}: tokens {noun_positions}")
     shift = 1 if prepend_eos else 0
     tokens = ([tokenizer.eos_id] if prepend_eos else []) + list(ids)
     return _EncodedPrompt(tokens=tokens, noun_position=noun_positions[0] + shift, final_position=len(tokens) - 1)
@@ -220,7 +222,7 @@ def build_fact_pairs(
     check_facts(facts)
     usable = single_token_facts(tokenizer, facts)
     if len(usable) < 2:
-        raise ValueError(
+        raise UserError(
             f"only {len(usable)} of {len(facts)} facts have single-token nouns and adjectives under this "
             "tokenizer; need at least 2 (train the tokenizer on the story corpus, or use a larger vocabulary)"
         )
@@ -228,7 +230,7 @@ def build_fact_pairs(
     random.Random(seed).shuffle(candidates)
     if n_pairs is not None:
         if not 0 < n_pairs <= len(candidates):
-            raise ValueError(f"n_pairs={n_pairs}, but {len(usable)} usable facts give 1..{len(candidates)} pairs")
+            raise UserError(f"n_pairs={n_pairs}, but {len(usable)} usable facts give 1..{len(candidates)} pairs")
         candidates = candidates[:n_pairs]
     encoded = {fact.noun: _encode_prompt(tokenizer, fact.noun, prepend_eos) for fact in usable}
     pairs = []
@@ -258,10 +260,10 @@ def build_fact_pairs(
 def fact_pair_tensors(pairs: Sequence[FactPair]) -> tuple[Int[Tensor, "pair pos"], Int[Tensor, "pair pos"]]:
     """Stack aligned pairs into (clean_tokens, patch_tokens) LongTensors."""
     if not pairs:
-        raise ValueError("no fact pairs to stack")
+        raise UserError("no fact pairs to stack")
     lengths = {len(pair.clean_tokens) for pair in pairs} | {len(pair.patch_tokens) for pair in pairs}
     if len(lengths) != 1:
-        raise ValueError(f"fact pairs have prompt lengths {sorted(lengths)}; stack pairs of one length at a time")
+        raise UserError(f"fact pairs have prompt lengths {sorted(lengths)}; stack pairs of one length at a time")
     clean = torch.tensor([pair.clean_tokens for pair in pairs], dtype=torch.long)
     patch = torch.tensor([pair.patch_tokens for pair in pairs], dtype=torch.long)
     return clean, patch
@@ -286,7 +288,7 @@ def fact_accuracy(
 
     usable = single_token_facts(tokenizer, facts)
     if not usable:
-        raise ValueError(
+        raise UserError(
             f"none of the {len(facts)} facts has a single-token noun and adjective under this tokenizer; "
             "train the tokenizer on the story corpus (circuitlab tokenizer) so the fact words are merged"
         )

@@ -13,6 +13,8 @@ import os
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
+from circuitlab.errors import UserError
+
 EOS_TOKEN = "<|endoftext|>"
 MIN_VOCAB_SIZE = 257  # the 256 byte tokens and the separator
 
@@ -39,7 +41,7 @@ class CircuitTokenizer:
     def __init__(self, tokenizer) -> None:
         eos_id = tokenizer.token_to_id(EOS_TOKEN)
         if eos_id is None:
-            raise ValueError(
+            raise UserError(
                 f"this tokenizer has no {EOS_TOKEN!r} token; circuitlab tokenizers need it as the document "
                 "separator (train one with circuitlab.data.train_tokenizer or `circuitlab tokenizer`)"
             )
@@ -60,7 +62,7 @@ class CircuitTokenizer:
         try:
             tokenizer = Tokenizer.from_file(str(path))
         except Exception as error:  # tokenizers raises a bare Exception on malformed JSON
-            raise ValueError(f"{path} is not a Hugging Face tokenizer.json: {error}") from None
+            raise UserError(f"{path} is not a Hugging Face tokenizer.json: {error}") from None
         return cls(tokenizer)
 
     @classmethod
@@ -104,7 +106,7 @@ class CircuitTokenizer:
 
     def check_model_vocab(self, d_vocab: int) -> None:
         if self.vocab_size != d_vocab:
-            raise ValueError(
+            raise UserError(
                 f"tokenizer vocab {self.vocab_size} != model d_vocab {d_vocab} "
                 "(was this checkpoint trained with another tokenizer?)"
             )
@@ -114,7 +116,7 @@ class CircuitTokenizer:
         show as escapes ("\\xe6")."""
         token = self._tokenizer.id_to_token(int(token_id))
         if token is None:
-            raise ValueError(f"token id {token_id} is outside the vocabulary (0..{self.vocab_size - 1})")
+            raise UserError(f"token id {token_id} is outside the vocabulary (0..{self.vocab_size - 1})")
         if token == EOS_TOKEN:
             return token
         return bytes(_BYTE_DECODER[character] for character in token).decode("utf-8", errors="backslashreplace")
@@ -143,7 +145,7 @@ class CircuitTokenizer:
         ids = [int(token_id) for token_id in ids]
         bad = [token_id for token_id in ids if not 0 <= token_id < self.vocab_size]
         if bad:
-            raise ValueError(f"token ids {bad[:5]} are outside the vocabulary (0..{self.vocab_size - 1})")
+            raise UserError(f"token ids {bad[:5]} are outside the vocabulary (0..{self.vocab_size - 1})")
         return self._tokenizer.decode(ids, skip_special_tokens=False)
 
     def __repr__(self) -> str:
@@ -156,7 +158,7 @@ def train_tokenizer(texts: Iterable[str], vocab_size: int = 4096, show_progress:
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
     if vocab_size < MIN_VOCAB_SIZE:
-        raise ValueError(f"vocab_size {vocab_size} is too small: need at least {MIN_VOCAB_SIZE} (256 bytes + {EOS_TOKEN})")
+        raise UserError(f"vocab_size {vocab_size} is too small: need at least {MIN_VOCAB_SIZE} (256 bytes + {EOS_TOKEN})")
     n_texts = 0
 
     def counted(iterable: Iterable[str]) -> Iterable[str]:
@@ -178,5 +180,5 @@ def train_tokenizer(texts: Iterable[str], vocab_size: int = 4096, show_progress:
     )
     tokenizer.train_from_iterator(counted(texts), trainer=trainer)
     if n_texts == 0:
-        raise ValueError("cannot train a tokenizer on an empty corpus")
+        raise UserError("cannot train a tokenizer on an empty corpus")
     return CircuitTokenizer(tokenizer)

@@ -25,6 +25,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from circuitlab.errors import UserError
 from circuitlab.atomic import atomic_write_text
 
 CHECKPOINT_FORMAT = "circuitlab-train-checkpoint"
@@ -33,7 +34,7 @@ TEMPORARY_PREFIX = ".tmp-"
 REQUIRED_FIELDS = ("step", "train_seconds", "param_groups", "guard", "train_config", "model_config_hash", "data", "rng")
 
 
-class CheckpointMismatchError(ValueError):
+class CheckpointMismatchError(UserError):
     """A checkpoint that cannot continue this run (other settings, other data, unreadable files)."""
 
 

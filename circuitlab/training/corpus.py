@@ -36,6 +36,7 @@ from jaxtyping import Int
 from torch import Tensor
 
 from circuitlab.atomic import atomic_write, atomic_write_text
+from circuitlab.errors import UserError
 
 
 @dataclass
@@ -57,17 +58,17 @@ class DataSpec:
 
     def validate(self) -> None:
         if self.source not in ("stories", "text", "jsonl", "hf"):
-            raise ValueError(f"unknown data source {self.source!r}; expected stories, text, jsonl or hf")
+            raise UserError(f"unknown data source {self.source!r}; expected stories, text, jsonl or hf")
         if self.source == "stories":
             if self.n_stories <= 0 or self.n_held_out <= 0:
-                raise ValueError(
+                raise UserError(
                     f"--n-stories ({self.n_stories}) and --held-out-stories ({self.n_held_out}) must be positive"
                 )
         else:
             if not self.paths:
-                raise ValueError(f"data source {self.source!r} needs at least one path")
+                raise UserError(f"data source {self.source!r} needs at least one path")
             if not 0.0 < self.held_out_fraction < 1.0:
-                raise ValueError(f"--held-out-fraction must lie in (0, 1), got {self.held_out_fraction}")
+                raise UserError(f"--held-out-fraction must lie in (0, 1), got {self.held_out_fraction}")
 
     def describe(self) -> str:
         if self.source == "stories":
@@ -113,7 +114,7 @@ def load_split_documents(spec: DataSpec, show_progress: bool = True) -> tuple[li
     spec.validate()
     if spec.source == "stories":
         if spec.story_seed == HELD_OUT_SEED:
-            raise ValueError(f"story seed {HELD_OUT_SEED} is the held-out seed; train on another seed")
+            raise UserError(f"story seed {HELD_OUT_SEED} is the held-out seed; train on another seed")
         train = [s.text for s in iter_stories(spec.n_stories, spec.story_seed, show_progress=show_progress)]
         held_out = [s.text for s in iter_stories(spec.n_held_out, HELD_OUT_SEED, show_progress=False)]
         return train, held_out
@@ -130,7 +131,7 @@ def load_split_documents(spec: DataSpec, show_progress: bool = True) -> tuple[li
     random.Random(spec.split_seed).shuffle(order)
     n_held = max(1, int(round(spec.held_out_fraction * len(documents))))
     if n_held >= len(documents):
-        raise ValueError(
+        raise UserError(
             f"the corpus has {len(documents)} documents: too few to hold out {spec.held_out_fraction:g} of them "
             "and still train; give more text"
         )
@@ -145,7 +146,7 @@ def _pack(documents: list[str], tokenizer: Any, window: int, what: str, show_pro
     try:
         return pack_sequences(ids, window, tokenizer.eos_id).to(torch.int32)
     except DataError as error:
-        raise ValueError(f"{what} data: {error}") from None
+        raise UserError(f"{what} data: {error}") from None
 
 
 def prepare_data(
@@ -164,11 +165,11 @@ def prepare_data(
     if spec.tokenizer_path is not None:
         path = Path(spec.tokenizer_path)
         if not path.is_file():
-            raise FileNotFoundError(f"--tokenizer {path}: no such file (train one with `circuitlab tokenizer`)")
+            raise UserError(f"--tokenizer {path}: no such file (train one with `circuitlab tokenizer`)")
         try:
             tokenizer = CircuitTokenizer.from_file(path)
         except Exception as error:  # the tokenizers library raises its own exception types
-            raise ValueError(f"--tokenizer {path} cannot be read as a tokenizer.json ({error})") from None
+            raise UserError(f"--tokenizer {path} cannot be read as a tokenizer.json ({error})") from None
     else:
         path = data_dir / f"tokenizer-{source_key}.json"
         tokenizer = None

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from circuitlab.errors import UserError
 from circuitlab.atomic import atomic_write_text
 from circuitlab.training.corpus import DataSpec
 from circuitlab.training.trainer import LOG_FILE, TrainConfig, TrainResult
@@ -46,7 +47,7 @@ def check_out_folder(out: Path, resume: bool) -> None:
         return
     existing = [name for name in (LOG_FILE, "checkpoints", "metrics.json") if (out / name).exists()]
     if existing:
-        raise ValueError(
+        raise UserError(
             f"--out {out} already holds a run ({', '.join(existing)}); pass --resume to continue it, or choose "
             "another --out folder"
         )
@@ -97,7 +98,7 @@ def check_model_fits(config: Any, device: Any, world_size: int = 1, fsdp: bool =
     # processes on the CPU share the machine's memory; on CUDA each rank has its own device
     needed = per_device * (world_size if device.type == "cpu" else 1)
     if needed > available:
-        raise ValueError(
+        raise UserError(
             f"the model config{f' {config.name!r}' if config.name else ''} has at least {parameters:,} parameters: "
             f"training needs at least {needed / 2**30:,.1f} GiB for weights, gradients and AdamW moments, but "
             f"{'the machine has' if device.type == 'cpu' else f'{device} has'} {available / 2**30:,.1f} GiB; "
@@ -151,12 +152,12 @@ def train(
     out = Path(out)
     if threads is not None:
         if threads <= 0:
-            raise ValueError(f"--threads must be positive, got {threads}")
+            raise UserError(f"--threads must be positive, got {threads}")
         torch.set_num_threads(threads)
     if train_config.fsdp and not launched_by_torchrun():
-        raise ValueError("--fsdp shards a model across processes: launch with torchrun --nproc_per_node=N")
+        raise UserError("--fsdp shards a model across processes: launch with torchrun --nproc_per_node=N")
     if train_config.seq_len > model_config.n_ctx:
-        raise ValueError(f"--seq-len {train_config.seq_len} exceeds the model's context n_ctx={model_config.n_ctx}")
+        raise UserError(f"--seq-len {train_config.seq_len} exceeds the model's context n_ctx={model_config.n_ctx}")
     context = setup_distributed(device)
     try:
         train_config.validate(context.world_size)
@@ -180,7 +181,7 @@ def train(
         if error is not None:
             raise error
         if error_text is not None:
-            raise ValueError(f"rank 0 could not prepare the data ({error_text})")
+            raise UserError(f"rank 0 could not prepare the data ({error_text})")
         if not context.is_main:
             prepared = prepare_data(data, train_config.seq_len, data_dir, show_progress=False)
         barrier(context)

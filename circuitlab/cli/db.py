@@ -8,7 +8,8 @@ command line.
     circuitlab embed runs/db --layers 0 1 2 3 --out runs/umap.html
     circuitlab usage runs/db --out-dir runs/usage
 
-User errors (missing folders, mismatched models, bad arguments) print one line to stderr and return 2.
+User errors (missing folders, mismatched models, bad arguments) are UserErrors:
+one line on stderr, exit status 2 (circuitlab.cli.main).
 CSV files quote every text field: byte-level tokens may hold carriage returns.
 """
 
@@ -16,11 +17,12 @@ from __future__ import annotations
 
 import argparse
 import csv
-import functools
-import sys
 import time
 from pathlib import Path
 from typing import Any, Callable
+
+from circuitlab.errors import UserError
+from circuitlab.figures import write_figure
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -42,13 +44,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     source.add_argument("--stories", type=int, default=None, help="use N generated held-out labelled stories (default 128)")
     build.add_argument("--max-texts", type=int, default=None, help="use only the first N texts of the corpus")
     build.add_argument("--layers", type=int, nargs="+", default=None, help="layers to record (default: all)")
-    build.add_argument("--batch-size", type=int, default=16)
+    build.add_argument("--batch-size", type=int, default=16, help="texts per forward pass (default 16)")
     build.add_argument("--device", default="cpu", help="cpu or cuda (default cpu)")
     build.add_argument("--index", default="auto", choices=("auto", "flat", "ivf", "hnsw", "none"),
                        help="approximate index per layer (default auto: flat below 20k circuits, IVF above; none: exact only)")
     build.add_argument("--value-dtype", default="float32", choices=("float32", "float16"), help="stored code values")
     build.add_argument("--quiet", action="store_true", help="no progress bars")
-    build.set_defaults(func=_user_errors("db build")(run_build))
+    build.set_defaults(func=run_build)
 
     query = verbs.add_parser("query", help="nearest stored circuits of every token of a text (seed 000, table 3)")
     query.add_argument("db", help="database folder")
@@ -62,23 +64,23 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     query.add_argument("--csv", default=None, help="also write the table to this CSV file")
     query.add_argument("--html", default=None, help="also write the distance heatmap (seed 000, figure 6) to this HTML file")
     query.add_argument("--width", type=int, default=64, help="excerpt width in the printed table")
-    query.set_defaults(func=_user_errors("db query")(run_query))
+    query.set_defaults(func=run_query)
 
     info = verbs.add_parser("info", help="describe a database: counts, layers, codes, indexes, measured recall")
     info.add_argument("db", help="database folder")
     info.add_argument("--json", action="store_true", help="print the whole manifest as JSON")
     info.add_argument("--no-verify", action="store_true", help="skip the checksum verification")
-    info.set_defaults(func=_user_errors("db info")(run_info))
+    info.set_defaults(func=run_info)
 
     semantic = verbs.add_parser("semantic", help="semantic score per layer: neighbours sharing the category label, vs shuffled labels")
     semantic.add_argument("db", help="database folder (built from a labelled corpus)")
-    semantic.add_argument("--layers", type=int, nargs="+", default=None)
-    semantic.add_argument("-k", type=int, default=10)
+    semantic.add_argument("--layers", type=int, nargs="+", default=None, help="layers to score (default: all)")
+    semantic.add_argument("-k", type=int, default=10, help="neighbours per query circuit (default 10)")
     semantic.add_argument("--queries", type=int, default=2000, help="circuits sampled as queries (default 2000)")
-    semantic.add_argument("--shuffles", type=int, default=20)
-    semantic.add_argument("--approximate", action="store_true")
-    semantic.add_argument("--csv", default=None)
-    semantic.set_defaults(func=_user_errors("db semantic")(run_semantic))
+    semantic.add_argument("--shuffles", type=int, default=20, help="label shuffles for the chance baseline (default 20)")
+    semantic.add_argument("--approximate", action="store_true", help="use the approximate index instead of exact search")
+    semantic.add_argument("--csv", default=None, help="write the per-layer scores to this CSV")
+    semantic.set_defaults(func=run_semantic)
 
     embed = subparsers.add_parser(
         "embed",
@@ -90,16 +92,16 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     embed.add_argument("--layers", type=int, nargs="+", default=None, help="layers (default: all)")
     embed.add_argument("--tokens", type=int, default=100, help="most frequent tokens to map (default 100)")
     embed.add_argument("--neighbors", type=int, default=15, help="UMAP n_neighbors (default 15)")
-    embed.add_argument("--min-dist", type=float, default=0.1)
-    embed.add_argument("--max-points", type=int, default=20000)
-    embed.add_argument("--seed", type=int, default=0)
+    embed.add_argument("--min-dist", type=float, default=0.1, help="UMAP min_dist (default 0.1)")
+    embed.add_argument("--max-points", type=int, default=20000, help="circuits mapped per layer at most (default 20000)")
+    embed.add_argument("--seed", type=int, default=0, help="UMAP and sampling seed (default 0)")
     embed.add_argument("--knn", default="database", choices=("database", "umap"), help="whose kNN graph UMAP uses")
-    embed.add_argument("--color", default="category", choices=("category", "token"))
+    embed.add_argument("--color", default="category", choices=("category", "token"), help="colour points by word category or by token (default category)")
     embed.add_argument("--out", default=None, help="write the plotly figure to this HTML file")
     embed.add_argument("--csv", default=None, help="write the coordinates (with token, category, context) to this CSV")
     embed.add_argument("--cache-dir", default=None, help="embedding cache (default $CIRCUITLAB_CACHE/embeddings or ~/.cache/circuitlab/embeddings)")
     embed.add_argument("--compare-knn", action="store_true", help="also time UMAP with its own kNN and report the speed-up")
-    embed.set_defaults(func=_user_errors("embed")(run_embed))
+    embed.set_defaults(func=run_embed)
 
     usage = subparsers.add_parser(
         "usage",
@@ -108,31 +110,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "each unique input token once, and the co-activation of the first 128 neurons (shared-subkey pairs marked).",
     )
     usage.add_argument("db", help="database folder")
-    usage.add_argument("--layers", type=int, nargs="+", default=None)
+    usage.add_argument("--layers", type=int, nargs="+", default=None, help="layers (default: all)")
     usage.add_argument("--coactivation", type=int, default=128, help="neurons in the co-activation matrix (default 128)")
     usage.add_argument("--out-dir", default=None, help="write figure 8 per layer (HTML) and a summary figure here")
     usage.add_argument("--csv", default=None, help="write the per-layer table to this CSV")
-    usage.set_defaults(func=_user_errors("usage")(run_usage))
-
-
-class UserError(Exception):
-    """Bad input: reported as one line, exit status 2."""
-
-
-def _user_errors(verb: str) -> Callable[[Callable[[argparse.Namespace], int]], Callable[[argparse.Namespace], int]]:
-    def wrap(function: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namespace], int]:
-        @functools.wraps(function)
-        def run(args: argparse.Namespace) -> int:
-            try:
-                return function(args)
-            except (UserError, ValueError, FileNotFoundError, KeyError, PermissionError, ImportError) as error:
-                message = error.args[0] if isinstance(error, KeyError) and error.args else error
-                print(f"circuitlab {verb}: error: {message}", file=sys.stderr)
-                return 2
-
-        return run
-
-    return wrap
+    usage.set_defaults(func=run_usage)
 
 
 def _needs_verb(parser: argparse.ArgumentParser) -> Callable[[argparse.Namespace], int]:
@@ -225,6 +207,8 @@ def run_build(args: argparse.Namespace) -> int:
 def _open(folder: str, model: Any = None, allow_mismatch: bool = False, verify: bool = True) -> Any:
     from circuitlab.analysis.circuitdb import CircuitDB
 
+    if not Path(folder).is_dir():
+        raise UserError(f"no circuit database at {folder}: the folder does not exist (make one with `circuitlab db build`)")
     return CircuitDB.load(folder, model=model, allow_mismatch=allow_mismatch, verify=verify)
 
 
@@ -255,7 +239,7 @@ def run_query(args: argparse.Namespace) -> int:
         hits.to_csv(args.csv, index=False, quoting=csv.QUOTE_NONNUMERIC)
         print(f"wrote {args.csv}")
     if args.html:
-        neighbour_heatmap(hits).write_html(args.html)
+        write_figure(neighbour_heatmap(hits), args.html)
         print(f"wrote {args.html}")
     return 0
 
@@ -288,7 +272,7 @@ def run_info(args: argparse.Namespace) -> int:
 def run_semantic(args: argparse.Namespace) -> int:
     for option, value in (("-k", args.k), ("--queries", args.queries), ("--shuffles", args.shuffles)):
         if value < 1:
-            raise ValueError(f"{option} must be a positive number, got {value}")
+            raise UserError(f"{option} must be a positive number, got {value}")
     db = _open(args.db)
     table = db.semantic_scores(
         args.layers, k=args.k, n_queries=args.queries, n_shuffles=args.shuffles, exact=not args.approximate
@@ -316,7 +300,7 @@ def run_embed(args: argparse.Namespace) -> int:
         coordinates.to_csv(args.csv, index=False, quoting=csv.QUOTE_NONNUMERIC)
         print(f"wrote {args.csv}")
     if args.out:
-        embedding_figure(coordinates, color=args.color).write_html(args.out)
+        write_figure(embedding_figure(coordinates, color=args.color), args.out)
         print(f"wrote {args.out}")
     if args.compare_knn:
         timing = knn_speedup(db, layers[0], n_tokens=args.tokens, n_neighbors=args.neighbors, min_dist=args.min_dist,
@@ -345,7 +329,7 @@ def run_usage(args: argparse.Namespace) -> int:
         folder = Path(args.out_dir)
         folder.mkdir(parents=True, exist_ok=True)
         for layer, report in reports.items():
-            usage_figure(report).write_html(folder / f"usage_layer{layer}.html")
-        usage_summary_figure(reports).write_html(folder / "usage_summary.html")
+            write_figure(usage_figure(report), folder / f"usage_layer{layer}.html")
+        write_figure(usage_summary_figure(reports), folder / "usage_summary.html")
         print(f"wrote {len(reports) + 1} figures to {folder}")
     return 0

@@ -1,25 +1,36 @@
-"""`circuitlab <verb>`: one entry point; each part of the library registers its own verbs.
+"""`circuitlab <verb>`: one entry point, one module per verb group.
 
-User errors (bad arguments, missing or unreadable files, mismatched models, sizes that do not fit in memory)
-print one line and exit with status 2; they never show a traceback.
+Each module below defines `register(subparsers)`, adding its verbs with `set_defaults(func=...)`
+(`func(args) -> int`). Modules import the heavy libraries (torch, pandas, plotly) inside their commands, so
+`circuitlab --help` starts quickly.
+
+A `circuitlab.errors.UserError` (bad arguments, missing or unreadable files, mismatched models, sizes that do
+not fit in memory) prints one line and exits with status 2; any other exception is a bug and keeps its
+traceback.
 """
 
 from __future__ import annotations
 
 import argparse
-import importlib
 import sys
 
-# module -> it defines register(subparsers), adding verbs with set_defaults(func=...) (func(args) -> int)
-VERB_MODULES = (
-    "circuitlab.architectures.summary",
-    "circuitlab.data.cli",
-    "circuitlab.training.cli",
-    "circuitlab.analysis.cli_db",
-    "circuitlab.analysis.cli_causal",
-    "circuitlab.demo",
-    "circuitlab.cli_generate",
-)
+from circuitlab.cli import causal, data, db, demo, summary, train
+from circuitlab.errors import UserError
+
+try:  # `circuitlab generate` (text generation) lives in its own module
+    import circuitlab.cli_generate as generate
+except ModuleNotFoundError as error:
+    if error.name != "circuitlab.cli_generate":
+        raise
+    generate = None
+
+VERB_GROUPS = tuple(module for module in (summary, data, train, db, causal, generate, demo) if module is not None)
+
+
+def version() -> str:
+    from circuitlab import __version__
+
+    return __version__
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -27,25 +38,19 @@ def build_parser() -> argparse.ArgumentParser:
         prog="circuitlab",
         description="Mechanistic interpretability for transformers that are interpretable by construction.",
     )
+    parser.add_argument("--version", action="version", version=f"circuitlab {version()}",
+                        help="print the installed version and exit")
     subparsers = parser.add_subparsers(dest="verb", metavar="<verb>")
-    for module_name in VERB_MODULES:
-        try:
-            module = importlib.import_module(module_name)
-        except ModuleNotFoundError as error:
-            if error.name == module_name:  # that part of the library is not installed in this build
-                continue
-            raise
+    for module in VERB_GROUPS:
         module.register(subparsers)
     return parser
 
 
-class UserError(Exception):
-    """An error caused by the user's input: printed as one line, exit status 2."""
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
+    argv = list(sys.argv[1:] if argv is None else argv)
     args = parser.parse_args(argv)
+    args.argv = argv  # the command as typed, for the records that rerun it (`circuitlab train` writes it)
     if not getattr(args, "func", None):
         parser.print_help()
         return 0
@@ -57,9 +62,8 @@ def main(argv: list[str] | None = None) -> int:
     except BrokenPipeError:  # output piped into a reader that closed early (`| head`)
         sys.stderr.close()
         return 0
-    except (UserError, ValueError, KeyError, OSError) as error:  # OSError: missing, unwritable, not-a-folder paths
-        message = error.args[0] if isinstance(error, KeyError) and error.args else error
-        print(f"circuitlab {args.verb}: error: {one_line(message)}", file=sys.stderr)
+    except UserError as error:
+        print(f"circuitlab {args.verb}: error: {one_line(error)}", file=sys.stderr)
         return 2
     except (MemoryError, RuntimeError) as error:
         if not is_out_of_memory(error):
@@ -83,5 +87,4 @@ def is_out_of_memory(error: BaseException) -> bool:
     return isinstance(error, RuntimeError) and ("can't allocate memory" in text or "out of memory" in text.lower())
 
 
-if __name__ == "__main__":
-    sys.exit(main())
+__all__ = ["UserError", "build_parser", "main"]

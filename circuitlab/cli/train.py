@@ -25,6 +25,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from circuitlab.errors import UserError
+
 TRAINING_DEFAULTS: dict[str, dict[str, Any]] = {
     # the tiny presets: a few hundred steps on 2 CPU cores, well below the corpus' unigram entropy
     "tiny": dict(steps=300, batch_size=16, seq_len=128, lr=3e-3, warmup=30, eval_every=100, ckpt_every=100,
@@ -113,45 +115,27 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     data.add_argument("--vocab-size", type=int, default=None, help="vocabulary of a tokenizer trained here")
     data.add_argument("--data-dir", default=None, help="tokenized-corpus cache (default: <out>/data); may be shared")
     data.add_argument("--prepare-only", action="store_true", help="build the tokenizer and data cache, then exit")
-    parser.set_defaults(func=run_train, train_parser=parser)
+    parser.set_defaults(func=run_train)
 
 
-def _typed_arguments(args: argparse.Namespace) -> list[str] | None:
-    """The arguments after `train` on this process's command line, if they are the ones parsed into `args`
-    (not so when main() was called with its own argv, as tests do)."""
-    if len(sys.argv) < 2 or Path(sys.argv[0]).name not in ("circuitlab", "cli.py") or sys.argv[1] != "train":
-        return None
-    typed = sys.argv[2:]
+def _checked_settings(validate: Any) -> None:
+    """Run a settings check of the training library: the settings are the user's, so its ValueError is a
+    UserError here (the library raises ValueError so that Python callers need not know circuitlab's classes)."""
     try:
-        reparsed = args.train_parser.parse_args(typed)
-    except SystemExit:
-        return None
-    mine = {k: v for k, v in vars(args).items() if k != "verb"}
-    return [a for a in typed if a != "--resume"] if vars(reparsed) == mine else None
+        validate()
+    except UserError:
+        raise
+    except ValueError as error:
+        raise UserError(str(error)) from None
 
 
 def command_line(args: argparse.Namespace, world_size: int) -> str:
-    """The command of this run as typed (without --resume); when that is unknown, every option that was given
-    a non-default value, in parser order."""
+    """The command of this run as typed (without --resume): the arguments after `train` that main() parsed."""
     parts = ["circuitlab", "train"] if world_size == 1 else [
         "torchrun", f"--nproc_per_node={world_size}", "-m", "circuitlab.cli", "train"]
-    typed = _typed_arguments(args)
-    if typed is not None:
-        return shlex.join(parts + typed)
-    for action in args.train_parser._actions:
-        if not action.option_strings or action.dest in ("help", "resume", "prepare_only"):
-            continue
-        value = getattr(args, action.dest, None)
-        if value is None or value is False or value == action.default:
-            continue
-        flag = action.option_strings[-1]
-        if value is True:
-            parts.append(flag)
-        elif isinstance(value, list):
-            parts += [flag, *map(str, value)]
-        else:
-            parts += [flag, str(value)]
-    return shlex.join(parts)
+    argv = list(getattr(args, "argv", None) or [])
+    typed = argv[argv.index("train") + 1:] if "train" in argv else []
+    return shlex.join(parts + [part for part in typed if part != "--resume"])
 
 
 def _setting(args: argparse.Namespace, defaults: dict[str, Any], name: str, fallback: Any) -> Any:
@@ -199,7 +183,7 @@ def build_data_spec(args: argparse.Namespace) -> Any:
     for source, paths in (("text", args.text), ("jsonl", args.jsonl), ("hf", args.hf_dataset)):
         if paths:
             spec.source, spec.paths = source, list(paths)
-    spec.validate()
+    _checked_settings(spec.validate)
     return spec
 
 
@@ -223,7 +207,7 @@ def run_train(args: argparse.Namespace) -> int:
     from circuitlab.training.run import train
 
     if args.config is not None and not Path(args.config).is_file():
-        raise FileNotFoundError(f"--config {args.config}: no such file")
+        raise UserError(f"--config {args.config}: no such file")
     train_config = build_train_config(args)
     spec = build_data_spec(args)
     model_config = build_model_config(args)  # bad presets, configs and pressures fail before any data work

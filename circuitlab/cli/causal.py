@@ -11,7 +11,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-import torch
+from circuitlab.errors import UserError
 
 
 def _load(spec: str) -> Any:
@@ -24,14 +24,15 @@ def _load(spec: str) -> Any:
 
 def _require_tokenizer(model: Any, why: str) -> Any:
     if getattr(model, "tokenizer", None) is None:
-        raise ValueError(f"model {model.config.name or '(unnamed)'} has no tokenizer, {why}")
+        raise UserError(f"model {model.config.name or '(unnamed)'} has no tokenizer, {why}")
     return model.tokenizer
 
 
 def _write_figure(figure: Any, path: str | None) -> None:
     if path:
-        Path(path).parent.mkdir(parents=True, exist_ok=True)
-        figure.write_html(path, include_plotlyjs=True)  # self-contained: opens offline
+        from circuitlab.figures import write_figure
+
+        write_figure(figure, path)  # plotly.min.js beside it, shared by the figures of that folder; opens offline
         print(f"wrote {path}")
 
 
@@ -45,7 +46,7 @@ def _write_table(table: Any, path: str | None) -> None:
     elif target.suffix == ".csv":
         table.to_csv(target, index=False)
     else:
-        raise ValueError(f"--out {path}: write .csv or .parquet")
+        raise UserError(f"--out {path}: write .csv or .parquet")
     print(f"wrote {path}")
 
 
@@ -53,52 +54,25 @@ def _parse_ids(text: str, what: str) -> list[int]:
     try:
         return [int(part) for part in text.replace(",", " ").split()]
     except ValueError:
-        raise ValueError(f"{what} must be token ids separated by commas, got {text!r}") from None
+        raise UserError(f"{what} must be token ids separated by commas, got {text!r}") from None
 
 
 # --- patch ------------------------------------------------------------------------------------------------
 
 
-def _pairs_from_file(model: Any, path: str) -> list[dict[str, Any]]:
-    """A JSON list of pairs, each either token ids (clean_tokens, patch_tokens, clean_answer_id,
-    patch_answer_id, optional noun_position / patch_noun_position / final_position / patch_final_position)
-    or text (clean, patch, clean_answer, patch_answer; tokenized with the model's tokenizer)."""
-    try:
-        records = json.loads(Path(path).read_text())
-    except json.JSONDecodeError as error:
-        raise ValueError(f"--pairs {path} is not valid JSON ({error})") from None
-    if not isinstance(records, list) or not records:
-        raise ValueError(f"--pairs {path} must hold a non-empty JSON list of pairs")
-    pairs = []
-    for index, record in enumerate(records):
-        if not isinstance(record, dict):
-            raise ValueError(f"--pairs {path}: pair {index} is not a JSON object")
-        if "clean_tokens" not in record and "clean" in record:
-            _require_tokenizer(model, "so text pairs cannot be tokenized; give token ids (clean_tokens, ...)")
-            record = dict(record)
-            record["clean_tokens"] = model.to_tokens(record.pop("clean"))[0].tolist()
-            record["patch_tokens"] = model.to_tokens(record.pop("patch"))[0].tolist()
-            for side in ("clean", "patch"):
-                ids = model.to_tokens(record.pop(f"{side}_answer"))[0]
-                if ids.numel() != 1:
-                    raise ValueError(f"--pairs {path}: pair {index}'s {side}_answer is {ids.numel()} tokens, need 1")
-                record[f"{side}_answer_id"] = int(ids[0])
-        pairs.append(record)
-    return pairs
-
-
 def run_patch(args: argparse.Namespace) -> int:
-    from circuitlab.analysis.patching import as_patch_pair, nie_grid, nie_heatmap, nie_summary
+    from circuitlab.pairs import read_pairs
+    from circuitlab.analysis.patching import as_patch_pair, excluded_report, nie_grid, nie_heatmap, nie_summary
 
     model = _load(args.model)
     if args.pairs:
-        pairs = _pairs_from_file(model, args.pairs)
+        pairs = read_pairs(args.pairs)
     else:
         tokenizer = _require_tokenizer(model, "so fact pairs cannot be built; give --pairs FILE.json with token ids")
         from circuitlab.data.facts import build_fact_pairs
 
         pairs = build_fact_pairs(tokenizer, seed=args.seed, n_pairs=args.n_pairs)
-    pairs = [as_patch_pair(pair, index) for index, pair in enumerate(pairs)]
+    pairs = [as_patch_pair(pair, index, model=model) for index, pair in enumerate(pairs)]
     layers = None
     if args.layers:
         layers = [spec if spec == "all" else int(spec) for spec in args.layers]
@@ -108,9 +82,12 @@ def run_patch(args: argparse.Namespace) -> int:
         heads = "each" if args.heads == "each" else _parse_ids(args.heads, "--heads")
     table = nie_grid(
         model, pairs, layers=layers, positions=positions, hooks=args.hooks or None, heads=heads,
-        batch_size=args.batch_size, progress=not args.quiet,
+        batch_size=args.batch_size, progress=not args.quiet, min_difference=args.min_difference,
     )
     summary = nie_summary(table)
+    report = excluded_report(table)
+    if report:
+        print(report)
     print(f"NIE over {len(pairs)} pairs, hooks: {table['hooks'].iloc[0]}")
     if "head" in summary.columns:
         print(summary.to_string(index=False, float_format=lambda v: f"{v:.3f}"))
@@ -127,7 +104,7 @@ def run_patch(args: argparse.Namespace) -> int:
 
 def _token_arg(text: str | None, token_id: int | None, what: str) -> int | str | None:
     if text is not None and token_id is not None:
-        raise ValueError(f"give --{what} or --{what}-id, not both")
+        raise UserError(f"give --{what} or --{what}-id, not both")
     return token_id if token_id is not None else text
 
 
@@ -168,7 +145,9 @@ def run_dla(args: argparse.Namespace) -> int:
 # --- legibility -------------------------------------------------------------------------------------------
 
 
-def _held_out_tokens(model: Any, args: argparse.Namespace) -> torch.Tensor:
+def _held_out_tokens(model: Any, args: argparse.Namespace) -> Any:
+    import torch
+
     from circuitlab.analysis.legibility import held_out_windows
 
     if args.tokens_file:
@@ -180,9 +159,9 @@ def _held_out_tokens(model: Any, args: argparse.Namespace) -> torch.Tensor:
         elif path.suffix == ".json":
             tokens = torch.tensor(json.loads(path.read_text()), dtype=torch.long)
         else:
-            raise ValueError(f"--tokens-file {path}: give a .npy or .json array of token ids [sequences, pos]")
+            raise UserError(f"--tokens-file {path}: give a .npy or .json array of token ids [sequences, pos]")
         if tokens.dim() != 2:
-            raise ValueError(f"--tokens-file {path} holds shape {tuple(tokens.shape)}; need [sequences, pos]")
+            raise UserError(f"--tokens-file {path} holds shape {tuple(tokens.shape)}; need [sequences, pos]")
         return tokens
     _require_tokenizer(model, "so text cannot be tokenized; give --tokens-file with token ids")
     if args.text:
@@ -228,12 +207,18 @@ def run_legibility(args: argparse.Namespace) -> int:
 
 
 def register(subparsers: Any) -> None:
+    from circuitlab.pairs import EXAMPLE as PAIR_EXAMPLE
+    from circuitlab.pairs import MIN_LOGIT_DIFFERENCE
     patch = subparsers.add_parser(
         "patch", help="normalized indirect effect of patching circuits (seed 000, section 4.3)",
         description="NIE grid over layers x positions for clean/counterfactual pairs (fact pairs by default).",
     )
-    patch.add_argument("model", help="preset, config.json, model folder or shipped model name")
-    patch.add_argument("--pairs", help="JSON list of pairs (token ids or text); default: the fact pairs")
+    patch.add_argument("model", help="model folder, shipped model name, config.json or preset:NAME (untrained)")
+    patch.add_argument("--pairs", help="JSON list of text pairs, e.g. [" + PAIR_EXAMPLE + "] (format: README, "
+                       "'patching pairs'), or of token ids; default: the fact pairs")
+    patch.add_argument("--min-difference", type=float, default=MIN_LOGIT_DIFFERENCE,
+                       help="pairs whose m(x_patch) - m(x_clean) is smaller than this in size (nats) are reported "
+                            f"and left out of the means (default {MIN_LOGIT_DIFFERENCE})")
     patch.add_argument("--n-pairs", type=int, default=None, help="fact pairs to use (default all)")
     patch.add_argument("--seed", type=int, default=0, help="fact pair shuffling seed")
     patch.add_argument("--layers", nargs="+", help="layers to patch: ints and/or 'all' (default: each and all)")
@@ -250,7 +235,7 @@ def register(subparsers: Any) -> None:
         "dla", help="direct logit attribution of one prediction",
         description="Decompose a logit into embedding, heads, FFN blocks and FFN units, with promote signatures.",
     )
-    dla.add_argument("model", help="preset, config.json, model folder or shipped model name")
+    dla.add_argument("model", help="model folder, shipped model name, config.json or preset:NAME (untrained)")
     dla.add_argument("prompt", help="the prompt text (or token ids with --tokens)")
     dla.add_argument("--tokens", action="store_true", help="PROMPT is comma-separated token ids")
     dla.add_argument("--target", help="target token text (default: the model's top prediction)")
@@ -268,7 +253,7 @@ def register(subparsers: Any) -> None:
         "legibility", help="crispness / ON / SELECTIVE-CONSTANT-FUZZY of bounded channels (seed 002)",
         description="Legibility metrics of every bounded channel over held-out text (generated held-out stories by default).",
     )
-    legibility.add_argument("model", help="preset, config.json, model folder or shipped model name")
+    legibility.add_argument("model", help="model folder, shipped model name, config.json or preset:NAME (untrained)")
     legibility.add_argument("--text", nargs="+", help="held-out text files (default: generated held-out stories)")
     legibility.add_argument("--tokens-file", help="pre-tokenized held-out ids [sequences, pos] (.npy or .json)")
     legibility.add_argument("--stories", type=int, default=400, help="held-out stories to generate")

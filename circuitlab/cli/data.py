@@ -4,17 +4,17 @@
     circuitlab tokenizer --corpus stories.jsonl --vocab-size 4096 --out tokenizer.json
     circuitlab tokenizer --vocab-size 4096 --out tokenizer.json        # generates 20000 stories (seed 0)
 
-User errors (missing or unreadable files, bad arguments) print one line to stderr and return 2.
+User errors (missing or unreadable files, bad arguments) are UserErrors:
+one line on stderr, exit status 2 (circuitlab.cli.main).
 """
 
 from __future__ import annotations
 
 import argparse
-import sys
 import time
 from pathlib import Path
 
-from circuitlab.data._io import DataError
+from circuitlab.errors import UserError
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -48,26 +48,21 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     tokenizer.set_defaults(func=run_tokenizer)
 
 
-def _fail(message: str) -> int:
-    print(f"error: {message}", file=sys.stderr)
-    return 2
-
-
 def run_corpus(args: argparse.Namespace) -> int:
     from circuitlab.data.stories import HELD_OUT_SEED, TRAIN_SEED, write_corpus
 
     if args.n <= 0:
-        return _fail(f"--n {args.n}: need a positive number of stories")
+        raise UserError(f"--n {args.n}: need a positive number of stories")
     if args.held_out and args.seed is not None:
-        return _fail("--held-out and --seed both given; choose one")
+        raise UserError("--held-out and --seed both given; choose one")
     seed = HELD_OUT_SEED if args.held_out else (TRAIN_SEED if args.seed is None else args.seed)
     if Path(args.out).is_dir():  # before generating, not after
-        return _fail(f"--out {args.out} is a folder; give the path of the .jsonl file to write")
+        raise UserError(f"--out {args.out} is a folder; give the path of the .jsonl file to write")
     started = time.perf_counter()
     try:
         path = write_corpus(args.out, args.n, seed=seed, show_progress=not args.quiet)
     except OSError as error:
-        return _fail(f"cannot write {args.out}: {error.strerror or error}")
+        raise UserError(f"cannot write {args.out}: {error.strerror or error}") from None
     print(f"wrote {args.n} stories (seed {seed}) to {path} in {time.perf_counter() - started:.1f} s")
     return 0
 
@@ -78,22 +73,20 @@ def run_tokenizer(args: argparse.Namespace) -> int:
     from circuitlab.data.tokenizer import MIN_VOCAB_SIZE, train_tokenizer
 
     if args.vocab_size < MIN_VOCAB_SIZE:
-        return _fail(f"--vocab-size {args.vocab_size}: need at least {MIN_VOCAB_SIZE} (256 bytes + <|endoftext|>)")
+        raise UserError(f"--vocab-size {args.vocab_size}: need at least {MIN_VOCAB_SIZE} (256 bytes + <|endoftext|>)")
     try:
         if args.corpus:
             texts = load_documents(args.corpus, text_field=args.text_field)
             source = f"{len(texts)} documents from {', '.join(args.corpus)}"
         else:
             if args.n <= 0:
-                return _fail(f"--n {args.n}: need a positive number of stories")
+                raise UserError(f"--n {args.n}: need a positive number of stories")
             texts = [story.text for story in iter_stories(args.n, args.seed, show_progress=not args.quiet)]
             source = f"{args.n} generated stories (seed {args.seed})"
         tokenizer = train_tokenizer(texts, vocab_size=args.vocab_size, show_progress=not args.quiet)
         path = tokenizer.save(args.out)
-    except (DataError, FileNotFoundError) as error:
-        return _fail(str(error))
     except OSError as error:  # the file named by the error: an input that cannot be read, or the output
-        return _fail(f"{getattr(error, 'filename', None) or args.out}: {error.strerror or error}")
+        raise UserError(f"{getattr(error, 'filename', None) or args.out}: {error.strerror or error}") from None
     print(f"trained a {tokenizer.vocab_size}-token BPE on {source}; saved {path} (sha256 {tokenizer.hash()[:12]})")
     if tokenizer.vocab_size < args.vocab_size:
         print(f"note: the corpus ran out of merges before {args.vocab_size} tokens; set the model's d_vocab to {tokenizer.vocab_size}")
