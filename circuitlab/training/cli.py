@@ -102,13 +102,23 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
     data = parser.add_argument_group("data (default: generated stories)")
     source = data.add_mutually_exclusive_group()
-    source.add_argument("--text", nargs="+", default=None, help="UTF-8 text files or folders (blank-line documents)")
+    source.add_argument("--text", nargs="+", default=None, help="UTF-8 text files or folders (documents: see --text-split)")
     source.add_argument("--jsonl", nargs="+", default=None, help="JSON-lines files (field --text-field)")
     source.add_argument("--hf-dataset", nargs="+", default=None, help="Hugging Face dataset name, save_to_disk folder or data file")
     data.add_argument("--text-field", default="text", help="text field of --jsonl / --hf-dataset records (default text)")
     data.add_argument("--hf-split", default="train", help="split of --hf-dataset (default train)")
     data.add_argument("--hf-limit", type=int, default=None, help="read at most this many --hf-dataset rows")
     data.add_argument("--held-out-fraction", type=float, default=0.02, help="fraction of --text/--jsonl/--hf-dataset documents held out (default 0.02)")
+    data.add_argument("--text-split", default="auto", choices=("auto", "blank_line", "eot", "window", "file", "line"),
+                      help="how --text files become documents: auto (<|endoftext|> markers if present, else blank "
+                      "lines; documents longer than --window-chars cut into windows; the default), blank_line, eot, "
+                      "window (a book: consecutive windows), file, line")
+    data.add_argument("--window-chars", type=int, default=4000, help="characters per window of --text-split auto/window")
+    data.add_argument("--natural", nargs="?", const="data/natural", default=None, metavar="DIR",
+                      help="mix the natural stories (DIR with prompts.jsonl and stories/; default data/natural) into "
+                      "the generated ones: their training split joins the corpus, their held-out split is a second "
+                      "held-out set")
+    data.add_argument("--natural-upsample", type=int, default=1, help="copies of each natural training story (default 1)")
     data.add_argument("--n-stories", type=int, default=None, help="generated training stories")
     data.add_argument("--held-out-stories", type=int, default=None, help="held-out stories (the held-out generator seed)")
     data.add_argument("--tokenizer", default=None, help="reuse this tokenizer.json instead of training one")
@@ -197,6 +207,10 @@ def build_data_spec(args: argparse.Namespace) -> Any:
         hf_limit=args.hf_limit,
         held_out_fraction=args.held_out_fraction,
         split_seed=args.seed,
+        text_split=args.text_split,
+        window_chars=args.window_chars,
+        natural_dir=args.natural,
+        natural_upsample=args.natural_upsample,
     )
     for source, paths in (("text", args.text), ("jsonl", args.jsonl), ("hf", args.hf_dataset)):
         if paths:
@@ -374,6 +388,9 @@ def run_train(args: argparse.Namespace) -> int:
                 print(f"circuitlab train: diverged: {diverged}", file=sys.stderr)
             return EXIT_DIVERGED
 
+        from circuitlab.training.corpus import evaluate_held_out_sets
+
+        set_metrics = evaluate_held_out_sets(trainer, prepared.held_out_sets, prepared.tokenizer.vocab_size)
         full_state = trainer.full_model_state() if train_config.fsdp else None
         if context.is_main:
             if full_state is None:
@@ -383,14 +400,15 @@ def run_train(args: argparse.Namespace) -> int:
                 final_model.load_state_dict(full_state)
                 final_model.to(device)
             _finish(args, out, final_model, result, train_config, prepared, device, context.world_size,
-                    (started, cpu_started), unigram_entropy(prepared.held_out_windows, prepared.tokenizer.vocab_size))
+                    (started, cpu_started), unigram_entropy(prepared.held_out_windows, prepared.tokenizer.vocab_size),
+                    set_metrics)
         barrier(context)
         return 0
     finally:
         teardown_distributed(context)
 
 
-def _finish(args, out, model, result, train_config, prepared, device, world_size, started, entropy) -> None:
+def _finish(args, out, model, result, train_config, prepared, device, world_size, started, entropy, set_metrics=None) -> None:
     """Save the model folder, measure fact accuracy, write metrics.json and card.md (rank 0).
 
     started: (time.monotonic(), time.process_time()) at the start of the command."""
@@ -419,6 +437,9 @@ def _finish(args, out, model, result, train_config, prepared, device, world_size
         "held_out_loss": result.held_out_loss,
         "held_out_ppl": result.held_out_ppl,
         "held_out_unigram_entropy": entropy,
+        **{f"{name}_held_out_{key}": value for name, values in (set_metrics or {}).items()
+           for key, value in values.items() if key in ("loss", "unigram_entropy")},
+        "held_out_sets": set_metrics or {},
         "fact_accuracy": fact_accuracy,
         "fact_accuracy_detail": fact_note,
         "tokens_seen": result.tokens_seen,
@@ -447,6 +468,9 @@ def _finish(args, out, model, result, train_config, prepared, device, world_size
         extra_metrics={
             "held-out loss (nats/token)": f"{result.held_out_loss:.4f}",
             "held-out unigram entropy (nats/token)": f"{entropy:.4f}",
+            **{f"{name} held-out loss / unigram entropy (nats/token)":
+               f"{values['loss']:.4f} / {values['unigram_entropy']:.4f} ({values['tokens']:,} tokens)"
+               for name, values in (set_metrics or {}).items()},
             "facts": fact_note or "n/a",
             "corpus": prepared.manifest["source"],
             "stopped": result.stopped,
@@ -455,6 +479,7 @@ def _finish(args, out, model, result, train_config, prepared, device, world_size
     print(
         f"done: {result.step} steps, {result.tokens_seen:,} tokens, held-out ppl {result.held_out_ppl:.3f} "
         f"(loss {result.held_out_loss:.4f}, unigram entropy {entropy:.4f})"
+        + "".join(f", {name} held-out loss {values['loss']:.4f}" for name, values in (set_metrics or {}).items())
         + (f", fact accuracy {100 * fact_accuracy:.1f}%" if fact_accuracy is not None else "")
         + f"; model in {out}" + ("" if result.stopped == "completed" else f" (stopped: {result.stopped})"),
         file=sys.stderr,
