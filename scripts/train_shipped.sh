@@ -6,7 +6,7 @@
 #   GPUS="0 1" bash scripts/train_shipped.sh            # two GPUs (the shipped models were made so)
 #   bash scripts/train_shipped.sh                       # one GPU takes all six runs (use STEPS=1500 for ~10 min)
 #   RUN=runs/shipped2 STEPS=4000 BATCH=64 NATURAL_UPSAMPLE=3 bash scripts/train_shipped.sh
-# Settings (environment): RUN, STEPS, BATCH, SEQ_LEN, N_STORIES, NATURAL (folder), NATURAL_UPSAMPLE, VOCAB,
+# Settings (environment): RUN, STEPS, BATCH, SEQ_LEN, N_STORIES, HELD_OUT_STORIES, NATURAL (folder), NATURAL_UPSAMPLE, VOCAB,
 # TOKENIZER_STORIES, DEVICE, MAX_MINUTES, GPUS, MODELS_DIR, PYTHON.
 #
 # The mixture (same for every run): the natural stories' training split (data/natural, about 90% of the
@@ -34,13 +34,14 @@ TOKENIZER_STORIES="${TOKENIZER_STORIES:-100000}"
 MODELS_DIR="${MODELS_DIR:-models}"
 DEVICE="${DEVICE:-cuda}"
 MAX_MINUTES="${MAX_MINUTES:-8}"
+HELD_OUT_STORIES="${HELD_OUT_STORIES:-2000}"
 # GPUs to spread the six runs over (round robin)
 read -r -a GPUS <<< "${GPUS:-0}"
 MODELS=(sgatlin-stories gelu-stories legible-stories parity-stories)
 SECOND_SEED=(sgatlin-stories gelu-stories)
 mkdir -p "$RUN/notes"
 circuitlab() { "$PYTHON" -m circuitlab.cli "$@"; }
-MIX=(--natural "$NATURAL" --natural-upsample "$NATURAL_UPSAMPLE" --n-stories "$N_STORIES" --held-out-stories 2000)
+MIX=(--natural "$NATURAL" --natural-upsample "$NATURAL_UPSAMPLE" --n-stories "$N_STORIES" --held-out-stories "$HELD_OUT_STORIES")
 
 # 1. one tokenizer for all runs, trained on the mixture (TOKENIZER_STORIES generated stories + the natural
 #    training split)
@@ -59,7 +60,7 @@ norm scales or other vectors; warmup-stable-decay with 100 warmup steps and squa
 last 20% of steps; gradient clipping at 2.0 as in seed 000's TinyStories setting; bf16 autocast with
 float32 master weights) on the training mixture: the natural children's stories of data/natural (training
 split, each story repeated $NATURAL_UPSAMPLE times) and $N_STORIES generated stories (seed 0). Evaluated on two
-held-out sets: the natural stories' held-out split (stories never trained on) and 2,000 generated stories of
+held-out sets: the natural stories' held-out split (stories never trained on) and $HELD_OUT_STORIES generated stories of
 the held-out generator seed. All shipped models share this corpus and one byte-level BPE tokenizer of at
 most $VOCAB tokens trained on the mixture. Weights are stored in bf16.
 EOF

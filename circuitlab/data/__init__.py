@@ -23,6 +23,7 @@ from circuitlab.data.loaders import (
     pack_sequences,
     tokenize_documents,
 )
+from circuitlab.data.lexicon import label_text
 from circuitlab.data.natural import NaturalCorpus, NaturalStory, is_held_out, load_natural_stories
 from circuitlab.data.stories import (
     HELD_OUT_SEED,
@@ -45,7 +46,7 @@ __all__ = [
     "FACTS", "HELD_OUT_SEED", "LABELS", "TOKEN_LABELS", "TRAIN_SEED",
     "CircuitTokenizer", "DataError", "Fact", "FactPair", "LabelledStory", "NaturalCorpus", "NaturalStory",
     "build_fact_pairs", "fact_accuracy", "fact_pair_tensors", "fact_rank_figure", "generate_stories",
-    "generate_story", "held_out_stories", "is_held_out", "iter_stories", "label_tokens", "load_natural_stories", "load_documents", "load_hf_dataset",
+    "generate_story", "held_out_stories", "is_held_out", "iter_stories", "label_text", "label_tokens", "load_natural_stories", "load_documents", "load_hf_dataset",
     "load_jsonl", "load_text_files", "pack_sequences", "read_corpus", "single_token_facts", "token_labels",
     "tokenize_documents", "train_tokenizer", "write_corpus",
 ]
