@@ -98,7 +98,9 @@ def test_mixture_trains_and_reports_both_held_out_sets(tmp_path):
         loss = float(F.cross_entropy(logits.reshape(-1, logits.shape[-1]), windows[:, 1:].reshape(-1)))
         assert metrics[f"{name}_held_out_loss"] == pytest.approx(loss, abs=2e-3)
         assert metrics["held_out_sets"][name]["tokens"] == windows[:, 1:].numel()
-    assert metrics["fact_accuracy"] is not None or "not measured" in metrics["fact_accuracy_detail"]
+    # a 400-token vocabulary splits the fact words, so neither accuracy can be measured here
+    assert metrics["fact_accuracy"] is None and metrics["fact_accuracy_distant"] is None
+    assert "not measured" in metrics["fact_accuracy_detail"]
     card = (out / "card.md").read_text()
     assert "natural held-out loss" in card and "generated held-out loss" in card
 

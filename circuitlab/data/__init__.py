@@ -9,7 +9,9 @@ from circuitlab.data.facts import (
     FACTS,
     Fact,
     FactPair,
+    DISTANT_PROMPTS,
     build_fact_pairs,
+    distant_fact_accuracy,
     fact_accuracy,
     fact_pair_tensors,
     fact_rank_figure,
@@ -43,9 +45,9 @@ from circuitlab.data.stories import (
 from circuitlab.data.tokenizer import CircuitTokenizer, train_tokenizer
 
 __all__ = [
-    "FACTS", "HELD_OUT_SEED", "LABELS", "TOKEN_LABELS", "TRAIN_SEED",
+    "DISTANT_PROMPTS", "FACTS", "HELD_OUT_SEED", "LABELS", "TOKEN_LABELS", "TRAIN_SEED",
     "CircuitTokenizer", "DataError", "Fact", "FactPair", "LabelledStory", "NaturalCorpus", "NaturalStory",
-    "build_fact_pairs", "fact_accuracy", "fact_pair_tensors", "fact_rank_figure", "generate_stories",
+    "build_fact_pairs", "distant_fact_accuracy", "fact_accuracy", "fact_pair_tensors", "fact_rank_figure", "generate_stories",
     "generate_story", "held_out_stories", "is_held_out", "iter_stories", "label_text", "label_tokens", "load_natural_stories", "load_documents", "load_hf_dataset",
     "load_jsonl", "load_text_files", "pack_sequences", "read_corpus", "single_token_facts", "token_labels",
     "tokenize_documents", "train_tokenizer", "write_corpus",

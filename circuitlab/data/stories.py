@@ -78,7 +78,8 @@ _FACT_FRAMES: tuple[tuple[Callable[[_StoryWriter, Fact], None], float, int], ...
     (_StoryWriter.fact_plain, 2.0, 1), (_StoryWriter.fact_encounter, 3.0, 2), (_StoryWriter.fact_so, 1.0, 1),
     (_StoryWriter.fact_and, 1.0, 1), (_StoryWriter.fact_knew, 1.0, 1), (_StoryWriter.fact_remembered, 0.7, 1),
     (_StoryWriter.fact_said, 1.0, 1), (_StoryWriter.fact_look, 1.0, 1), (_StoryWriter.fact_because, 0.8, 1),
-    (_StoryWriter.fact_mom, 0.7, 1), (_StoryWriter.fact_attributive, 1.0, 1),
+    (_StoryWriter.fact_mom, 0.7, 1), (_StoryWriter.fact_attributive, 1.0, 1), (_StoryWriter.fact_distant, 2.0, 1),
+    (_StoryWriter.fact_later, 1.5, 3),
 )
 _ENDINGS: tuple[tuple[Callable[[_StoryWriter], None], float, str], ...] = (
     (_StoryWriter.e_best_friends, 2.0, "friend"), (_StoryWriter.e_learned, 1.5, ""), (_StoryWriter.e_moral, 1.0, ""),
@@ -253,7 +254,8 @@ FRAME_IDS: tuple[str, ...] = (
     "share", "help", "lost", "cry", "look_for", "found_it",
     "said_before", "said_after", "asked", "shouted", "replied",
     "fact_opening", "fact_plain", "fact_encounter", "fact_so", "fact_and", "fact_knew", "fact_remembered",
-    "fact_said", "fact_look", "fact_because", "fact_mom", "fact_attributive",
+    "fact_said", "fact_look", "fact_because", "fact_mom", "fact_attributive", "fact_distant", "fact_met",
+    "fact_between", "fact_recalled",
     "end_best_friends", "end_learned", "end_moral", "end_night", "end_happily", "end_best_day", "end_home",
     "end_always",
 )

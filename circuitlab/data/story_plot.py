@@ -13,7 +13,17 @@ from circuitlab.data.story_text import (
     _t,
     _w,
 )
-from circuitlab.data.story_writer import _LESSONS, _MORALS, _PLAIN_ANIMALS, _PLAIN_OBJECTS, _Character, _StoryWriter, _Utterance, _encounter
+from circuitlab.data.story_writer import (
+    _LESSONS,
+    _MORALS,
+    _PLAIN_ANIMALS,
+    _PLAIN_OBJECTS,
+    _PLAIN_PLACES,
+    _Character,
+    _StoryWriter,
+    _Utterance,
+    _encounter,
+)
 
 
 class _PlotWriter(_StoryWriter):
@@ -155,6 +165,47 @@ class _PlotWriter(_StoryWriter):
             "fact_because",
             self.subj(actor) + _t("liked:VERB the:DET") + _w(fact.noun, fact.label) + _t("because:CONJ")
             + _w("it", "PRONOUN", fact.noun) + _t("was:BE") + _w(fact.adjective, "ADJECTIVE") + _t("."),
+        )
+
+    # Facts at a distance: the noun and its adjective apart, with other words and nouns between them, so
+    # that recalling the adjective at "was" means looking past the previous token. The words between never
+    # hold a fact noun or a fact adjective, so no other noun is ever described by this fact's adjective.
+
+    def _distractor_phrase(self) -> list[_Piece]:
+        """A phrase after the fact noun: a relative clause, a place, a neighbour or a thing it has."""
+        choice = self.rng.randrange(4)
+        place = _w(self.rng.choice(_PLAIN_PLACES), "PLACE")
+        if choice == 0:
+            verb = self.rng.choice(("saw:VERB", "found:VERB", "met:VERB", "liked:VERB"))
+            return _t("that:OTHER") + self.subj(self.actor()) + _t(verb) + _t("at:PREP the:DET") + place
+        if choice == 1:
+            return _t("in:PREP the:DET") + place
+        if choice == 2:
+            animal = self.rng.choice(_PLAIN_ANIMALS)
+            return _t("next:ADVERB to:PREP the:DET") + _w(self.rng.choice(vocab.FEELINGS), "ADJECTIVE") + _w(animal, "ANIMAL")
+        return _t("with:PREP") + self.a((self.rng.choice(vocab.COLOURS), "COLOUR"), (self.rng.choice(_PLAIN_OBJECTS), "OBJECT"))
+
+    def fact_distant(self, fact: Fact) -> None:
+        """ "The turtle that Lily saw at the park was slow." """
+        self.facts_stated.append(fact.noun)
+        self.emit(
+            "fact_distant",
+            _t("the:DET") + _w(fact.noun, fact.label) + self._distractor_phrase() + _t("was:BE")
+            + _w(fact.adjective, "ADJECTIVE") + _t("."),
+        )
+
+    def fact_later(self, fact: Fact) -> None:
+        """Three sentences: the noun is met, something else happens, then the fact is recalled, by the noun
+        or by "it" ("Lily saw a turtle. She was very happy. It was slow.")."""
+        actor = self.actor()
+        self.emit("fact_met", self.subj(actor) + _encounter(fact, self.rng) + _t("."))
+        self.emit("fact_between", self.subj(actor) + _t("was:BE very:ADVERB") + _w(self.rng.choice(vocab.FEELINGS), "ADJECTIVE") + _t("."))
+        self.facts_stated.append(fact.noun)
+        subject = _w("it", "PRONOUN", fact.noun) if self.rng.random() < 0.5 else _t("the:DET") + _w(fact.noun, fact.label)
+        adverb = self.rng.choice(((), ("very", "ADVERB"), ("so", "ADVERB"), ("really", "ADVERB")))
+        self.emit(
+            "fact_recalled",
+            subject + _t("was:BE") + (_w(*adverb) if adverb else []) + _w(fact.adjective, "ADJECTIVE") + _t("."),
         )
 
     def fact_mom(self, fact: Fact) -> None:

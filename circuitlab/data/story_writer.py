@@ -35,6 +35,7 @@ def _without_fact_nouns(words: Iterable[str]) -> tuple[str, ...]:
 
 _PLAIN_ANIMALS = _without_fact_nouns(vocab.ANIMALS)
 _PLAIN_OBJECTS = _without_fact_nouns(vocab.OBJECTS)
+_PLAIN_PLACES = _without_fact_nouns(vocab.PLACES)
 _VERBS_IN_A_PLACE = ("played", "ran", "walked", "danced", "sang", "jumped", "hopped", "skipped", "explored", "rested")
 _HOME_PLACES = ("village", "town", "house", "forest")
 _HIDING_SPOTS = ("bed:OBJECT", "table:OBJECT", "tree:NOUN", "chair:OBJECT")

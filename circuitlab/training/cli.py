@@ -419,14 +419,17 @@ def _finish(args, out, model, result, train_config, prepared, device, world_size
 
     model.eval()
     save_model(model, out, dtype=torch.bfloat16 if args.save_dtype == "bf16" else None)
-    fact_accuracy, fact_note = None, None
+    fact_accuracy, fact_note, distant_accuracy = None, None, None
     if args.text is None and args.jsonl is None and args.hf_dataset is None:
+        from circuitlab.data import distant_fact_accuracy
         from circuitlab.data import fact_accuracy as measure_facts
 
         try:
             with torch.no_grad():
                 fact_accuracy, table = measure_facts(lambda tokens: model(tokens.to(device)), prepared.tokenizer)
-            fact_note = f"{int(table['correct'].sum())} of {len(table)} single-token facts"
+                distant_accuracy, _ = distant_fact_accuracy(lambda tokens: model(tokens.to(device)), prepared.tokenizer)
+            fact_note = (f"{int(table['correct'].sum())} of {len(table)} single-token facts after 'The [noun] was'; "
+                         f"{100 * distant_accuracy:.1f}% with words between noun and 'was' (DISTANT_PROMPTS)")
         except ValueError as error:
             fact_note = f"not measured: {error}"
     parameters = sum(p.numel() for p in model.parameters())
@@ -441,6 +444,7 @@ def _finish(args, out, model, result, train_config, prepared, device, world_size
            for key, value in values.items() if key in ("loss", "unigram_entropy")},
         "held_out_sets": set_metrics or {},
         "fact_accuracy": fact_accuracy,
+        "fact_accuracy_distant": distant_accuracy,
         "fact_accuracy_detail": fact_note,
         "tokens_seen": result.tokens_seen,
         "steps": result.step,

@@ -50,18 +50,19 @@ def _cell(values: list[float | None], fmt: str) -> str:
 
 def runs_table(runs: dict[str, list[dict]]) -> str:
     header = ("| model | seed | natural held-out loss | generated held-out loss | unigram entropy (natural / generated) "
-              "| fact accuracy | tokens | wall time |")
+              "| fact accuracy (adjacent / distant) | tokens | wall time |")
     lines = [header, "|" + "---|" * 8]
     for name, seeds in runs.items():
         for metrics in seeds:
             entropy = " / ".join(
                 "n/a" if metrics.get(f"{part}_held_out_unigram_entropy") is None else f"{metrics[f'{part}_held_out_unigram_entropy']:.3f}"
                 for part in ("natural", "generated"))
-            facts = metrics.get("fact_accuracy")
+            facts = " / ".join("n/a" if metrics.get(key) is None else f"{100 * metrics[key]:.1f}%"
+                               for key in ("fact_accuracy", "fact_accuracy_distant"))
             lines.append(
                 f"| {name} | {metrics.get('seed', 0)} | {_cell([_value(metrics, 'natural_held_out_loss')], '.3f')} "
                 f"| {_cell([_value(metrics, 'generated_held_out_loss')], '.3f')} | {entropy} "
-                f"| {'n/a' if facts is None else f'{100 * facts:.1f}%'} | {metrics['tokens_seen']:,} "
+                f"| {facts} | {metrics['tokens_seen']:,} "
                 f"| {metrics['wall_seconds'] / 60:.1f} min |")
         if len(seeds) > 1:
             facts = [None if m.get("fact_accuracy") is None else 100 * m["fact_accuracy"] for m in seeds]
