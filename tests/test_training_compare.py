@@ -23,6 +23,7 @@ def test_table_and_seed_spread(tmp_path, capsys):
     _metrics(tmp_path / "sgatlin", 0, 3.1, 1.50, None)
     _metrics(tmp_path / "sgatlin-seed1", 1, 3.0, 1.52, None)
     _metrics(tmp_path / "parity", 0, 3.5, 2.0, 0.1)
+    (tmp_path / "gelu-seed1.log").write_text("a run's log beside its folder")
     runs = collect_runs(tmp_path, ["gelu", "sgatlin", "parity"])
     assert [len(seeds) for seeds in runs.values()] == [2, 2, 1]
     table = runs_table(runs)

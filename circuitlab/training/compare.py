@@ -23,7 +23,8 @@ def collect_runs(run: str | Path, names: list[str]) -> dict[str, list[dict]]:
     run = Path(run)
     found: dict[str, list[dict]] = {}
     for name in names:
-        folders = [run / name] + sorted(run.glob(f"{name}-seed*"), key=lambda p: int(p.name.rsplit("seed", 1)[1]))
+        seeds = [p for p in run.glob(f"{name}-seed*") if p.is_dir() and p.name.rsplit("seed", 1)[1].isdigit()]
+        folders = [run / name] + sorted(seeds, key=lambda p: int(p.name.rsplit("seed", 1)[1]))
         metrics = [json.loads((folder / "metrics.json").read_text()) for folder in folders if (folder / "metrics.json").is_file()]
         if not metrics:
             raise FileNotFoundError(f"{run / name}/metrics.json: no finished run of {name}")
