@@ -70,7 +70,8 @@ _MIDDLES: tuple[tuple[Callable[[_StoryWriter], None], float, str], ...] = (
     (_StoryWriter.f_thought, 0.7, "thing"), (_StoryWriter.f_tomorrow, 0.5, ""), (_StoryWriter.f_give, 1.0, "friend"),
     (_StoryWriter.f_share, 1.0, "friend"), (_StoryWriter.f_help, 1.0, "friend"), (_StoryWriter.f_said_before, 2.0, ""),
     (_StoryWriter.f_said_after, 2.0, ""), (_StoryWriter.f_asked, 1.0, ""), (_StoryWriter.f_shouted, 1.0, ""),
-    (_StoryWriter.f_replied, 1.0, "friend"),
+    (_StoryWriter.f_replied, 1.0, "friend"), (_StoryWriter.f_saw_near, 1.0, ""), (_StoryWriter.f_packed, 0.8, ""),
+    (_StoryWriter.f_when_got, 1.0, ""), (_StoryWriter.f_after_did, 1.0, ""),
 )
 _LOST_ARC_SENTENCES = 3
 _FACT_FRAMES: tuple[tuple[Callable[[_StoryWriter, Fact], None], float, int], ...] = (
@@ -251,7 +252,7 @@ FRAME_IDS: tuple[str, ...] = (
     "had_thing", "loved_thing", "go_place", "see_animal", "meet_friend", "play_together", "all_day", "feel",
     "had_been", "find", "do_thing", "count_things", "count_animals", "colour", "animals_were", "weather",
     "every_day", "wanted", "suddenly", "ask_mom", "run_home", "hug", "climb", "thought", "tomorrow", "give",
-    "share", "help", "lost", "cry", "look_for", "found_it",
+    "share", "help", "lost", "cry", "look_for", "found_it", "saw_near", "packed", "when_got", "after_did",
     "said_before", "said_after", "asked", "shouted", "replied",
     "fact_opening", "fact_plain", "fact_encounter", "fact_so", "fact_and", "fact_knew", "fact_remembered",
     "fact_said", "fact_look", "fact_because", "fact_mom", "fact_attributive", "fact_distant", "fact_met",

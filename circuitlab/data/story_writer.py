@@ -11,6 +11,7 @@ import random
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
+from circuitlab.data import lexicon_words
 from circuitlab.data import vocabulary as vocab
 from circuitlab.data.facts import FACT_BY_NOUN, FACTS, Fact
 from circuitlab.data.story_text import (
@@ -36,6 +37,32 @@ def _without_fact_nouns(words: Iterable[str]) -> tuple[str, ...]:
 _PLAIN_ANIMALS = _without_fact_nouns(vocab.ANIMALS)
 _PLAIN_OBJECTS = _without_fact_nouns(vocab.OBJECTS)
 _PLAIN_PLACES = _without_fact_nouns(vocab.PLACES)
+
+
+def _wide_pool(lemmas: Iterable[str], label: str) -> tuple[str, ...]:
+    """Lexicon words that are only ever `label` (never a fact noun, never in another generator list, never
+    plural-looking), so that the wider vocabulary keeps every word's label and every fact unambiguous."""
+    from circuitlab.data.lexicon import lexicon
+
+    generator_words = set(vocab.ANIMALS + vocab.OBJECTS + vocab.PLACES + vocab.NOUNS + vocab.COLOURS + vocab.ADJECTIVES)
+    return tuple(sorted(
+        word for word in set(lemmas)
+        if lexicon().get(word) == label and word not in FACT_BY_NOUN and word not in generator_words
+        and not word.endswith("s") and word not in ("inside", "outside", "space", "home", "world")
+    ))
+
+
+# the lexicon's wider vocabulary, for the frames that draw from it
+WIDE_ANIMALS = _wide_pool(lexicon_words.ANIMALS, "ANIMAL")
+# things one has "a" of: mass nouns ("a tea", "a chalk") are left out
+_MASS_NOUNS = frozenset((
+    "breakfast butter cardboard cheese chocolate cinnamon cloth coffee corn cream dinner dirt dough flour foil "
+    "food frosting fruit glass glitter hay ink iron jam jelly juice lemonade mail meat milk moss paper pasta "
+    "popcorn pudding rice rubber salad salt sauce spaghetti steam stuff sugar supper tea toast water wool yarn "
+    "yogurt chalk tape"
+).split())
+WIDE_OBJECTS = tuple(w for w in _wide_pool(lexicon_words.OBJECTS + lexicon_words.MORE_OBJECTS, "OBJECT") if w not in _MASS_NOUNS)
+WIDE_PLACES = _wide_pool(lexicon_words.PLACES, "PLACE")
 _VERBS_IN_A_PLACE = ("played", "ran", "walked", "danced", "sang", "jumped", "hopped", "skipped", "explored", "rested")
 _HOME_PLACES = ("village", "town", "house", "forest")
 _HIDING_SPOTS = ("bed:OBJECT", "table:OBJECT", "tree:NOUN", "chair:OBJECT")
@@ -279,6 +306,40 @@ class _StoryWriter:
             self.thing_known = True
             pieces += _t("with:PREP") + self.poss(actor, bound=True) + _w(self.thing, "OBJECT")
         self.emit("go_place", pieces + _t("."))
+
+    # -- frames with the lexicon's wider vocabulary and other clause orders ----------------------------
+
+    def f_saw_near(self) -> None:
+        actor, animal, place = self.actor(), self.rng.choice(WIDE_ANIMALS), self.rng.choice(WIDE_PLACES)
+        self.emit(
+            "saw_near",
+            self.subj(actor) + _t("saw:VERB") + self.a((animal, "ANIMAL")) + _t("near:PREP the:DET") + _w(place, "PLACE") + _t("."),
+        )
+
+    def f_packed(self) -> None:
+        actor = self.actor()
+        first, second = self.rng.sample(WIDE_OBJECTS, 2)
+        self.emit(
+            "packed",
+            self.subj(actor) + _t("put:VERB") + self.a((first, "OBJECT")) + _t("and:CONJ") + self.a((second, "OBJECT"))
+            + _t("in:PREP") + self.poss(actor, bound=True) + _t("bag:OBJECT ."),
+        )
+
+    def f_when_got(self) -> None:
+        actor, place, animal = self.actor(), self.rng.choice(WIDE_PLACES), self.rng.choice(WIDE_ANIMALS)
+        clause = _t("when:CONJ") + self.subj(actor) + _t("got:VERB to:PREP the:DET") + _w(place, "PLACE") + _t(",")
+        self.emit("when_got", clause + self.subj(actor, p_pronoun=0.9) + _t("saw:VERB") + self.a((animal, "ANIMAL")) + _t("."))
+
+    def f_after_did(self) -> None:
+        actor = self.actor()
+        _, done = self.rng.choice(vocab.INTRANSITIVE_VERBS)
+        _, then = self.rng.choice(vocab.TRANSITIVE_VERBS)
+        thing = self.rng.choice(WIDE_OBJECTS)
+        self.emit(
+            "after_did",
+            _t("after:CONJ") + self.subj(actor) + _w(done, "VERB") + _t(",") + self.subj(actor, p_pronoun=0.9)
+            + _w(then, "VERB") + self.a((thing, "OBJECT")) + _t("."),
+        )
 
     def f_see_animal(self) -> None:
         actor = self.actor()
