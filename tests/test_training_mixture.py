@@ -42,6 +42,9 @@ def test_text_split_modes(tmp_path):
     # paragraphs first, then windows inside each: no window spans the paragraph break
     assert all(("word149" not in w) or ("word150" not in w) for w in auto) and " ".join(auto).split() == words
     assert load_text_files(book, split_documents="auto", window_chars=10**6) == [" ".join(words[:150]), " ".join(words[150:])]
+    unbroken = tmp_path / "unbroken.txt"
+    unbroken.write_text("x" * 25)
+    assert load_text_files(unbroken, split_documents="window", window_chars=10) == ["x" * 10, "x" * 10, "x" * 5]
     with pytest.raises(DataError, match="window_chars=0"):
         load_text_files(book, split_documents="window", window_chars=0)
 
