@@ -15,6 +15,7 @@ import pytest
 from circuitlab.data import vocabulary as vocab
 from circuitlab.data.cli import register
 from circuitlab.data.facts import FACT_ADJECTIVES, FACTS
+from circuitlab.data.story_writer import EXTRA_CLAUSES
 from circuitlab.data.stories import (
     FRAME_IDS,
     GENDERED_PRONOUNS,
@@ -121,11 +122,14 @@ def test_corpus_uses_the_vocabulary():
     assert len(set(found["ADJECTIVE"]) & set(vocab.ADJECTIVES)) >= 60
     assert set(found["COLOUR"]) == set(vocab.COLOURS)
     assert len(set(found["PLACE"])) >= 30
-    frames = collections.Counter(frame for story in corpus(2000)[:500] for _, _, frame in story.sentences)
+    frames = collections.Counter(frame.split("+")[0] for story in corpus(2000)[:500] for _, _, frame in story.sentences)
     assert len(frames) >= 30
     assert set(frames) <= set(FRAME_IDS)
     all_frames = {frame for story in corpus(2000) for _, _, frame in story.sentences}
-    assert all_frames == set(FRAME_IDS)
+    assert {frame.split("+")[0] for frame in all_frames} == set(FRAME_IDS)
+    # with their second clauses, the frames give hundreds of sentence shapes
+    assert len(all_frames) >= 250, len(all_frames)
+    assert {frame.split("+")[1] for frame in all_frames if "+" in frame} == set(EXTRA_CLAUSES)
 
 
 def test_to_be_tenses_time_phrases_dialogue_and_morals_occur():

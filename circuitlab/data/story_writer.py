@@ -52,6 +52,10 @@ def _wide_pool(lemmas: Iterable[str], label: str) -> tuple[str, ...]:
     ))
 
 
+# Second clauses a plain statement may take (see _StoryWriter.emit); frame ids "<frame>+<clause>".
+EXTRA_CLAUSES = ("and_felt", "so_reacted", "but_minded", "while_watched", "then_went")
+_P_EXTRA_CLAUSE = 0.25
+
 # the lexicon's wider vocabulary, for the frames that draw from it
 WIDE_ANIMALS = _wide_pool(lexicon_words.ANIMALS, "ANIMAL")
 # things one has "a" of: mass nouns ("a tea", "a chalk") are left out
@@ -228,7 +232,25 @@ class _StoryWriter:
         return _t(self.rng.choice(_TIME_STARTS))
 
     def emit(self, frame_id: str, pieces: list[_Piece]) -> None:
+        # A plain statement may go on with a second clause; the frame id records it ("find+and_felt").
+        extendable = pieces[-1].text == "." and not frame_id.startswith("fact_") and all(p.label != "QUOTE" for p in pieces)
+        if extendable and self.rng.random() < _P_EXTRA_CLAUSE:
+            name = self.rng.choice(EXTRA_CLAUSES)
+            pieces = pieces[:-1] + _t(",") + self._extra_clause(name) + pieces[-1:]
+            frame_id = f"{frame_id}+{name}"
         self.sentences.append((frame_id, _capitalised(pieces)))
+
+    def _extra_clause(self, name: str) -> list[_Piece]:
+        hero = self.hero
+        if name == "and_felt":
+            return _t("and:CONJ") + self.subj(hero) + _t("was:BE very:ADVERB") + _w(self.rng.choice(vocab.FEELINGS), "ADJECTIVE")
+        if name == "so_reacted":
+            return _t("so:CONJ") + self.subj(hero) + _t(self.rng.choice(("smiled:VERB", "laughed:VERB", "clapped:VERB", "nodded:VERB")))
+        if name == "but_minded":
+            return _t("but:CONJ") + self.subj(hero) + _t("did:AUX not:ADVERB mind:VERB")
+        if name == "while_watched":
+            return _t("while:CONJ the:DET") + _w(vocab.plural(self.rng.choice(_PLAIN_ANIMALS)), "ANIMAL") + _t("watched:VERB")
+        return _t("then:TIME") + self.subj(hero) + _t("went:VERB to:PREP the:DET") + _w(self.rng.choice(WIDE_PLACES), "PLACE")
 
     # -- openings ----------------------------------------------------------------------------------------
 
