@@ -16,9 +16,10 @@
 # One tokenizer for all runs (step 1: byte-level BPE of VOCAB tokens on the mixture; it prints the share of
 # natural held-out words that are single tokens), one shared data cache (step 2).
 # Sizing (step 3): STEPS x BATCH x SEQ_LEN tokens per run; the defaults, 3000 x 64 x 256 = 49.2M per run,
-# 295M for the six, about 7 minutes of training on two H200s (three runs per GPU). --max-minutes is a
-# guard: a run that reaches it stops cleanly (checkpoint, evaluation, saved model; metrics.json says
-# "time limit"). Calling the script again skips finished runs and resumes killed ones.
+# 295M for the six. Four runs of that size on the generated corpus alone took 2.3 to 3.3 minutes each on
+# two H200s (two runs per GPU); three runs per GPU and an 8k vocabulary take longer, so MAX_MINUTES (8)
+# guards the budget: a run that reaches it stops cleanly (checkpoint, evaluation, saved model;
+# metrics.json says "time limit"). Calling the script again skips finished runs and resumes killed ones.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 RUN="${RUN:-runs/shipped}"
