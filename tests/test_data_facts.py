@@ -66,22 +66,26 @@ def test_stories_state_every_fact_often():
 
 
 def test_fact_nouns_and_adjectives_only_meet_each_other():
-    """After "the [fact noun] was/is" comes its adjective, and a fact adjective after "was/is" follows its
-    noun (or "it" standing for the noun): the association is never contradicted."""
-    n_statements = 0
+    """After "the [fact noun] was/is" comes its adjective, and a fact adjective after "was/is" describes its
+    noun: the noun itself, "it" standing for the noun, or the noun that opens the sentence with a phrase
+    between ("The turtle that Lily saw at the park was slow"): the association is never contradicted."""
+    n_statements = n_distant = 0
     for story in stories():
-        for match in re.finditer(r"\b(\w+) (?:was|is) (\w+)", story.text):
+        for match in re.finditer(r"\b(\w+) (?:was|is) (?:(?:very|so|really) )?(\w+)", story.text):
             subject, word = match.group(1).lower(), match.group(2)
             if subject in FACT_BY_NOUN:
                 assert word == FACT_BY_NOUN[subject].adjective, match.group(0)
                 assert story.text[: match.start()].lower().endswith("the "), match.group(0)
                 n_statements += 1
             if word in FACT_ADJECTIVES:
-                assert subject in FACT_BY_NOUN or subject == "it", match.group(0)
+                noun = next(n for n, fact in FACT_BY_NOUN.items() if fact.adjective == word)
                 if subject == "it":
-                    noun = next(n for n, fact in FACT_BY_NOUN.items() if fact.adjective == word)
                     assert re.search(rf"\b{noun}\b", story.text[: match.start()])
-    assert n_statements > 1500
+                elif subject != noun:
+                    start = max(s for s, _, _ in story.sentences if s <= match.start())
+                    assert story.text[start : match.start()].lower().startswith(f"the {noun} "), match.group(0)
+                    n_distant += 1
+    assert n_statements > 1200 and n_distant > 150, (n_statements, n_distant)  # measured 1601 and 192
 
 
 def test_all_facts_are_single_tokens_under_a_story_tokenizer():
@@ -180,3 +184,52 @@ def test_fact_accuracy_against_planted_ranks():
     assert first["answer_prob"] == pytest.approx(float(expected), rel=1e-5)
     figure = fact_rank_figure(table)
     assert len(figure.data[0].x) == len(FACTS)
+
+
+def test_distant_prompts_defeat_a_previous_token_lookup():
+    """A model that reads the adjective off the token before "was" aces "The [noun] was" and fails every
+    distant prompt; a model that finds the noun anywhere in the prompt aces both."""
+    from circuitlab.data import DISTANT_PROMPTS, distant_fact_accuracy
+
+    tokenizer = story_tokenizer()
+    usable = single_token_facts(tokenizer)
+    noun_to_answer = {tokenizer.encode(" " + f.noun)[0]: tokenizer.encode(" " + f.adjective)[0] for f in usable}
+
+    def model(look_anywhere: bool):
+        def logits_fn(tokens):
+            logits = torch.zeros(tokens.shape[0], tokens.shape[1], tokenizer.vocab_size)
+            for row in range(tokens.shape[0]):
+                window = tokens[row].tolist() if look_anywhere else [int(tokens[row, -2])]
+                answers = [noun_to_answer[t] for t in window if t in noun_to_answer]
+                logits[row, -1, answers[0] if answers else 0] = 1.0
+            return logits
+        return logits_fn
+
+    assert fact_accuracy(model(False), tokenizer)[0] == 1.0
+    accuracy, table = distant_fact_accuracy(model(False), tokenizer)
+    assert accuracy == 0.0 and len(table) == len(DISTANT_PROMPTS) * len(usable)
+    assert distant_fact_accuracy(model(True), tokenizer)[0] == 1.0
+
+
+def test_stories_state_facts_at_a_distance():
+    corpus = stories()
+    frames = collections.Counter(frame for story in corpus for _, _, frame in story.sentences)
+    assert frames["fact_distant"] > 100 and frames["fact_recalled"] > 40  # measured 226 and 71 in 2000 stories
+    # in a recalled fact, the noun was met two sentences earlier, with another sentence between
+    for story in corpus[:300]:
+        for index, (start, end, frame) in enumerate(story.sentences):
+            if frame == "fact_recalled":
+                assert [f for _, _, f in story.sentences[index - 2 : index]] == ["fact_met", "fact_between"]
+                sentence = story.text[start:end]
+                adjective = sentence.rstrip(".").split()[-1]
+                noun = next(n for n, fact in FACT_BY_NOUN.items() if fact.adjective == adjective)
+                assert noun in story.text[story.sentences[index - 2][0] : story.sentences[index - 2][1]]
+
+
+def test_distant_prompts_hold_no_other_fact_word():
+    from circuitlab.data import DISTANT_PROMPTS
+    from circuitlab.data.facts import FACT_ADJECTIVES
+
+    for template in DISTANT_PROMPTS:
+        other_words = set(re.findall(r"[a-z]+", template.replace("{noun}", "").lower()))
+        assert not other_words & (set(FACT_BY_NOUN) | FACT_ADJECTIVES), template

@@ -14,6 +14,7 @@ import pytest
 from circuitlab.data import vocabulary as vocab
 from circuitlab.cli import main
 from circuitlab.data.facts import FACT_ADJECTIVES, FACTS
+from circuitlab.data.story_writer import EXTRA_CLAUSES
 from circuitlab.data.stories import (
     FRAME_IDS,
     GENDERED_PRONOUNS,
@@ -120,11 +121,14 @@ def test_corpus_uses_the_vocabulary():
     assert len(set(found["ADJECTIVE"]) & set(vocab.ADJECTIVES)) >= 60
     assert set(found["COLOUR"]) == set(vocab.COLOURS)
     assert len(set(found["PLACE"])) >= 30
-    frames = collections.Counter(frame for story in corpus(2000)[:500] for _, _, frame in story.sentences)
+    frames = collections.Counter(frame.split("+")[0] for story in corpus(2000)[:500] for _, _, frame in story.sentences)
     assert len(frames) >= 30
     assert set(frames) <= set(FRAME_IDS)
     all_frames = {frame for story in corpus(2000) for _, _, frame in story.sentences}
-    assert all_frames == set(FRAME_IDS)
+    assert {frame.split("+")[0] for frame in all_frames} == set(FRAME_IDS)
+    # with their second clauses, the frames give hundreds of sentence shapes
+    assert len(all_frames) >= 250, len(all_frames)
+    assert {frame.split("+")[1] for frame in all_frames if "+" in frame} == set(EXTRA_CLAUSES)
 
 
 def test_to_be_tenses_time_phrases_dialogue_and_morals_occur():
@@ -158,8 +162,10 @@ def test_every_non_space_character_is_in_exactly_one_span():
 
 
 def test_labels_match_the_word_lists():
-    plural_animals = set(vocab.ANIMALS) | {vocab.plural(a) for a in vocab.ANIMALS}
-    plural_objects = set(vocab.OBJECTS) | {vocab.plural(o) for o in vocab.OBJECTS}
+    from circuitlab.data.story_writer import WIDE_ANIMALS, WIDE_OBJECTS, WIDE_PLACES
+
+    plural_animals = set(vocab.ANIMALS) | {vocab.plural(a) for a in vocab.ANIMALS} | set(WIDE_ANIMALS)
+    plural_objects = set(vocab.OBJECTS) | {vocab.plural(o) for o in vocab.OBJECTS} | set(WIDE_OBJECTS)
     expected = {
         "NAME": {n.lower() for n in vocab.FEMALE_NAMES + vocab.MALE_NAMES},
         "ANIMAL": plural_animals,
@@ -172,7 +178,7 @@ def test_labels_match_the_word_lists():
         "POSS": {"'s"},
         "DET": {"the", "a", "an", "each"},
         "ADJECTIVE": set(vocab.ADJECTIVES) | set(FACT_ADJECTIVES) | {"right"},
-        "PLACE": set(vocab.PLACES) | {"home"},
+        "PLACE": set(vocab.PLACES) | {"home"} | set(WIDE_PLACES),
     }
     found = words_by_label(corpus(2000)[:800])
     for label, allowed in expected.items():
@@ -353,3 +359,23 @@ def test_corpus_command(tmp_path, capsys):
     blocker.write_text("x")
     assert _run_cli(["corpus", "--out", str(blocker / "c.jsonl"), "--n", "2", "--quiet"]) == 2
     assert "Traceback" not in capsys.readouterr().err
+
+
+def test_wider_vocabulary_from_the_lexicon():
+    from circuitlab.data.facts import FACT_BY_NOUN
+    from circuitlab.data.lexicon import label_text, lexicon
+    from circuitlab.data.story_writer import WIDE_ANIMALS, WIDE_OBJECTS, WIDE_PLACES
+
+    for pool, label in ((WIDE_ANIMALS, "ANIMAL"), (WIDE_OBJECTS, "OBJECT"), (WIDE_PLACES, "PLACE")):
+        assert len(pool) >= 60 and all(lexicon()[word] == label and word not in FACT_BY_NOUN for word in pool)
+    found = words_by_label(corpus(2000))
+    assert len(set(found["ANIMAL"]) & set(WIDE_ANIMALS)) >= 60
+    assert len(set(found["OBJECT"]) & set(WIDE_OBJECTS)) >= 100
+    # the lexicon's labeller gives these frames' nouns the labels the generator gave them
+    for story in corpus(2000)[:300]:
+        mine = {(start, end): label for start, end, label in label_text(story.text)}
+        for start, end, frame in story.sentences:
+            if frame in ("saw_near", "packed", "when_got"):
+                for s, e, label in story.spans:
+                    if start <= s < end and label in ("ANIMAL", "OBJECT", "PLACE"):
+                        assert mine[(s, e)] == label, story.text[s:e]

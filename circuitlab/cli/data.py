@@ -3,6 +3,8 @@
     circuitlab corpus --out stories.jsonl --n 20000 --seed 0
     circuitlab tokenizer --corpus stories.jsonl --vocab-size 4096 --out tokenizer.json
     circuitlab tokenizer --vocab-size 4096 --out tokenizer.json        # generates 20000 stories (seed 0)
+    circuitlab tokenizer --natural --natural-upsample 4 --n 100000 --vocab-size 8192 --out tokenizer.json
+                                                                       # the training mixture
 
 User errors (missing or unreadable files, bad arguments) are UserErrors:
 one line on stderr, exit status 2 (circuitlab.cli.main).
@@ -44,6 +46,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     tokenizer.add_argument("--out", required=True, help="output tokenizer.json path")
     tokenizer.add_argument("--n", type=int, default=20000, help="stories to generate when --corpus is omitted")
     tokenizer.add_argument("--seed", type=int, default=0, help="seed of the generated stories (default 0)")
+    tokenizer.add_argument("--natural", nargs="?", const="data/natural", default=None, metavar="DIR",
+                           help="train on the mixture: the natural stories' training split (DIR, default data/natural) "
+                           "plus --n generated stories; reports the share of natural held-out words kept whole")
+    tokenizer.add_argument("--natural-upsample", type=int, default=1, help="copies of each natural training story")
     tokenizer.add_argument("--quiet", action="store_true", help="no progress bars")
     tokenizer.set_defaults(func=run_tokenizer)
 
@@ -74,8 +80,19 @@ def run_tokenizer(args: argparse.Namespace) -> int:
 
     if args.vocab_size < MIN_VOCAB_SIZE:
         raise UserError(f"--vocab-size {args.vocab_size}: need at least {MIN_VOCAB_SIZE} (256 bytes + <|endoftext|>)")
+    natural_held_out: list[str] = []
     try:
-        if args.corpus:
+        if args.natural is not None:
+            if args.corpus:
+                raise UserError("--natural and --corpus both given; choose one")
+            from circuitlab.training.corpus import DataSpec, load_document_sets
+
+            spec = DataSpec(n_stories=args.n, story_seed=args.seed, natural_dir=args.natural,
+                            natural_upsample=args.natural_upsample)
+            texts, held_out_sets = load_document_sets(spec, show_progress=not args.quiet)
+            natural_held_out = held_out_sets["natural"]
+            source = f"the mixture ({spec.describe()})"
+        elif args.corpus:
             texts = load_documents(args.corpus, text_field=args.text_field)
             source = f"{len(texts)} documents from {', '.join(args.corpus)}"
         else:
@@ -85,9 +102,16 @@ def run_tokenizer(args: argparse.Namespace) -> int:
             source = f"{args.n} generated stories (seed {args.seed})"
         tokenizer = train_tokenizer(texts, vocab_size=args.vocab_size, show_progress=not args.quiet)
         path = tokenizer.save(args.out)
+    except FileNotFoundError as error:  # a mixture whose story folder is missing
+        raise UserError(str(error)) from None
     except OSError as error:  # the file named by the error: an input that cannot be read, or the output
         raise UserError(f"{getattr(error, 'filename', None) or args.out}: {error.strerror or error}") from None
     print(f"trained a {tokenizer.vocab_size}-token BPE on {source}; saved {path} (sha256 {tokenizer.hash()[:12]})")
+    if natural_held_out:
+        from circuitlab.data.tokenizer import word_token_share
+
+        share, n_words = word_token_share(tokenizer, natural_held_out)
+        print(f"natural held-out stories: {share:.1%} of {n_words:,} word occurrences are single tokens")
     if tokenizer.vocab_size < args.vocab_size:
         print(f"note: the corpus ran out of merges before {args.vocab_size} tokens; set the model's d_vocab to {tokenizer.vocab_size}")
     return 0

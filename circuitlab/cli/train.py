@@ -102,13 +102,23 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
     data = parser.add_argument_group("data (default: generated stories)")
     source = data.add_mutually_exclusive_group()
-    source.add_argument("--text", nargs="+", default=None, help="UTF-8 text files or folders (blank-line documents)")
+    source.add_argument("--text", nargs="+", default=None, help="UTF-8 text files or folders (documents: see --text-split)")
     source.add_argument("--jsonl", nargs="+", default=None, help="JSON-lines files (field --text-field)")
     source.add_argument("--hf-dataset", nargs="+", default=None, help="Hugging Face dataset name, save_to_disk folder or data file")
     data.add_argument("--text-field", default="text", help="text field of --jsonl / --hf-dataset records (default text)")
     data.add_argument("--hf-split", default="train", help="split of --hf-dataset (default train)")
     data.add_argument("--hf-limit", type=int, default=None, help="read at most this many --hf-dataset rows")
     data.add_argument("--held-out-fraction", type=float, default=0.02, help="fraction of --text/--jsonl/--hf-dataset documents held out (default 0.02)")
+    data.add_argument("--text-split", default="auto", choices=("auto", "blank_line", "eot", "window", "file", "line"),
+                      help="how --text files become documents: auto (<|endoftext|> markers if present, else blank "
+                      "lines; documents longer than --window-chars cut into windows; the default), blank_line, eot, "
+                      "window (a book: consecutive windows), file, line")
+    data.add_argument("--window-chars", type=int, default=4000, help="characters per window of --text-split auto/window")
+    data.add_argument("--natural", nargs="?", const="data/natural", default=None, metavar="DIR",
+                      help="mix the natural stories (DIR with prompts.jsonl and stories/; default data/natural) into "
+                      "the generated ones: their training split joins the corpus, their held-out split is a second "
+                      "held-out set")
+    data.add_argument("--natural-upsample", type=int, default=1, help="copies of each natural training story (default 1)")
     data.add_argument("--n-stories", type=int, default=None, help="generated training stories")
     data.add_argument("--held-out-stories", type=int, default=None, help="held-out stories (the held-out generator seed)")
     data.add_argument("--tokenizer", default=None, help="reuse this tokenizer.json instead of training one")
@@ -179,6 +189,10 @@ def build_data_spec(args: argparse.Namespace) -> Any:
         hf_limit=args.hf_limit,
         held_out_fraction=args.held_out_fraction,
         split_seed=args.seed,
+        text_split=args.text_split,
+        window_chars=args.window_chars,
+        natural_dir=args.natural,
+        natural_upsample=args.natural_upsample,
     )
     for source, paths in (("text", args.text), ("jsonl", args.jsonl), ("hf", args.hf_dataset)):
         if paths:

@@ -5,7 +5,9 @@ co-occurs with the noun, choosing facts so that no two nouns share a target adje
 prompts use divergent nouns and adjectives, and the effect of patching is read on the logit difference
 between the two adjectives. Here the facts are built into the story generator (`circuitlab.data.stories`),
 which states them often, always with the same adjective, so a small model trained on the stories can learn
-them.
+them. The stories also state facts at a distance ("The turtle that Lily saw at the park was slow", "Lily saw
+a turtle. She was very happy. It was slow."), and `distant_fact_accuracy` probes recall across such words
+(`DISTANT_PROMPTS`), where "The [noun] was" alone could be answered from the token before "was".
 
 Token positions count from 0 in the token list a model sees. With `prepend_eos=True` (the default) that list
 starts with the tokenizer's "<|endoftext|>" id, which is what precedes every story in a packed training row
@@ -134,8 +136,21 @@ class _Tokenizer(Protocol):
     def token_str(self, token_id: int) -> str: ...
 
 
-def prompt_of(noun: str) -> str:
-    return f"The {noun} was"
+ADJACENT_PROMPT = "The {noun} was"
+# Prompts with words between the noun and "was", as the generator's distant fact frames write them: the
+# answer is then not a lookup of the token before "was". "park", "dog" and "ball" are not fact nouns, and
+# "happy" and "red" are not fact adjectives.
+DISTANT_PROMPTS: tuple[str, ...] = (
+    "The {noun} that Lily saw at the park was",
+    "The {noun} next to the happy dog was",
+    "The {noun} with a red ball was",
+)
+
+
+def prompt_of(noun: str, template: str = ADJACENT_PROMPT) -> str:
+    if "{noun}" not in template:
+        raise ValueError(f"fact prompt template {template!r} has no {{noun}} slot")
+    return template.format(noun=noun)
 
 
 def single_token_id(tokenizer: _Tokenizer, word: str) -> int | None:
@@ -160,10 +175,10 @@ class _EncodedPrompt:
     final_position: int
 
 
-def _encode_prompt(tokenizer: _Tokenizer, noun: str, prepend_eos: bool) -> _EncodedPrompt:
-    prompt = prompt_of(noun)
+def _encode_prompt(tokenizer: _Tokenizer, noun: str, prepend_eos: bool, template: str = ADJACENT_PROMPT) -> _EncodedPrompt:
+    prompt = prompt_of(noun, template)
     ids, offsets = tokenizer.encode_with_offsets(prompt)
-    noun_start = len("The ")
+    noun_start = template.index("{noun}")
     noun_end = noun_start + len(noun)
     noun_positions = [i for i, (start, end) in enumerate(offsets) if start < noun_end and end > noun_start]
     if len(noun_positions) != 1:
@@ -278,9 +293,12 @@ def fact_accuracy(
     facts: Sequence[Fact] = FACTS,
     prepend_eos: bool = True,
     batch_size: int = 64,
+    template: str = ADJACENT_PROMPT,
 ) -> tuple[float, pandas.DataFrame]:
     """Fraction of single-token facts whose argmax next token after "The [noun] was" is the adjective.
 
+    `template` places the noun in another prompt ending before the answer, e.g. one of `DISTANT_PROMPTS`
+    ("The {noun} that Lily saw at the park was"), where recall must reach past the words in between.
     Returns (accuracy, table); the table has one row per single-token fact with the prediction, whether it
     is correct, the rank of the right adjective among all tokens (1 = top) and its probability.
     """
@@ -295,7 +313,7 @@ def fact_accuracy(
     rows = []
     by_length: dict[int, list[tuple[Fact, _EncodedPrompt]]] = {}
     for fact in usable:
-        encoded = _encode_prompt(tokenizer, fact.noun, prepend_eos)
+        encoded = _encode_prompt(tokenizer, fact.noun, prepend_eos, template)
         by_length.setdefault(len(encoded.tokens), []).append((fact, encoded))
     with torch.no_grad():
         for group in by_length.values():
@@ -323,6 +341,21 @@ def fact_accuracy(
                     )
     table = pd.DataFrame(rows).sort_values(["correct", "rank", "noun"], ascending=[False, True, True])
     table = table.reset_index(drop=True)
+    return float(table["correct"].mean()), table
+
+
+def distant_fact_accuracy(
+    logits_fn: LogitsFn, tokenizer: _Tokenizer, facts: Sequence[Fact] = FACTS, prepend_eos: bool = True
+) -> tuple[float, pandas.DataFrame]:
+    """Fact accuracy over every prompt of `DISTANT_PROMPTS` (mean over prompts and facts), with the
+    per-prompt table rows stacked (column "prompt")."""
+    import pandas as pd
+
+    tables = []
+    for template in DISTANT_PROMPTS:
+        _, table = fact_accuracy(logits_fn, tokenizer, facts, prepend_eos, template=template)
+        tables.append(table.assign(prompt=template))
+    table = pd.concat(tables, ignore_index=True)
     return float(table["correct"].mean()), table
 
 

@@ -25,7 +25,9 @@ from torch import Tensor
 
 from circuitlab.data._io import DataError, read_utf8
 
-SPLIT_MODES = ("blank_line", "file", "line")
+SPLIT_MODES = ("blank_line", "file", "line", "auto", "eot", "window")
+DOCUMENT_MARKER = "<|endoftext|>"
+WINDOW_CHARS = 4000
 
 
 def _as_paths(paths: str | os.PathLike | Iterable[str | os.PathLike]) -> list[Path]:
@@ -45,43 +47,78 @@ def _as_paths(paths: str | os.PathLike | Iterable[str | os.PathLike]) -> list[Pa
     return resolved
 
 
-def _split(text: str, mode: str) -> list[str]:
+def _windows(text: str, window_chars: int) -> list[str]:
+    """Consecutive pieces of at most `window_chars` characters, each cut at the last whitespace before the
+    limit (mid-word only when a piece has no whitespace at all)."""
+    pieces = []
+    text = text.strip()
+    while len(text) > window_chars:
+        cut = max(text.rfind(" ", 0, window_chars + 1), text.rfind("\n", 0, window_chars + 1))
+        cut = cut if cut > 0 else window_chars
+        pieces.append(text[:cut])
+        text = text[cut:].lstrip()
+    if text:
+        pieces.append(text)
+    return pieces
+
+
+def _blank_line_parts(text: str) -> list[str]:
+    # A document ends at one or more lines holding only whitespace.
+    parts, current = [], []
+    for line in text.splitlines():
+        if line.strip():
+            current.append(line)
+        elif current:
+            parts.append("\n".join(current))
+            current = []
+    if current:
+        parts.append("\n".join(current))
+    return parts
+
+
+def _split(text: str, mode: str, window_chars: int = WINDOW_CHARS) -> list[str]:
     if mode == "file":
         parts = [text]
     elif mode == "line":
         parts = text.splitlines()
     elif mode == "blank_line":
-        # A document ends at one or more lines holding only whitespace.
-        parts, current = [], []
-        for line in text.splitlines():
-            if line.strip():
-                current.append(line)
-            elif current:
-                parts.append("\n".join(current))
-                current = []
-        if current:
-            parts.append("\n".join(current))
+        parts = _blank_line_parts(text)
+    elif mode == "eot":
+        parts = text.split(DOCUMENT_MARKER)
+    elif mode == "window":
+        parts = _windows(text, window_chars)
+    elif mode == "auto":
+        # marked documents if the file has markers, else paragraphs; either way nothing longer than a window
+        parts = text.split(DOCUMENT_MARKER) if DOCUMENT_MARKER in text else _blank_line_parts(text)
+        parts = [piece for part in parts for piece in _windows(part, window_chars)]
     else:
         raise DataError(f"split_documents={mode!r}; expected one of {', '.join(SPLIT_MODES)}")
     return [part.strip() for part in parts if part.strip()]
 
 
 def load_text_files(
-    paths: str | os.PathLike | Iterable[str | os.PathLike], split_documents: str = "blank_line"
+    paths: str | os.PathLike | Iterable[str | os.PathLike], split_documents: str = "blank_line",
+    window_chars: int = WINDOW_CHARS,
 ) -> list[str]:
     """Documents from UTF-8 text files (folders are searched for *.txt).
 
-    split_documents: "blank_line" (paragraphs separated by blank lines are documents), "file" (one document
-    per file) or "line" (one document per non-empty line). Line ends are normalised to "\n" (as Python's
-    text mode does) and each document's leading and trailing whitespace is stripped.
+    split_documents: "blank_line" (paragraphs separated by blank lines are documents), "eot" (documents
+    separated by "<|endoftext|>" markers), "window" (the file cut into consecutive pieces of at most
+    `window_chars` characters at whitespace: a book), "auto" (markers when the file has them, else blank
+    lines, and any document longer than `window_chars` cut into windows, so one long file gives many
+    documents), "file" (one document per file) or "line" (one document per non-empty line). Line ends are
+    normalised to "\n" (as Python's text mode does) and each document's leading and trailing whitespace is
+    stripped.
     """
     if split_documents not in SPLIT_MODES:
         raise DataError(f"split_documents={split_documents!r}; expected one of {', '.join(SPLIT_MODES)}")
+    if window_chars < 1:
+        raise DataError(f"window_chars={window_chars}; expected a positive number of characters per window")
     files = _as_paths(paths)
     documents: list[str] = []
     for path in files:
         text = read_utf8(path).replace("\r\n", "\n").replace("\r", "\n")
-        documents.extend(_split(text, split_documents))
+        documents.extend(_split(text, split_documents, window_chars))
     if not documents:
         raise DataError(f"empty corpus: no text in {', '.join(map(str, files))}")
     return documents

@@ -182,3 +182,25 @@ def train_tokenizer(texts: Iterable[str], vocab_size: int = 4096, show_progress:
     if n_texts == 0:
         raise UserError("cannot train a tokenizer on an empty corpus")
     return CircuitTokenizer(tokenizer)
+
+
+def word_token_share(tokenizer: CircuitTokenizer, texts: Iterable[str]) -> tuple[float, int]:
+    """(share of word occurrences that are one token, number of word occurrences) over `texts`.
+
+    A word is a run of ASCII letters ("Lily's" is "Lily" and "s") with the space before it, if any; it is
+    whole when exactly one token overlaps it (" turtle"; a lone " " token before "turtle" makes two)."""
+    import re
+    from bisect import bisect_left, bisect_right
+
+    whole = total = 0
+    for text in texts:
+        _, offsets = tokenizer.encode_with_offsets(text)
+        starts = [start for start, _ in offsets]
+        ends = [end for _, end in offsets]
+        for match in re.finditer(r"[A-Za-z]+", text):
+            start = match.start() - (match.start() > 0 and text[match.start() - 1] == " ")
+            first = bisect_right(ends, start)  # first token ending after the word starts
+            last = bisect_left(starts, match.end())  # tokens before this one start inside the word
+            whole += last - first == 1
+            total += 1
+    return (whole / total if total else 0.0), total

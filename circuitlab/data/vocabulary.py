@@ -11,6 +11,8 @@ learn "The turtle was" -> " slow".
 
 from __future__ import annotations
 
+from circuitlab.data import morphology
+
 FEMALE_NAMES: tuple[str, ...] = (
     "Lily", "Sue", "Anna", "Mia", "Lucy", "Emma", "Sara", "Amy", "Kate", "Jane",
     "Mary", "Ella", "Zoe", "Chloe", "Grace", "Ruby", "Sophie", "Olivia", "Ava", "Emily",
@@ -122,18 +124,5 @@ TRANSITIVE_VERBS: tuple[tuple[str, str], ...] = (
 )
 SPEECH_VERBS: tuple[str, ...] = ("said", "asked", "shouted", "whispered", "replied", "cried", "yelled")
 
-IRREGULAR_PLURALS: dict[str, str] = {
-    "mouse": "mice", "sheep": "sheep", "fish": "fish", "deer": "deer", "goose": "geese", "knife": "knives",
-    "leaf": "leaves", "wolf": "wolves", "octopus": "octopuses", "shelf": "shelves",
-}
-
-
-def plural(noun: str) -> str:
-    """English plural of one of the nouns above ("box" -> "boxes", "puppy" -> "puppies")."""
-    if noun in IRREGULAR_PLURALS:
-        return IRREGULAR_PLURALS[noun]
-    if noun.endswith(("s", "x", "z", "ch", "sh")):
-        return noun + "es"
-    if noun.endswith("y") and noun[-2] not in "aeiou":
-        return noun[:-1] + "ies"
-    return noun + "s"
+# English plurals ("box" -> "boxes", "mouse" -> "mice") come from the shared morphology rules.
+plural = morphology.plural

@@ -2,9 +2,12 @@
 
 Sources (one per run):
     stories (default)   `n_stories` generated stories with the training seed; the held-out set is
-                        `n_held_out` stories of the held-out generator seed, so no held-out story was trained on
-    text / jsonl / hf   documents from circuitlab.data.loaders; a seeded `held_out_fraction` of the documents
-                        is held out
+                        `n_held_out` stories of the held-out generator seed, so no held-out story was trained on.
+                        With `natural_dir`, the mixture: the natural stories' training split, repeated
+                        `natural_upsample` times, joins the generated stories, and there are two held-out sets,
+                        "natural" (the natural held-out split) and "generated" (the held-out seed's stories)
+    text / jsonl / hf   documents from circuitlab.data.loaders (text files split by `text_split`, see
+                        load_text_files); a seeded `held_out_fraction` of the documents is held out
 
 The tokenizer is loaded from `tokenizer_path`, or trained on the training documents (`vocab_size`). Token
 streams are packed with circuitlab.data.pack_sequences into windows of seq_len + 1 tokens (each document
@@ -55,12 +58,27 @@ class DataSpec:
     split_seed: int = 0
     vocab_size: int = 4096
     tokenizer_path: str | None = None
+    text_split: str = "auto"  # circuitlab.data.loaders.SPLIT_MODES
+    window_chars: int = 4000
+    natural_dir: str | None = None  # a folder with prompts.jsonl and stories/ (data/natural)
+    natural_upsample: int = 1
 
     def validate(self) -> None:
+        from circuitlab.data.loaders import SPLIT_MODES
+
         if self.source not in ("stories", "text", "jsonl", "hf"):
             raise UserError(f"unknown data source {self.source!r}; expected stories, text, jsonl or hf")
+        if self.text_split not in SPLIT_MODES:
+            raise UserError(f"--text-split {self.text_split!r}; expected one of {', '.join(SPLIT_MODES)}")
+        if self.window_chars < 1:
+            raise UserError(f"--window-chars must be positive, got {self.window_chars}")
+        if self.natural_dir is not None and self.source != "stories":
+            raise UserError("--natural mixes the natural stories into the generated ones; it cannot go with "
+                             "--text, --jsonl or --hf-dataset (pass the story files to --text instead)")
+        if self.natural_upsample < 1:
+            raise UserError(f"--natural-upsample must be a positive whole number of copies, got {self.natural_upsample}")
         if self.source == "stories":
-            if self.n_stories <= 0 or self.n_held_out <= 0:
+            if self.n_stories < 0 or self.n_held_out <= 0 or (self.n_stories == 0 and self.natural_dir is None):
                 raise UserError(
                     f"--n-stories ({self.n_stories}) and --held-out-stories ({self.n_held_out}) must be positive"
                 )
@@ -71,6 +89,10 @@ class DataSpec:
                 raise UserError(f"--held-out-fraction must lie in (0, 1), got {self.held_out_fraction}")
 
     def describe(self) -> str:
+        if self.source == "stories" and self.natural_dir is not None:
+            return (f"natural stories' training split x {self.natural_upsample} + {self.n_stories} generated stories "
+                    f"(seed {self.story_seed}); held out: the natural held-out split and {self.n_held_out} stories "
+                    "of the held-out seed")
         if self.source == "stories":
             return (f"{self.n_stories} generated stories (seed {self.story_seed}); held out: {self.n_held_out} "
                     "stories of the held-out seed")
@@ -83,6 +105,8 @@ class PreparedData:
     held_out_windows: Int[Tensor, "n_held W"]
     tokenizer: Any
     manifest: dict[str, Any]
+    # named held-out sets evaluated separately at the end ("natural", "generated"); empty for one-set sources
+    held_out_sets: dict[str, Tensor] = field(default_factory=dict)
 
 
 def _key(payload: dict[str, Any]) -> str:
@@ -94,6 +118,8 @@ def _source_payload(spec: DataSpec) -> dict[str, Any]:
     payload.pop("tokenizer_path")
     if spec.source != "stories":
         payload["files"] = [_file_signature(Path(p)) for p in spec.paths]
+    if spec.natural_dir is not None:
+        payload["natural_files"] = _file_signature(Path(spec.natural_dir))
     return payload
 
 
@@ -107,8 +133,8 @@ def _file_signature(path: Path) -> Any:
     return str(path)
 
 
-def load_split_documents(spec: DataSpec, show_progress: bool = True) -> tuple[list[str], list[str]]:
-    """(training documents, held-out documents) of a data spec."""
+def load_document_sets(spec: DataSpec, show_progress: bool = True) -> tuple[list[str], dict[str, list[str]]]:
+    """(training documents, {held-out set name: documents}); a single held-out set is named "held_out"."""
     from circuitlab.data import HELD_OUT_SEED, iter_stories, load_hf_dataset, load_jsonl, load_text_files
 
     spec.validate()
@@ -117,9 +143,21 @@ def load_split_documents(spec: DataSpec, show_progress: bool = True) -> tuple[li
             raise UserError(f"story seed {HELD_OUT_SEED} is the held-out seed; train on another seed")
         train = [s.text for s in iter_stories(spec.n_stories, spec.story_seed, show_progress=show_progress)]
         held_out = [s.text for s in iter_stories(spec.n_held_out, HELD_OUT_SEED, show_progress=False)]
-        return train, held_out
+        if spec.natural_dir is None:
+            return train, {"held_out": held_out}
+        from circuitlab.data.natural import load_natural_stories
+
+        natural = load_natural_stories(spec.natural_dir)
+        natural_train = [story.text for story in natural.train()]
+        natural_held = [story.text for story in natural.held_out()]
+        if not natural_train or not natural_held:
+            raise UserError(f"{spec.natural_dir}: {len(natural.stories)} natural stories are too few to split "
+                             f"({len(natural_train)} training, {len(natural_held)} held out)")
+        train = train + natural_train * spec.natural_upsample
+        random.Random(spec.split_seed).shuffle(train)  # copies of a story land far apart in the packed stream
+        return train, {"natural": natural_held, "generated": held_out}
     if spec.source == "text":
-        documents = load_text_files(spec.paths)
+        documents = load_text_files(spec.paths, split_documents=spec.text_split, window_chars=spec.window_chars)
     elif spec.source == "jsonl":
         documents = [doc for path in spec.paths for doc in load_jsonl(path, spec.text_field)]
     else:
@@ -131,12 +169,13 @@ def load_split_documents(spec: DataSpec, show_progress: bool = True) -> tuple[li
     random.Random(spec.split_seed).shuffle(order)
     n_held = max(1, int(round(spec.held_out_fraction * len(documents))))
     if n_held >= len(documents):
+        hint = " or a smaller --window-chars" if spec.source == "text" else ""
         raise UserError(
             f"the corpus has {len(documents)} documents: too few to hold out {spec.held_out_fraction:g} of them "
-            "and still train; give more text"
+            f"and still train; give more text{hint}"
         )
     held = set(order[:n_held])
-    return [d for i, d in enumerate(documents) if i not in held], [documents[i] for i in sorted(held)]
+    return [d for i, d in enumerate(documents) if i not in held], {"held_out": [documents[i] for i in sorted(held)]}
 
 
 def _pack(documents: list[str], tokenizer: Any, window: int, what: str, show_progress: bool) -> Tensor:
@@ -160,7 +199,7 @@ def prepare_data(
     data_dir = Path(data_dir)
     data_dir.mkdir(parents=True, exist_ok=True)
     source_key = _key(_source_payload(spec))
-    documents: tuple[list[str], list[str]] | None = None
+    documents: tuple[list[str], dict[str, list[str]]] | None = None
 
     if spec.tokenizer_path is not None:
         path = Path(spec.tokenizer_path)
@@ -179,7 +218,7 @@ def prepare_data(
             except ValueError:
                 tokenizer = None  # a damaged cache file: train the tokenizer again below
         if tokenizer is None:
-            documents = load_split_documents(spec, show_progress)
+            documents = load_document_sets(spec, show_progress)
             tokenizer = train_tokenizer(documents[0], vocab_size=spec.vocab_size, show_progress=False)
             atomic_write(path, tokenizer.save)
 
@@ -190,14 +229,18 @@ def prepare_data(
     if windows_path.exists() and manifest_path.exists():
         try:
             stored = load_tensors(windows_path)[0]  # checks the sha256 recorded when the cache was written
-            return PreparedData(stored["train"], stored["held_out"], tokenizer, json.loads(manifest_path.read_text()))
+            sets = {name.removeprefix("held_out/"): windows for name, windows in stored.items() if name.startswith("held_out/")}
+            return PreparedData(stored["train"], stored["held_out"], tokenizer, json.loads(manifest_path.read_text()), sets)
         except (CheckpointError, OSError, ValueError, KeyError):
             pass  # damaged cache: rebuild it below
     if documents is None:
-        documents = load_split_documents(spec, show_progress)
-    train_docs, held_docs = documents
+        documents = load_document_sets(spec, show_progress)
+    train_docs, held_sets = documents
+    held_docs = [doc for docs in held_sets.values() for doc in docs]
     train_windows = _pack(train_docs, tokenizer, window, "training", show_progress)
     held_out_windows = _pack(held_docs, tokenizer, window, "held-out", show_progress=False)
+    named_sets = {} if len(held_sets) == 1 else {
+        name: _pack(docs, tokenizer, window, f"{name} held-out", show_progress=False) for name, docs in held_sets.items()}
     manifest = {
         "source": spec.describe(),
         "spec": _source_payload(spec),
@@ -210,10 +253,14 @@ def prepare_data(
         "held_out_windows": int(held_out_windows.shape[0]),
         "train_tokens": int(train_windows.numel()),
         "held_out_tokens": int(held_out_windows.numel()),
+        "held_out_sets": {name: {"documents": len(held_sets[name]), "windows": int(windows.shape[0]),
+                                 "tokens": int(windows.numel())} for name, windows in named_sets.items()},
     }
-    save_tensors({"train": train_windows.contiguous(), "held_out": held_out_windows.contiguous()}, windows_path)
+    tensors = {"train": train_windows.contiguous(), "held_out": held_out_windows.contiguous()}
+    tensors.update({f"held_out/{name}": windows.contiguous() for name, windows in named_sets.items()})
+    save_tensors(tensors, windows_path)
     atomic_write_text(manifest_path, json.dumps(manifest, indent=1) + "\n")
-    return PreparedData(train_windows, held_out_windows, tokenizer, manifest)
+    return PreparedData(train_windows, held_out_windows, tokenizer, manifest, named_sets)
 
 
 def unigram_entropy(windows: Int[Tensor, "n W"], vocab_size: int) -> float:
@@ -222,3 +269,21 @@ def unigram_entropy(windows: Int[Tensor, "n W"], vocab_size: int) -> float:
     counts = np.bincount(windows[:, 1:].reshape(-1).numpy().astype(np.int64), minlength=vocab_size).astype(np.float64)
     probs = counts[counts > 0] / counts.sum()
     return float(-(probs * np.log(probs)).sum())
+
+
+def evaluate_held_out_sets(trainer: Any, sets: dict[str, Tensor], vocab_size: int) -> dict[str, dict[str, float]]:
+    """Loss (nats/token), perplexity, unigram entropy and token count of each named held-out set, with the
+    trainer's own evaluation (so every rank of a distributed run must call it)."""
+    import math
+
+    results = {}
+    default = trainer.held_out_windows
+    try:
+        for name, windows in sets.items():
+            trainer.held_out_windows = windows
+            loss = trainer.evaluate()
+            results[name] = {"loss": loss, "ppl": math.exp(loss), "unigram_entropy": unigram_entropy(windows, vocab_size),
+                             "tokens": int(windows[:, 1:].numel())}
+    finally:
+        trainer.held_out_windows = default
+    return results

@@ -209,6 +209,9 @@ def train(
             context=context, tokenizer=prepared.tokenizer, progress=progress, clock_start=started,
         )
         result = trainer.fit(resume=resume)
+        from circuitlab.training.corpus import evaluate_held_out_sets
+
+        set_metrics = evaluate_held_out_sets(trainer, prepared.held_out_sets, prepared.tokenizer.vocab_size)
         full_state = trainer.full_model_state() if train_config.fsdp else None
         outcome = TrainOutcome(out=out, result=result)
         if context.is_main:
@@ -225,7 +228,7 @@ def train(
             outcome.metrics = _finish(
                 out, final_model, result, train_config, data, prepared, torch_device, context.world_size,
                 (started, cpu_started), unigram_entropy(prepared.held_out_windows, prepared.tokenizer.vocab_size),
-                command=command, save_dtype=save_dtype, card_notes=card_notes,
+                command=command, save_dtype=save_dtype, card_notes=card_notes, set_metrics=set_metrics,
             )
         barrier(context)
         return outcome
@@ -235,7 +238,7 @@ def train(
 
 def _finish(
     out, model, result, train_config, data, prepared, device, world_size, started, entropy, *, command, save_dtype,
-    card_notes,
+    card_notes, set_metrics=None,
 ) -> dict[str, Any]:
     """Save the model folder, measure fact accuracy, write metrics.json and card.md (rank 0).
 
@@ -247,14 +250,17 @@ def _finish(
 
     model.eval()
     save_model(model, out, dtype=torch.bfloat16 if save_dtype == "bf16" else None)
-    fact_accuracy, fact_note = None, None
+    fact_accuracy, fact_note, distant_accuracy = None, None, None
     if data.source == "stories":  # the facts are stated in the generated stories only
+        from circuitlab.data import distant_fact_accuracy
         from circuitlab.data import fact_accuracy as measure_facts
 
         try:
             with torch.no_grad():
                 fact_accuracy, table = measure_facts(lambda tokens: model(tokens.to(device)), prepared.tokenizer)
-            fact_note = f"{int(table['correct'].sum())} of {len(table)} single-token facts"
+                distant_accuracy, _ = distant_fact_accuracy(lambda tokens: model(tokens.to(device)), prepared.tokenizer)
+            fact_note = (f"{int(table['correct'].sum())} of {len(table)} single-token facts after 'The [noun] was'; "
+                         f"{100 * distant_accuracy:.1f}% with words between noun and 'was' (DISTANT_PROMPTS)")
         except ValueError as error:
             fact_note = f"not measured: {error}"
     parameters = sum(p.numel() for p in model.parameters())
@@ -265,7 +271,11 @@ def _finish(
         "held_out_loss": result.held_out_loss,
         "held_out_ppl": result.held_out_ppl,
         "held_out_unigram_entropy": entropy,
+        **{f"{name}_held_out_{key}": value for name, values in (set_metrics or {}).items()
+           for key, value in values.items() if key in ("loss", "unigram_entropy")},
+        "held_out_sets": set_metrics or {},
         "fact_accuracy": fact_accuracy,
+        "fact_accuracy_distant": distant_accuracy,
         "fact_accuracy_detail": fact_note,
         "tokens_seen": result.tokens_seen,
         "steps": result.step,
@@ -293,6 +303,9 @@ def _finish(
         extra_metrics={
             "held-out loss (nats/token)": f"{result.held_out_loss:.4f}",
             "held-out unigram entropy (nats/token)": f"{entropy:.4f}",
+            **{f"{name} held-out loss / unigram entropy (nats/token)":
+               f"{values['loss']:.4f} / {values['unigram_entropy']:.4f} ({values['tokens']:,} tokens)"
+               for name, values in (set_metrics or {}).items()},
             "facts": fact_note or "n/a",
             "corpus": prepared.manifest["source"],
             "stopped": result.stopped,
@@ -302,6 +315,7 @@ def _finish(
     print(
         f"done: {result.step} steps, {result.tokens_seen:,} tokens, held-out ppl {result.held_out_ppl:.3f} "
         f"(loss {result.held_out_loss:.4f}, unigram entropy {entropy:.4f})"
+        + "".join(f", {name} held-out loss {values['loss']:.4f}" for name, values in (set_metrics or {}).items())
         + (f", fact accuracy {100 * fact_accuracy:.1f}%" if fact_accuracy is not None else "")
         + f"; model in {out}" + ("" if result.stopped == "completed" else f" (stopped: {result.stopped})"),
         file=sys.stderr,

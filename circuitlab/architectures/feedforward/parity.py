@@ -61,7 +61,8 @@ def make_code_matrix(d_model: int, n_bits: int, seed: int) -> Int[Tensor, "d_mod
     """
     generator = torch.Generator().manual_seed(seed)
     for _ in range(100):
-        code = torch.randint(0, 2, (d_model, n_bits), generator=generator, dtype=torch.int32)
+        # on the CPU even under a meta default device (the CLI sizes models on meta before training them)
+        code = torch.randint(0, 2, (d_model, n_bits), generator=generator, dtype=torch.int32, device="cpu")
         if f2_rank(code) == n_bits:
             return code
     raise RuntimeError(f"no full-rank {d_model}x{n_bits} F2 matrix found from seed {seed}")

@@ -1,0 +1,205 @@
+"""The natural stories of data/natural/: children's stories written for this project, one per prompt.
+
+Each story was written to a prompt of data/natural/prompts.jsonl (one noun, one verb, one adjective and one
+to three story features; scripts/story_prompts.py makes the prompts). Story files hold one or more stories:
+
+    ### 17
+    Once upon a time, ...
+
+    ### 18
+    ...
+
+A header line `### <id>` names the prompt; the story runs to the next header (blank lines inside a story
+separate its paragraphs). `load_natural_stories` parses a folder of such files, checks that every id is a
+prompt id and that no id appears twice, and reports (without rejecting anything) the share of stories that
+use their prompt's words in some inflection ("puppies" counts for "puppy", "ran" for "run").
+
+The held-out split is a fixed function of the id (`is_held_out`): a story is held out when the sha256 of
+"natural-story/<id>" falls in the first `HELD_OUT_PERCENT` of a hundred buckets, so adding stories never moves
+an old one across the split.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from circuitlab.data._io import DataError, read_utf8
+from circuitlab.data.morphology import inflections
+
+HELD_OUT_PERCENT = 10
+_HEADER = re.compile(r"^###[ \t]+(\S+)[ \t]*$")
+_WORD = re.compile(r"[a-z]+")
+
+
+def default_folder() -> Path:
+    """data/natural of the source tree (where the stories and prompts are kept)."""
+    return Path(__file__).resolve().parents[2] / "data" / "natural"
+
+
+def is_held_out(story_id: int) -> bool:
+    digest = hashlib.sha256(f"natural-story/{story_id}".encode()).digest()
+    return int.from_bytes(digest[:8], "big") % 100 < HELD_OUT_PERCENT
+
+
+@dataclass(frozen=True)
+class NaturalStory:
+    id: int
+    text: str
+    source: str  # "<file name>:<header line number>"
+
+
+@dataclass
+class NaturalCorpus:
+    """Stories in id order, their prompts, and which prompt words each story uses."""
+
+    stories: list[NaturalStory]
+    prompts: dict[int, dict]
+    uses_words: dict[int, dict[str, bool]] = field(default_factory=dict)  # id -> {"noun": bool, ...}
+
+    def train(self) -> list[NaturalStory]:
+        return [story for story in self.stories if not is_held_out(story.id)]
+
+    def held_out(self) -> list[NaturalStory]:
+        return [story for story in self.stories if is_held_out(story.id)]
+
+    def word_use_share(self) -> dict[str, float]:
+        """Share of stories that use the prompt's noun, verb, adjective, and all three."""
+        if not self.stories:
+            return {"noun": 0.0, "verb": 0.0, "adjective": 0.0, "all": 0.0}
+        n = len(self.stories)
+        shares = {pos: sum(used[pos] for used in self.uses_words.values()) / n for pos in ("noun", "verb", "adjective")}
+        shares["all"] = sum(all(used.values()) for used in self.uses_words.values()) / n
+        return shares
+
+
+def read_prompts(path: str | os.PathLike) -> dict[int, dict]:
+    prompts: dict[int, dict] = {}
+    for line_number, line in enumerate(read_utf8(path).splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+            prompt_id = int(record["id"])
+            for key in ("noun", "verb", "adjective"):
+                if not isinstance(record[key], str):
+                    raise TypeError(f"{key} is not a string")
+        except (json.JSONDecodeError, KeyError, TypeError, ValueError) as error:
+            raise DataError(f"{path}, line {line_number}: not a prompt with id, noun, verb and adjective ({error})") from None
+        if prompt_id in prompts:
+            raise DataError(f"{path}, line {line_number}: prompt id {prompt_id} appears twice")
+        prompts[prompt_id] = record
+    return prompts
+
+
+def parse_story_file(path: str | os.PathLike) -> list[NaturalStory]:
+    """The stories of one file, in file order (see the module docstring for the format)."""
+    path = Path(path)
+    stories: list[NaturalStory] = []
+    current_id: int | None = None
+    current_line = 0
+    body: list[str] = []
+
+    def close() -> None:
+        if current_id is None:
+            return
+        text = "\n".join(body).strip()
+        if not text:
+            raise DataError(f"{path}, line {current_line}: story {current_id} is empty")
+        stories.append(NaturalStory(current_id, text, f"{path.name}:{current_line}"))
+
+    for line_number, line in enumerate(read_utf8(path).replace("\r\n", "\n").split("\n"), start=1):
+        header = _HEADER.match(line)
+        if header:
+            close()
+            try:
+                current_id = int(header.group(1))
+            except ValueError:
+                raise DataError(f"{path}, line {line_number}: header {line!r} needs a numeric prompt id") from None
+            current_line, body = line_number, []
+        elif current_id is None:
+            if line.strip():
+                raise DataError(f"{path}, line {line_number}: text before the first '### <id>' header")
+        else:
+            body.append(line.rstrip())
+    close()
+    return stories
+
+
+def prompt_words_used(text: str, prompt: dict) -> dict[str, bool]:
+    """Whether `text` uses the prompt's noun, verb and adjective in some inflection (case-insensitive)."""
+    words = set(_WORD.findall(text.lower()))
+    return {pos: bool(words & set(inflections(prompt[pos].lower(), pos))) for pos in ("noun", "verb", "adjective")}
+
+
+def load_natural_stories(
+    folder: str | os.PathLike | None = None,
+    prompts_path: str | os.PathLike | None = None,
+    story_files: Sequence[str | os.PathLike] | None = None,
+) -> NaturalCorpus:
+    """Parse and check the stories under `folder`/stories/*.txt (default: the repository's data/natural).
+
+    Raises DataError for a story id that is not a prompt id, an id given twice, or a story file that cannot be
+    parsed; stories that leave out a prompt word are kept and counted (`NaturalCorpus.word_use_share`)."""
+    folder = default_folder() if folder is None else Path(folder)
+    prompts_path = folder / "prompts.jsonl" if prompts_path is None else Path(prompts_path)
+    if not prompts_path.is_file():
+        raise DataError(f"{prompts_path}: no prompts file (expected the prompts.jsonl the stories were written to)")
+    prompts = read_prompts(prompts_path)
+    if story_files is None:
+        story_folder = folder / "stories"
+        story_files = sorted(story_folder.glob("*.txt")) if story_folder.is_dir() else []
+        if not story_files:
+            raise DataError(f"{story_folder}: no story files (*.txt); the natural stories live in data/natural/stories/")
+    seen: dict[int, str] = {}
+    stories: list[NaturalStory] = []
+    for path in story_files:
+        for story in parse_story_file(path):
+            if story.id not in prompts:
+                raise DataError(f"{story.source}: story id {story.id} is not in {prompts_path.name}")
+            if story.id in seen:
+                raise DataError(f"{story.source}: story id {story.id} was already given at {seen[story.id]}")
+            seen[story.id] = story.source
+            stories.append(story)
+    stories.sort(key=lambda story: story.id)
+    uses = {story.id: prompt_words_used(story.text, prompts[story.id]) for story in stories}
+    return NaturalCorpus(stories=stories, prompts=prompts, uses_words=uses)
+
+
+def word_counts(texts: Sequence[str]) -> tuple[int, int]:
+    """(word occurrences, distinct words) of texts, words being runs of letters with inner apostrophes,
+    case-folded ("Lily's" is one word)."""
+    total, distinct = 0, set()
+    for text in texts:
+        words = re.findall(r"[A-Za-z]+(?:'[A-Za-z]+)*", text)
+        total += len(words)
+        distinct.update(word.lower() for word in words)
+    return total, len(distinct)
+
+
+def corpus_stats(corpus: NaturalCorpus) -> dict[str, float | int]:
+    """Counts of the natural corpus and its split, as data/README.md states them."""
+    train, held = corpus.train(), corpus.held_out()
+    words, distinct = word_counts([story.text for story in corpus.stories])
+    train_words, _ = word_counts([story.text for story in train])
+    held_words, _ = word_counts([story.text for story in held])
+    shares = corpus.word_use_share()
+    return {
+        "stories": len(corpus.stories),
+        "prompts": len(corpus.prompts),
+        "words": words,
+        "distinct_words": distinct,
+        "train_stories": len(train),
+        "train_words": train_words,
+        "held_out_stories": len(held),
+        "held_out_words": held_words,
+        "uses_noun": shares["noun"],
+        "uses_verb": shares["verb"],
+        "uses_adjective": shares["adjective"],
+        "uses_all_three": shares["all"],
+    }
