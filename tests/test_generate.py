@@ -192,7 +192,7 @@ def test_generate_command(tokenizer, tmp_path, capsys):
     torch.manual_seed(3)
     assert sampled.strip() == model.generate(prompts[0], 6, top_k=4, verbose=False)
 
-    assert main(["generate", "tiny-gelu", "5,17,99", "--tokens", "--greedy", "--max-new-tokens", "3", "--quiet"]) == 0
+    assert main(["generate", "preset:tiny-gelu", "5,17,99", "--tokens", "--greedy", "--max-new-tokens", "3", "--quiet"]) == 0
     ids = [int(i) for i in capsys.readouterr().out.split(",")]
     assert ids == greedy_by_hand(make_model(), torch.tensor([[5, 17, 99]]), 3)[0].tolist()
 
