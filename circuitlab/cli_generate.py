@@ -8,6 +8,8 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from circuitlab.errors import UserError
+
 
 def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     parser = subparsers.add_parser(
@@ -43,11 +45,11 @@ def run(args: argparse.Namespace) -> int:
     from circuitlab.architectures.summary import build_from_spec
 
     if args.max_new_tokens < 0:
-        raise ValueError(f"--max-new-tokens must be >= 0, got {args.max_new_tokens}")
+        raise UserError(f"--max-new-tokens must be >= 0, got {args.max_new_tokens}")
     torch.manual_seed(args.seed)  # a preset's random weights repeat too
     model = build_from_spec(args.model).eval()
     if model.tokenizer is None and not args.tokens:
-        raise ValueError(
+        raise UserError(
             f"model {model.config.name or args.model!r} has no tokenizer: give a model folder with tokenizer.json, "
             "or pass token ids with --tokens"
         )
@@ -74,7 +76,7 @@ def _parse_ids(text: str) -> list[int]:
     try:
         ids = [int(part) for part in text.replace(" ", "").split(",") if part]
     except ValueError:
-        raise ValueError(f"--tokens: {text!r} is not comma-separated integers (e.g. 12,7,301)") from None
+        raise UserError(f"--tokens: {text!r} is not comma-separated integers (e.g. 12,7,301)") from None
     if not ids:
-        raise ValueError("--tokens: the prompt holds no token ids")
+        raise UserError("--tokens: the prompt holds no token ids")
     return ids

@@ -18,6 +18,7 @@ from typing import Annotated, Any, Literal, Union
 
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, ValidationError, model_validator
 
+from circuitlab.atomic import atomic_write_text
 from circuitlab.errors import UserError
 
 VALUE_MODES = ("standard", "membership", "boolean")
@@ -257,7 +258,7 @@ class ModelConfig(ConfigPart):
     def to_json(self, path: str | Path | None = None) -> str:
         text = json.dumps(self.to_dict(), indent=2, sort_keys=True)
         if path is not None:
-            Path(path).write_text(text + "\n")
+            atomic_write_text(path, text + "\n")
         return text
 
     @classmethod

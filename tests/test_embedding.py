@@ -131,4 +131,7 @@ def test_real_umap_separates_clusters_and_reports_speedup(tmp_path):
     same = tokens[:, None] == tokens[None, :]
     assert gaps[same].mean() < 0.5 * gaps[~same].mean()
     timing = knn_speedup(db, 1, n_tokens=5, n_neighbors=10, warm_up=True)
-    assert timing["points"] == 400 and timing["speedup"] > 0
+    assert timing["points"] == 400
+    # the speed-up is the ratio of the two timings it reports (a timing is shown by the benchmark, not tested)
+    total = timing["database_knn_seconds"] + timing["umap_with_database_knn_seconds"]
+    assert timing["speedup"] == pytest.approx(timing["umap_own_knn_seconds"] / total, rel=1e-9)

@@ -196,7 +196,7 @@ def test_generate_command(tokenizer, tmp_path, capsys):
     ids = [int(i) for i in capsys.readouterr().out.split(",")]
     assert ids == greedy_by_hand(make_model(), torch.tensor([[5, 17, 99]]), 3)[0].tolist()
 
-    assert main(["generate", "tiny-gelu", "hello", "--quiet"]) == 2
+    assert main(["generate", "preset:tiny-gelu", "hello", "--quiet"]) == 2
     assert "has no tokenizer" in capsys.readouterr().err
-    assert main(["generate", "tiny-gelu", "5,x", "--tokens", "--quiet"]) == 2
+    assert main(["generate", "preset:tiny-gelu", "5,x", "--tokens", "--quiet"]) == 2
     assert "comma-separated integers" in capsys.readouterr().err

@@ -153,8 +153,7 @@ def word_model():
 
     texts = ["The turtle was slow. The rabbit was fast. The cat was soft. The dog was big."] * 40
     tokenizer = train_tokenizer(texts, vocab_size=300, show_progress=False)
-    config = ModelConfig.preset("tiny-sgatlin")
-    config.d_vocab = tokenizer.vocab_size
+    config = ModelConfig.preset("tiny-sgatlin").replace(d_vocab=tokenizer.vocab_size)
     model = CircuitTransformer(config)
     model.tokenizer = tokenizer
     return model.eval()

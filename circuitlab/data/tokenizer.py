@@ -13,6 +13,7 @@ import os
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
+from circuitlab.atomic import atomic_write_text
 from circuitlab.errors import UserError
 
 EOS_TOKEN = "<|endoftext|>"
@@ -79,9 +80,7 @@ class CircuitTokenizer:
         path = Path(path)
         if path.is_dir():
             path = path / "tokenizer.json"
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(self.to_str(), encoding="utf-8")
-        return path
+        return atomic_write_text(path, self.to_str())
 
     def hash(self) -> str:
         """sha256 hex of the JSON serialisation: equal hashes, equal tokenization."""

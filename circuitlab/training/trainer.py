@@ -43,6 +43,7 @@ from jaxtyping import Int
 from torch import Tensor, nn
 
 from circuitlab.atomic import atomic_write_text
+from circuitlab.errors import UserError
 from circuitlab.training.checkpoints import (  # noqa: F401  (CheckpointMismatchError, find_checkpoint: public here too)
     CHECKPOINT_FORMAT,
     CHECKPOINT_VERSION,
@@ -104,7 +105,7 @@ class TrainConfig:
     def validate(self, world_size: int = 1) -> None:
         def need(ok: bool, message: str) -> None:
             if not ok:
-                raise ValueError(f"invalid training settings: {message}")
+                raise UserError(f"invalid training settings: {message}")
 
         for key in ("steps", "batch_size", "seq_len", "grad_accum", "eval_batch_size", "keep_checkpoints"):
             need(int(getattr(self, key)) > 0, f"{key} must be a positive integer, got {getattr(self, key)}")
