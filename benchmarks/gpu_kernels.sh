@@ -9,7 +9,7 @@ mkdir -p "$OUT"
 export OUT PYTHONUNBUFFERED=1
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv | tee "$OUT/gpu.txt"
 workers=$(python3 -c "import xdist" 2>/dev/null && echo "-n 8" || echo "")
-python3 -m pytest tests/test_kernels.py tests/test_kernels_dispatch.py -q -p no:cacheprovider $workers \
+python3 -m pytest tests/kernels -q -p no:cacheprovider $workers \
   2>&1 | tee "$OUT/tests.log" | tail -n 15
 python3 benchmarks/bench_kernels.py --json "$OUT/bench_kernels.json" 2>&1 | tee "$OUT/bench.log" | grep -v "^  check .* met$"
 if [ "${1:-}" = "--e2e" ]; then

@@ -9,7 +9,7 @@ import torch
 from circuitlab import from_official_sgatlin
 from circuitlab.architectures.interop import OfficialFormatError
 
-FIXTURE = Path(__file__).parent / "data" / "official_sgatlin_public.npz"
+FIXTURE = Path(__file__).resolve().parents[1] / "data" / "official_sgatlin_public.npz"
 
 
 @pytest.fixture(scope="module")

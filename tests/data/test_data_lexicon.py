@@ -38,7 +38,7 @@ def test_lexicon_size_and_priority():
         assert [PRIORITY.index(label) for label in labels] == sorted(PRIORITY.index(label) for label in labels)
     assert (table["had"], table["puppies"], table["ran"], table["happily"], table["happier"]) == (
         "AUX", "ANIMAL", "VERB", "ADVERB", "ADJECTIVE")
-    words = json.loads((Path(__file__).resolve().parents[1] / "data" / "natural" / "prompt_words.json").read_text())
+    words = json.loads((Path(__file__).resolve().parents[2] / "data" / "natural" / "prompt_words.json").read_text())
     for pos in ("noun", "verb", "adjective"):
         assert all(word in table for word in words[pos]), [w for w in words[pos] if w not in table]
 

@@ -21,7 +21,7 @@ from safetensors.torch import save_file
 from circuitlab import CheckpointError, CircuitTransformer, ModelConfig, load_model
 from circuitlab.architectures.checkpoint import load_tensors, save_tensors, tensors_sha256
 
-TESTS = Path(__file__).resolve().parent
+TESTS = Path(__file__).resolve().parents[1]
 
 
 def story_tokenizer(seed: int, vocab_size: int = 300):

@@ -23,7 +23,7 @@ from circuitlab.data.natural import (
     word_counts,
 )
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _prompts(folder: Path, n: int = 40) -> None:

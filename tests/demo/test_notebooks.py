@@ -20,7 +20,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 ANALYSES = ROOT / "analyses"
 NOTEBOOKS = sorted(path.name for path in ANALYSES.glob("[0-9]*.ipynb"))
 STAND_INS = {

@@ -14,7 +14,7 @@ from streamlit.testing.v1 import AppTest
 from circuitlab.demo.runfolder import RUN_MANIFEST
 from demo_fixtures import build_runs
 
-APP = str(Path(__file__).resolve().parents[1] / "apps" / "app.py")
+APP = str(Path(__file__).resolve().parents[2] / "apps" / "app.py")
 PAGES = {
     "Overview": "views/overview.py",
     "Circuit lookup": "views/lookup.py",

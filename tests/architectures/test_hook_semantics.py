@@ -107,7 +107,7 @@ def test_shipped_models_load_and_give_the_logits_recorded_before_the_hook_change
 
     from circuitlab import load_model
 
-    recorded = json.loads((Path(__file__).parent / "data" / "shipped_model_logits.json").read_text())
+    recorded = json.loads((Path(__file__).resolve().parents[1] / "data" / "shipped_model_logits.json").read_text())
     model = load_model(name)
     tokens = torch.arange(3, 27).reshape(2, 12) * 37 % model.config.d_vocab
     with torch.no_grad():

@@ -23,7 +23,7 @@ from filelock import FileLock, Timeout
 from circuitlab.analysis.circuitdb import LOCK, CircuitDB, CorruptDatabaseError, sha256_file
 from circuitlab.analysis.codeindex import structured_synthetic_codes
 
-TESTS = Path(__file__).resolve().parent
+TESTS = Path(__file__).resolve().parents[1]
 N_ROWS = 1200
 
 

@@ -24,7 +24,7 @@ import pytest
 from circuitlab.cli import build_parser, main
 from circuitlab.errors import UserError
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 # --- the CLI package ---------------------------------------------------------------------------------------

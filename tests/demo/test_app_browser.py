@@ -13,7 +13,7 @@ import pytest
 
 from demo_fixtures import build_runs
 
-SCREENSHOTS = Path(__file__).resolve().parents[1] / "apps" / "screenshots.py"
+SCREENSHOTS = Path(__file__).resolve().parents[2] / "apps" / "screenshots.py"
 
 
 def _screenshots_module():

@@ -408,7 +408,7 @@ def test_dashboard_text_boxes_never_show_an_exception(demo_run, page, texts):
     error box (an error box means a handler raised and the page's last line of defence caught it)."""
     from streamlit.testing.v1 import AppTest
 
-    app = AppTest.from_file(str(Path(__file__).resolve().parents[1] / "apps" / "app.py"), default_timeout=120)
+    app = AppTest.from_file(str(Path(__file__).resolve().parents[2] / "apps" / "app.py"), default_timeout=120)
     app.session_state["run_path"] = str(demo_run)
     app.run()
     app.switch_page(page)
