@@ -21,7 +21,7 @@ from safetensors.torch import save_file
 from circuitlab import CheckpointError, CircuitTransformer, ModelConfig, load_model
 from circuitlab.architectures.checkpoint import load_tensors, save_tensors, tensors_sha256
 
-TESTS = Path(__file__).resolve().parents[1]
+TESTS = Path(__file__).resolve().parent
 
 
 def story_tokenizer(seed: int, vocab_size: int = 300):
@@ -214,7 +214,7 @@ KILLER = textwrap.dedent(
     from pathlib import Path
     import torch
     torch.set_num_threads(1)
-    sys.path.insert(0, {tests!r})
+    sys.path[:0] = [{tests!r}, {tests!r} + "/.."]
     import circuitlab.architectures.checkpoint as checkpoint
     from test_faults_checkpoint import make_trainer
 

@@ -23,7 +23,7 @@ from filelock import FileLock, Timeout
 from circuitlab.analysis.circuitdb import LOCK, CircuitDB, CorruptDatabaseError, sha256_file
 from circuitlab.analysis.codeindex import structured_synthetic_codes
 
-TESTS = Path(__file__).resolve().parents[1]
+TESTS = Path(__file__).resolve().parent
 N_ROWS = 1200
 
 
@@ -84,7 +84,7 @@ SAVER = textwrap.dedent(
     """
     import os, signal, sys
     from pathlib import Path
-    sys.path.insert(0, {tests!r})
+    sys.path[:0] = [{tests!r}, {tests!r} + "/.."]
     import circuitlab.analysis.dbstore as circuitdb
     from test_faults_circuitdb import synthetic_db
 
