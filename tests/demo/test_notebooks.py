@@ -371,4 +371,4 @@ def test_every_notebook_is_valid_and_names_the_python3_kernel():
         notebook = nbformat.read(ANALYSES / name, as_version=4)
         nbformat.validate(notebook)
         assert notebook.metadata["kernelspec"]["name"] == "python3"
-        assert notebook.cells[0].cell_type == "markdown" and "Reproduces" in notebook.cells[0].source
+        assert notebook.cells[0].cell_type == "markdown" and "Redoes" in notebook.cells[0].source
