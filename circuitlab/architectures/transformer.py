@@ -224,8 +224,9 @@ class CircuitTransformer(TransformerLensAPI, GenerationMixin, HookedRootModule):
                 f"prompt of {tokens.shape[1]} tokens is longer than the model's context n_ctx={self.config.n_ctx};"
                 " shorten it or split it into windows"
             )
-        # range check on host tensors only: on the GPU it would force a sync every training step
-        if tokens.device.type == "cpu" and tokens.numel() and (int(tokens.min()) < 0 or int(tokens.max()) >= self.config.d_vocab):
+        # range check on host tensors only (on the GPU it would force a sync every training step), and not
+        # while torch.compile traces (a data-dependent branch would break the graph)
+        if tokens.device.type == "cpu" and not torch.compiler.is_compiling() and tokens.numel() and (int(tokens.min()) < 0 or int(tokens.max()) >= self.config.d_vocab):
             raise UserError(
                 f"token ids must lie in [0, d_vocab={self.config.d_vocab}), got [{int(tokens.min())}, "
                 f"{int(tokens.max())}] (was the text tokenized with another tokenizer?)"

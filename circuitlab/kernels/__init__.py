@@ -1,6 +1,7 @@
 """Fast paths. Layers call the functions exported here; each has a plain-PyTorch reference in
 `reference.py` that it must equal, and a Triton implementation that runs on CUDA tensors when triton is
-installed (rules in `dispatch.py`; override with `use_backend(...)` or $CIRCUITLAB_KERNELS).
+installed (rules in `dispatch.py`; override with `use_backend(...)` or $CIRCUITLAB_KERNELS). The sgatlin and
+scan fast paths are PyTorch custom operators (`ops.py`), so `torch.compile` traces models through them.
 
 Letters: B batch, T position, D d_model, C channels, K gates per channel, N neurons per channel,
 U quantifier units, R index bits, F features (candidates) per token, n subkeys per half.
@@ -12,12 +13,13 @@ import torch
 from jaxtyping import Float, Int
 from torch import Tensor
 
-from circuitlab.kernels import reference
+from circuitlab.kernels import ops, reference
 from circuitlab.kernels.dispatch import (
     BACKENDS,
     ENV_VAR,
     backend_for,
     fast_module,
+    fast_ready,
     requested_backend,
     triton_installed,
     triton_interpreting,
@@ -41,8 +43,8 @@ def sgatlin_combine(
     """sum_c sum_k g * (w_in . z) * w_out (seed 000, eq. 2 with channels). The fast path never builds the
     gathered [tokens, C, K, D] expert tensors, and its backward gives z, gates and experts their gradients."""
     tensors = (z_BxTxD, indices_BxTxCxK, gates_BxTxCxK, experts_2xCxNxD)
-    if backend_for(*tensors) == "triton" and (fast := fast_module("sgatlin_triton")) is not None:
-        return fast.sgatlin_combine(*tensors)
+    if backend_for(*tensors) == "triton" and fast_ready("sgatlin_triton"):
+        return ops.sgatlin_combine(*tensors)
     return reference.sgatlin_combine(*tensors)
 
 
@@ -60,8 +62,8 @@ def sgatlin_route(
     elif k > 64 or n_subkeys > 4096:
         unsupported = f"the fused router takes k <= 64 and n <= 4096 (got k={k}, n={n_subkeys})"
     if backend_for(subkey_scores_BxTx2xCxn, unsupported=unsupported) == "triton":
-        if (fast := fast_module("sgatlin_triton")) is not None:
-            return fast.sgatlin_route(subkey_scores_BxTx2xCxn, k)
+        if fast_ready("sgatlin_triton"):
+            return ops.sgatlin_route(subkey_scores_BxTx2xCxn, k)
     return reference.sgatlin_route(subkey_scores_BxTx2xCxn, k)
 
 
@@ -81,8 +83,8 @@ def existential_scan(
     On an exact tie M_t = gamma * E_(t-1) the fast path's gradient goes to M_t."""
     unsupported = _scan_unsupported(membership_BxTxU, decay_U)
     if backend_for(membership_BxTxU, decay_U, unsupported=unsupported) == "triton":
-        if (fast := fast_module("scans_triton")) is not None:
-            return fast.existential_scan(membership_BxTxU, decay_U)
+        if fast_ready("scans_triton"):
+            return ops.existential_scan(membership_BxTxU, decay_U)
     return reference.existential_scan(membership_BxTxU, decay_U)
 
 
@@ -92,8 +94,8 @@ def proportion_scan(
     """Soft proportion P_t = (1 - lambda) M_t + lambda P_(t-1), P_(-1) = 0, as a parallel scan."""
     unsupported = _scan_unsupported(membership_BxTxU, decay_U)
     if backend_for(membership_BxTxU, decay_U, unsupported=unsupported) == "triton":
-        if (fast := fast_module("scans_triton")) is not None:
-            return fast.proportion_scan(membership_BxTxU, decay_U)
+        if fast_ready("scans_triton"):
+            return ops.proportion_scan(membership_BxTxU, decay_U)
     return reference.proportion_scan(membership_BxTxU, decay_U)
 
 

@@ -2,7 +2,8 @@
 
 Rules, applied per call:
 - `use_backend(name)` (a context manager, innermost wins) overrides everything; otherwise the environment
-  variable CIRCUITLAB_KERNELS; otherwise "auto".
+  variable CIRCUITLAB_KERNELS; otherwise "auto". Under torch.compile the choice is made when the model is
+  traced: entering or leaving `use_backend` retraces it, a change of $CIRCUITLAB_KERNELS does not.
 - "reference": always the plain-PyTorch reference.
 - "auto": Triton when triton is installed and every tensor argument is on a CUDA device and the fast path
   supports the call (e.g. a 1-D decay for the scans); the reference otherwise.
@@ -18,7 +19,6 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
-import functools
 import importlib
 import importlib.util
 import os
@@ -32,6 +32,10 @@ BACKENDS = ("auto", "reference", "triton")
 ENV_VAR = "CIRCUITLAB_KERNELS"
 
 _override: contextvars.ContextVar[str | None] = contextvars.ContextVar("circuitlab_kernels_backend", default=None)
+# the innermost use_backend as a plain global: torch.compile cannot read context variables, but it guards on
+# globals, so a compiled model is retraced when the backend it was traced under changes
+_override_while_compiling: str | None = None
+_TRITON_FOUND = importlib.util.find_spec("triton") is not None  # finds the package without importing it
 
 
 def _validated(name: str, origin: str) -> str:
@@ -44,24 +48,27 @@ def _validated(name: str, origin: str) -> str:
 @contextlib.contextmanager
 def use_backend(name: str) -> Iterator[None]:
     """Run every circuitlab kernel inside the block on `name` ("reference", "triton" or "auto")."""
-    token = _override.set(_validated(name, "use_backend(name)"))
+    global _override_while_compiling
+    backend = _validated(name, "use_backend(name)")
+    token = _override.set(backend)
+    outer, _override_while_compiling = _override_while_compiling, backend
     try:
         yield
     finally:
         _override.reset(token)
+        _override_while_compiling = outer
 
 
 def requested_backend() -> str:
     """The backend asked for: the innermost `use_backend`, else $CIRCUITLAB_KERNELS, else "auto"."""
-    override = _override.get()
+    override = _override_while_compiling if torch.compiler.is_compiling() else _override.get()
     if override is not None:
         return override
     return _validated(os.environ.get(ENV_VAR, "auto"), f"${ENV_VAR}")
 
 
-@functools.cache
 def triton_installed() -> bool:
-    return importlib.util.find_spec("triton") is not None
+    return _TRITON_FOUND
 
 
 def triton_interpreting() -> bool:
@@ -113,6 +120,15 @@ def fast_module(name: str) -> ModuleType | None:
         _import_failed = True
         warnings.warn(f"circuitlab Triton kernels unavailable ({error}); using the PyTorch references", stacklevel=3)
         return None
+
+
+def fast_ready(name: str) -> bool:
+    """Whether the fast path in circuitlab.kernels.<name> can run: imports it eagerly (see `fast_module`);
+    while torch.compile traces, only whether no import has failed (the custom operator imports it when it
+    runs)."""
+    if torch.compiler.is_compiling():
+        return not _import_failed
+    return fast_module(name) is not None
 
 
 def autocast_dtype(device_type: str) -> torch.dtype | None:

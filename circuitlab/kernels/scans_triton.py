@@ -26,6 +26,7 @@ import torch
 import triton
 import triton.language as tl
 
+from circuitlab.kernels import ops
 from circuitlab.kernels._triton_common import tuning_configs
 
 _SCAN_CONFIGS = [
@@ -126,48 +127,38 @@ def _scan_bwd_kernel(
     tl.store(ddecay_ptr + sequence * U + u, ddecay, mask=u_ok)
 
 
-class _QuantifierScan(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, membership, decay, is_max):  # type: ignore[override]
-        n_pos, n_units = membership.shape[-2:]
-        n_seq = membership.numel() // max(1, n_pos * n_units)
-        member_SxTxU = membership.reshape(n_seq, n_pos, n_units).contiguous()
-        decay_U = decay.reshape(n_units).contiguous()
-        out_dtype = torch.promote_types(membership.dtype, decay.dtype)
-        out_SxTxU = torch.empty(member_SxTxU.shape, dtype=out_dtype, device=membership.device)
-        # which side won each max (int8); the proportion scan never reads it (one placeholder element)
-        won_SxTxU = torch.empty(member_SxTxU.shape if is_max else (1,), dtype=torch.int8, device=membership.device)
-        if out_SxTxU.numel() > 0:
-            grid = lambda meta: (n_seq, triton.cdiv(n_units, meta["BLOCK_U"]))  # noqa: E731
-            _scan_fwd_kernel[grid](member_SxTxU, decay_U, out_SxTxU, won_SxTxU, n_pos, n_units, IS_MAX=is_max)
-        ctx.save_for_backward(member_SxTxU, decay_U, out_SxTxU, won_SxTxU)
-        ctx.is_max = is_max
-        ctx.shapes = (membership.shape, membership.dtype, decay.shape, decay.dtype)
-        return out_SxTxU.view(membership.shape)
-
-    @staticmethod
-    def backward(ctx, dout):  # type: ignore[override]
-        member_SxTxU, decay_U, out_SxTxU, won_SxTxU = ctx.saved_tensors
-        member_shape, member_dtype, decay_shape, decay_dtype = ctx.shapes
-        n_seq, n_pos, n_units = member_SxTxU.shape
-        dout_SxTxU = dout.reshape(member_SxTxU.shape).contiguous()
-        dmember_SxTxU = torch.empty(member_SxTxU.shape, dtype=member_dtype, device=dout.device)
-        ddecay_SxU = torch.zeros((n_seq, n_units), dtype=torch.float32, device=dout.device)
-        if dmember_SxTxU.numel() > 0:
-            grid = lambda meta: (n_seq, triton.cdiv(n_units, meta["BLOCK_U"]))  # noqa: E731
-            _scan_bwd_kernel[grid](
-                member_SxTxU, decay_U, out_SxTxU, won_SxTxU, dout_SxTxU, dmember_SxTxU, ddecay_SxU,
-                n_pos, n_units, IS_MAX=ctx.is_max,
-            )
-        ddecay = ddecay_SxU.sum(0).to(decay_dtype).reshape(decay_shape)
-        return dmember_SxTxU.view(member_shape), ddecay, None
+def scan_forward(member_SxTxU, decay_U, is_max):
+    """circuitlab::quantifier_scan_fwd (see ops.py): the states, and which side won each max (int8; the
+    proportion scan never reads it: one placeholder element)."""
+    n_seq, n_pos, n_units = member_SxTxU.shape
+    member_SxTxU, decay_U = member_SxTxU.contiguous(), decay_U.contiguous()
+    out_dtype = torch.promote_types(member_SxTxU.dtype, decay_U.dtype)
+    out_SxTxU = torch.empty(member_SxTxU.shape, dtype=out_dtype, device=member_SxTxU.device)
+    if is_max:
+        won_SxTxU = torch.empty(member_SxTxU.shape, dtype=torch.int8, device=member_SxTxU.device)
+    else:
+        won_SxTxU = torch.zeros((1,), dtype=torch.int8, device=member_SxTxU.device)
+    if out_SxTxU.numel() > 0:
+        grid = lambda meta: (n_seq, triton.cdiv(n_units, meta["BLOCK_U"]))  # noqa: E731
+        _scan_fwd_kernel[grid](member_SxTxU, decay_U, out_SxTxU, won_SxTxU, n_pos, n_units, IS_MAX=is_max)
+    return out_SxTxU, won_SxTxU
 
 
-def existential_scan(membership: torch.Tensor, decay: torch.Tensor) -> torch.Tensor:
-    """Same contract as `reference.existential_scan` (decay: one value per unit)."""
-    return _QuantifierScan.apply(membership, decay, True)
+def scan_backward(dout_SxTxU, member_SxTxU, decay_U, out_SxTxU, won_SxTxU, is_max):
+    """circuitlab::quantifier_scan_bwd (see ops.py): d membership and d decay (float32, summed over sequences)."""
+    n_seq, n_pos, n_units = member_SxTxU.shape
+    dout_SxTxU = dout_SxTxU.contiguous()
+    dmember_SxTxU = torch.empty(member_SxTxU.shape, dtype=member_SxTxU.dtype, device=dout_SxTxU.device)
+    ddecay_SxU = torch.zeros((n_seq, n_units), dtype=torch.float32, device=dout_SxTxU.device)
+    if dmember_SxTxU.numel() > 0:
+        grid = lambda meta: (n_seq, triton.cdiv(n_units, meta["BLOCK_U"]))  # noqa: E731
+        _scan_bwd_kernel[grid](
+            member_SxTxU.contiguous(), decay_U.contiguous(), out_SxTxU.contiguous(), won_SxTxU.contiguous(),
+            dout_SxTxU, dmember_SxTxU, ddecay_SxU, n_pos, n_units, IS_MAX=is_max,
+        )
+    return dmember_SxTxU, ddecay_SxU.sum(0)
 
 
-def proportion_scan(membership: torch.Tensor, decay: torch.Tensor) -> torch.Tensor:
-    """Same contract as `reference.proportion_scan` (decay: one value per unit)."""
-    return _QuantifierScan.apply(membership, decay, False)
+# the public entry points (custom operators; see ops.py)
+existential_scan = ops.existential_scan
+proportion_scan = ops.proportion_scan

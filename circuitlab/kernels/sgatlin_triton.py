@@ -25,9 +25,9 @@ import triton
 import triton.language as tl
 
 from circuitlab.kernels._triton_common import next_power_of_2, tuning_configs
-from circuitlab.kernels.dispatch import autocast_dtype
+from circuitlab.kernels import ops
 
-MAX_D_MODEL = 4096  # a token's z, dy and accumulators live in registers
+MAX_D_MODEL = ops.MAX_D_MODEL
 
 
 def _row_tile_configs(name: str) -> list[triton.Config]:
@@ -164,94 +164,66 @@ def _combine_bwd_expert_kernel(
     tl.store(dexperts_ptr + OUT_OFFSET + expert_row * D + d, tl.sum(acc_out, axis=0).to(out_ty), mask=d_ok)
 
 
-def _check_combine_shapes(z: torch.Tensor, indices: torch.Tensor, gates: torch.Tensor, experts: torch.Tensor) -> None:
-    if experts.dim() != 4 or experts.shape[0] != 2:
-        raise ValueError(f"experts must be [2, C, N, D] (w_in, w_out), got {tuple(experts.shape)}")
-    _, n_channels, _, d_model = experts.shape
-    if z.shape[-1] != d_model:
-        raise ValueError(f"z has d_model {z.shape[-1]} but experts have {d_model}")
-    if indices.shape != gates.shape or indices.dim() < 2 or indices.shape[-2] != n_channels:
-        raise ValueError(
-            f"indices {tuple(indices.shape)} and gates {tuple(gates.shape)} must both be [..., C={n_channels}, K]"
+def combine_forward(z_MxD, indices_MxCK, gates_MxCK, experts, k):
+    """circuitlab::sgatlin_combine_fwd (see ops.py): out [M, D] and neuron_pre [M, C*K] float32."""
+    _, n_channels, n_neurons, d_model = experts.shape
+    n_tokens = z_MxD.shape[0]
+    z_MxD, indices_MxCK, gates_MxCK = z_MxD.contiguous(), indices_MxCK.contiguous(), gates_MxCK.contiguous()
+    experts = experts.contiguous()
+    out_dtype = torch.promote_types(z_MxD.dtype, experts.dtype)
+    out_MxD = torch.empty((n_tokens, d_model), dtype=out_dtype, device=z_MxD.device)
+    neuron_pre_MxCK = torch.empty((n_tokens, n_channels * k), dtype=torch.float32, device=z_MxD.device)
+    if n_tokens > 0:
+        _combine_fwd_kernel[(n_tokens,)](
+            z_MxD, indices_MxCK, gates_MxCK, experts, out_MxD, neuron_pre_MxCK,
+            d_model, n_neurons, n_channels * k, k, n_channels * n_neurons * d_model,
+            BLOCK_D=next_power_of_2(d_model),
         )
-    if indices.shape[:-2] != z.shape[:-1]:
-        raise ValueError(f"indices lead with {tuple(indices.shape[:-2])} but z with {tuple(z.shape[:-1])}")
-    if indices.dtype.is_floating_point or indices.dtype == torch.bool:
-        raise ValueError(f"indices must be an integer tensor, got {indices.dtype}")
-    if d_model > MAX_D_MODEL:
-        raise ValueError(f"the fused combine keeps a token's d_model in registers: d_model <= {MAX_D_MODEL}")
+    return out_MxD, neuron_pre_MxCK
 
 
-class _SgatlinCombine(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, z, indices, gates, experts):  # type: ignore[override]
-        _, n_channels, n_neurons, d_model = experts.shape
-        k = indices.shape[-1]
-        n_tokens = z.numel() // d_model
-        z_MxD = z.reshape(n_tokens, d_model).contiguous()
-        indices_MxCK = indices.reshape(n_tokens, n_channels * k).contiguous()
-        gates_MxCK = gates.reshape(n_tokens, n_channels * k).contiguous()
-        experts = experts.contiguous()
-        out_dtype = torch.promote_types(z.dtype, experts.dtype)
-        out_MxD = torch.empty((n_tokens, d_model), dtype=out_dtype, device=z.device)
-        neuron_pre_MxCK = torch.empty((n_tokens, n_channels * k), dtype=torch.float32, device=z.device)
-        if n_tokens > 0:
-            _combine_fwd_kernel[(n_tokens,)](
-                z_MxD, indices_MxCK, gates_MxCK, experts, out_MxD, neuron_pre_MxCK,
-                d_model, n_neurons, n_channels * k, k, n_channels * n_neurons * d_model,
-                BLOCK_D=next_power_of_2(d_model),
-            )
-        ctx.save_for_backward(z_MxD, indices_MxCK, gates_MxCK, experts, neuron_pre_MxCK)
-        ctx.shapes = (z.shape, gates.shape)
-        return out_MxD.view(z.shape)
-
-    @staticmethod
-    def backward(ctx, dout):  # type: ignore[override]
-        z_MxD, indices_MxCK, gates_MxCK, experts, neuron_pre_MxCK = ctx.saved_tensors
-        z_shape, gates_shape = ctx.shapes
-        n_tokens, d_model = z_MxD.shape
-        _, n_channels, n_neurons, _ = experts.shape
-        ck = indices_MxCK.shape[1]
-        k = ck // n_channels
-        out_offset = n_channels * n_neurons * d_model
-        block_d = next_power_of_2(d_model)
-        dy_MxD = dout.reshape(n_tokens, d_model).contiguous()
-        dz_MxD = torch.empty_like(z_MxD)
-        dgates_MxCK = torch.empty_like(gates_MxCK)
-        gate_back_MxCK = torch.empty((n_tokens, ck), dtype=torch.float32, device=z_MxD.device)
-        if n_tokens > 0:
-            _combine_bwd_token_kernel[(n_tokens,)](
-                dy_MxD, indices_MxCK, gates_MxCK, neuron_pre_MxCK, experts, dz_MxD, dgates_MxCK, gate_back_MxCK,
-                d_model, n_neurons, ck, k, out_offset,
-                BLOCK_D=block_d,
-            )
-        dexperts = None
-        if ctx.needs_input_grad[3]:
-            # sort the assignments by expert row: a segmented reduction, exact under duplicate indices
-            channel_offset_CK = torch.arange(n_channels, device=z_MxD.device, dtype=torch.int64).repeat_interleave(k)
-            key_dtype = torch.int32 if n_channels * n_neurons < 2**31 else torch.int64
-            keys_A = (indices_MxCK.to(torch.int64) + channel_offset_CK * n_neurons).to(key_dtype).reshape(-1)
-            sorted_keys_A, order_A = torch.sort(keys_A, stable=True)
-            row_ids = torch.arange(n_channels * n_neurons + 1, device=z_MxD.device, dtype=key_dtype)
-            offsets = torch.searchsorted(sorted_keys_A, row_ids)
-            dexperts = torch.empty_like(experts)
-            _combine_bwd_expert_kernel[(n_channels * n_neurons,)](
-                z_MxD, dy_MxD, order_A, offsets, gate_back_MxCK, gates_MxCK, neuron_pre_MxCK, dexperts,
-                d_model, ck, out_offset,
-                BLOCK_D=block_d,
-            )
-        return dz_MxD.view(z_shape), None, dgates_MxCK.view(gates_shape), dexperts
+def expert_row_segments(indices_MxCK: torch.Tensor, n_channels: int, n_neurons: int, k: int):
+    """The assignments sorted by expert row c * N + i (stable): (order [A], offsets [C*N + 1]), so that row r's
+    assignments are order[offsets[r]:offsets[r + 1]]."""
+    device = indices_MxCK.device
+    channel_offset_CK = torch.arange(n_channels, device=device, dtype=torch.int64).repeat_interleave(k)
+    key_dtype = torch.int32 if n_channels * n_neurons < 2**31 else torch.int64
+    keys_A = (indices_MxCK.to(torch.int64) + channel_offset_CK * n_neurons).to(key_dtype).reshape(-1)
+    sorted_keys_A, order_A = torch.sort(keys_A, stable=True)
+    row_ids = torch.arange(n_channels * n_neurons + 1, device=device, dtype=key_dtype)
+    return order_A, torch.searchsorted(sorted_keys_A, row_ids)
 
 
-def sgatlin_combine(z: torch.Tensor, indices: torch.Tensor, gates: torch.Tensor, experts: torch.Tensor) -> torch.Tensor:
-    """Same contract as `reference.sgatlin_combine`. Under autocast z and experts are read in the autocast
-    dtype (as the reference's einsums read them); gates keep their own dtype."""
-    _check_combine_shapes(z, indices, gates, experts)
-    cast = autocast_dtype(z.device.type)
-    if cast is not None:
-        z, experts = z.to(cast), experts.to(cast)
-    with torch.autocast(device_type=z.device.type, enabled=False):
-        return _SgatlinCombine.apply(z, indices, gates, experts)
+def combine_backward(dy_MxD, z_MxD, indices_MxCK, gates_MxCK, experts, neuron_pre_MxCK, k, need_dexperts):
+    """circuitlab::sgatlin_combine_bwd (see ops.py): dz, dgates, dexperts (empty [0] unless need_dexperts)."""
+    n_tokens, d_model = z_MxD.shape
+    _, n_channels, n_neurons, _ = experts.shape
+    ck = indices_MxCK.shape[1]
+    out_offset = n_channels * n_neurons * d_model
+    block_d = next_power_of_2(d_model)
+    z_MxD, indices_MxCK, gates_MxCK = z_MxD.contiguous(), indices_MxCK.contiguous(), gates_MxCK.contiguous()
+    experts, neuron_pre_MxCK = experts.contiguous(), neuron_pre_MxCK.contiguous()
+    dy_MxD = dy_MxD.contiguous()
+    dz_MxD = torch.empty_like(z_MxD)
+    dgates_MxCK = torch.empty_like(gates_MxCK)
+    gate_back_MxCK = torch.empty((n_tokens, ck), dtype=torch.float32, device=z_MxD.device)
+    if n_tokens > 0:
+        _combine_bwd_token_kernel[(n_tokens,)](
+            dy_MxD, indices_MxCK, gates_MxCK, neuron_pre_MxCK, experts, dz_MxD, dgates_MxCK, gate_back_MxCK,
+            d_model, n_neurons, ck, k, out_offset,
+            BLOCK_D=block_d,
+        )
+    if not need_dexperts:
+        return dz_MxD, dgates_MxCK, experts.new_empty((0,))
+    # sort the assignments by expert row: a segmented reduction, exact under duplicate indices
+    order_A, offsets = expert_row_segments(indices_MxCK, n_channels, n_neurons, k)
+    dexperts = torch.empty_like(experts)
+    _combine_bwd_expert_kernel[(n_channels * n_neurons,)](
+        z_MxD, dy_MxD, order_A, offsets, gate_back_MxCK, gates_MxCK, neuron_pre_MxCK, dexperts,
+        d_model, ck, out_offset,
+        BLOCK_D=block_d,
+    )
+    return dz_MxD, dgates_MxCK, dexperts
 
 
 # --- product top-k router --------------------------------------------------------------------------------
@@ -356,45 +328,38 @@ def _route_blocks(n_subkeys: int, k: int) -> tuple[int, int, int]:
     return block_m, block_n, block_k
 
 
-class _SgatlinRoute(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, scores, k):  # type: ignore[override]
-        *lead, two, n_channels, n_subkeys = scores.shape
-        n_tokens = scores.numel() // (two * n_channels * n_subkeys)
-        scores_M = scores.reshape(n_tokens, 2 * n_channels * n_subkeys).contiguous()
-        indices = torch.empty((*lead, n_channels, k), dtype=torch.int64, device=scores.device)
-        gates = torch.empty((*lead, n_channels, k), dtype=scores.dtype, device=scores.device)
-        block_m, block_n, block_k = _route_blocks(n_subkeys, k)
-        if n_tokens > 0:
-            grid = (triton.cdiv(n_tokens, block_m), n_channels)
-            _route_fwd_kernel[grid](
-                scores_M, indices, gates, n_tokens, n_channels, n_subkeys,
-                K=k, BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k, num_warps=1,
-            )
-        ctx.mark_non_differentiable(indices)
-        ctx.save_for_backward(indices)
-        ctx.scores_meta = (scores.shape, scores.dtype, n_tokens, n_channels, n_subkeys, k)
-        return indices, gates
-
-    @staticmethod
-    def backward(ctx, dindices, dgates):  # type: ignore[override]
-        (indices,) = ctx.saved_tensors
-        shape, dtype, n_tokens, n_channels, n_subkeys, k = ctx.scores_meta
-        dscores = torch.empty((n_tokens, 2 * n_channels * n_subkeys), dtype=dtype, device=indices.device)
-        if dgates is None:
-            dscores.zero_()
-        elif n_tokens > 0:
-            block_n = max(16, next_power_of_2(n_subkeys))
-            block_m = max(1, min(64, 4096 // block_n))
-            grid = (triton.cdiv(n_tokens, block_m), n_channels)
-            _route_bwd_kernel[grid](
-                dgates.contiguous(), indices, dscores, n_tokens, n_channels, n_subkeys,
-                K=k, BLOCK_M=block_m, BLOCK_N=block_n, num_warps=4,
-            )
-        return dscores.view(shape), None
+def route_forward(scores_M, n_channels, k):
+    """circuitlab::sgatlin_route_fwd (see ops.py): scores [M, 2*C*n] -> gates [M, C, K], indices [M, C, K] int64."""
+    n_tokens = scores_M.shape[0]
+    n_subkeys = scores_M.shape[1] // (2 * n_channels)
+    scores_M = scores_M.contiguous()
+    indices = torch.empty((n_tokens, n_channels, k), dtype=torch.int64, device=scores_M.device)
+    gates = torch.empty((n_tokens, n_channels, k), dtype=scores_M.dtype, device=scores_M.device)
+    block_m, block_n, block_k = _route_blocks(n_subkeys, k)
+    if n_tokens > 0:
+        grid = (triton.cdiv(n_tokens, block_m), n_channels)
+        _route_fwd_kernel[grid](
+            scores_M, indices, gates, n_tokens, n_channels, n_subkeys,
+            K=k, BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k, num_warps=1,
+        )
+    return gates, indices
 
 
-def sgatlin_route(scores: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """Same contract as `reference.sgatlin_route`: (indices long [..., C, k], gates [..., C, k] in the scores'
-    dtype, descending per channel). On exactly equal scores the lower subkey, and then the lower neuron, wins."""
-    return _SgatlinRoute.apply(scores, k)
+def route_backward(dgates, indices, n_subkeys):
+    """circuitlab::sgatlin_route_bwd (see ops.py): the gate gradients onto both subkeys of each gate."""
+    n_tokens, n_channels, k = indices.shape
+    dscores = torch.empty((n_tokens, 2 * n_channels * n_subkeys), dtype=dgates.dtype, device=indices.device)
+    if n_tokens > 0:
+        block_n = max(16, next_power_of_2(n_subkeys))
+        block_m = max(1, min(64, 4096 // block_n))
+        grid = (triton.cdiv(n_tokens, block_m), n_channels)
+        _route_bwd_kernel[grid](
+            dgates.contiguous(), indices.contiguous(), dscores, n_tokens, n_channels, n_subkeys,
+            K=k, BLOCK_M=block_m, BLOCK_N=block_n, num_warps=4,
+        )
+    return dscores
+
+
+# the public entry points (custom operators; see ops.py)
+sgatlin_combine = ops.sgatlin_combine
+sgatlin_route = ops.sgatlin_route

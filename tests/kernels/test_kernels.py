@@ -49,6 +49,24 @@ def float64_twin(tensor: torch.Tensor) -> torch.Tensor:
     return tensor.detach().double().requires_grad_(True)
 
 
+def backward_nodes(out: torch.Tensor) -> set[str]:
+    """Class names of every node in the autograd graph behind `out`."""
+    seen, stack, names = set(), [out.grad_fn], set()
+    while stack:
+        node = stack.pop()
+        if node is None or id(node) in seen:
+            continue
+        seen.add(id(node))
+        names.add(type(node).__name__)
+        stack.extend(next_node for next_node, _ in node.next_functions)
+    return names
+
+
+def ran_op(out: torch.Tensor, op: str) -> bool:
+    """Whether `out` came from the custom operator circuitlab::<op> (its generated backward is in the graph)."""
+    return any(f"circuitlab_{op}_" in name for name in backward_nodes(out))
+
+
 def grads(out: torch.Tensor, inputs: list[torch.Tensor], upstream: torch.Tensor) -> tuple[torch.Tensor, ...]:
     return torch.autograd.grad(out, inputs, upstream.to(out.dtype))
 
@@ -78,7 +96,7 @@ def test_sgatlin_combine_matches_reference(device, dtype, shape, index_dtype):
 
     with kernels.use_backend("triton"):
         out = kernels.sgatlin_combine(z, indices, gates, experts)
-    assert type(out.grad_fn).__name__ == "_SgatlinCombineBackward"
+    assert ran_op(out, "sgatlin_combine_fwd")
     twins = [float64_twin(t) for t in (z, gates, experts)]
     ref = reference.sgatlin_combine(twins[0], indices.long(), twins[1], twins[2])
 
@@ -145,7 +163,7 @@ def test_sgatlin_route_matches_reference_and_brute_force(device, dtype, shape):
     scores = leaf(torch.randn(batch, pos, 2, channels, n_subkeys, generator=gen), dtype, device)
     with kernels.use_backend("triton"):
         indices, gates = kernels.sgatlin_route(scores, k)
-    assert type(gates.grad_fn).__name__ == "_SgatlinRouteBackward"
+    assert ran_op(gates, "sgatlin_route_fwd")
     assert indices.dtype == torch.int64 and gates.dtype == dtype
     assert indices.shape == gates.shape == (batch, pos, channels, k)
 
@@ -209,7 +227,7 @@ def test_scans_match_the_step_by_step_loop(device, dtype, shape, which):
 
     with kernels.use_backend("triton"):
         out = fast_scan(member, decay)
-    assert type(out.grad_fn).__name__ == "_QuantifierScanBackward"
+    assert ran_op(out, "quantifier_scan_fwd")
     twins = [float64_twin(member), float64_twin(decay)]
     ref = loop(*twins)
     tol = TOLERANCE[dtype]
