@@ -75,7 +75,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     run.add_argument("--seed", type=int, default=0, help="seed of the model init and the data order (default 0)")
     run.add_argument("--device", default="auto", help="auto (CUDA when present; the default), cpu, cuda, cuda:N")
     run.add_argument("--threads", type=int, default=None, help="CPU threads for torch (default: torch's choice)")
-    run.add_argument("--compile", action="store_true", help="torch.compile the model")
+    run.add_argument("--compile", action=argparse.BooleanOptionalAction, default=None,
+                     help="torch.compile the model (default: on CUDA yes, on the CPU no)")
     run.add_argument("--fsdp", action="store_true", help="shard the model with FSDP2 (torchrun only)")
     run.add_argument("--max-minutes", type=float, default=None,
                      help="stop cleanly (checkpoint, evaluate, save) once this much wall time has passed")
@@ -94,6 +95,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     optim.add_argument("--no-embedding-decay", action="store_true", help="exempt the embeddings from weight decay")
     optim.add_argument("--grad-clip", type=float, default=None, help="global gradient norm clip (0 = off)")
     optim.add_argument("--grad-accum", type=int, default=None, help="micro-batches per step")
+    optim.add_argument("--micro-batch", type=int, default=0,
+                       help="sequences per forward/backward on each rank (default 0: batch / grad-accum, halved "
+                            "on running out of GPU memory; the effective batch stays --batch-size)")
     optim.add_argument("--eval-every", type=int, default=None, help="held-out evaluation every N steps (0 = end only)")
     optim.add_argument("--eval-sequences", type=int, default=None, help="held-out sequences per periodic evaluation")
     optim.add_argument("--ckpt-every", type=int, default=None, help="checkpoint every N steps (0 = never)")
@@ -171,6 +175,7 @@ def build_train_config(args: argparse.Namespace) -> Any:
         seed=args.seed,
         max_minutes=args.max_minutes,
         compile=args.compile,
+        micro_batch=args.micro_batch,
         fsdp=args.fsdp,
     )
 

@@ -17,6 +17,13 @@ the last seq_len). The order is a pure function of (seed, step): sample p of the
 perm_e[p mod n] of epoch e = p // n, each epoch a fresh seeded permutation. So the data position of a
 checkpoint is just its step, and a resumed run draws exactly the batches the uninterrupted one would have.
 
+Speed: on CUDA the model is compiled with torch.compile unless `compile=False` (CLI --no-compile); the
+circuitlab fast paths are custom operators, so the compiled graph keeps them. A step of `batch_size` sequences
+runs as micro-batches of `micro_batch` sequences per rank with gradients accumulated (`micro_batch=0`, the
+default: batch_size / (ranks x grad_accum)); with the default on one CUDA device, running out of memory halves
+the micro-batch and redoes the step, so the largest micro-batch that fits is found while the effective batch
+stays the one asked for.
+
 Checkpoints are written every `ckpt_every` steps by `circuitlab.training.checkpoints` (atomic folders,
 safetensors + JSON, never pickled). On CPU a resumed run logs losses bitwise equal to an uninterrupted run's.
 
@@ -99,7 +106,8 @@ class TrainConfig:
     guard_window: int = 50
     guard_factor: float = 2.0
     max_minutes: float | None = None
-    compile: bool = False
+    compile: bool | None = None  # torch.compile the model; None: on CUDA yes, on the CPU no
+    micro_batch: int = 0  # sequences per forward/backward on each rank; 0: picked (see Trainer.micro_batch)
     fsdp: bool = False
 
     def validate(self, world_size: int = 1) -> None:
@@ -115,6 +123,12 @@ class TrainConfig:
         need(self.grad_clip >= 0, f"grad_clip must be >= 0 (0 disables clipping), got {self.grad_clip}")
         need(self.eval_every >= 0 and self.ckpt_every >= 0, "eval_every and ckpt_every must be >= 0 (0 = never)")
         need(self.max_minutes is None or self.max_minutes > 0, f"max_minutes must be positive, got {self.max_minutes}")
+        need(self.micro_batch >= 0, f"micro_batch must be >= 0 (0 = picked for the device), got {self.micro_batch}")
+        per_rank = self.batch_size // max(1, world_size)
+        need(
+            self.micro_batch == 0 or per_rank % self.micro_batch == 0,
+            f"micro_batch {self.micro_batch} must divide the {per_rank} sequences each rank takes per step",
+        )
         need(
             self.batch_size % (world_size * self.grad_accum) == 0,
             f"batch_size {self.batch_size} must be divisible by ranks x grad_accum = {world_size} x "
@@ -134,8 +148,9 @@ class TrainConfig:
 
 
 # settings that may differ between a checkpoint and the run resuming it without changing any update
+# (how a step is split into micro-batches changes float rounding only, not the update)
 RESUMABLE_CHANGES = frozenset({"eval_every", "eval_sequences", "eval_batch_size", "ckpt_every", "keep_checkpoints",
-                               "max_minutes", "compile"})
+                               "max_minutes", "compile", "micro_batch"})
 
 
 @dataclass
@@ -259,7 +274,12 @@ class Trainer:
         self.data_hash = data_fingerprint(train_windows)
         self.base_model = model.to(self.device)
         self.model = wrap_model(self.base_model, self.context, fsdp=config.fsdp)
-        self.forward_model = torch.compile(self.model) if config.compile else self.model
+        self.compiled = config.compile if config.compile is not None else self.device.type == "cuda"
+        self.forward_model = torch.compile(self.model) if self.compiled else self.model
+        per_rank = config.batch_size // self.context.world_size
+        # sequences per forward/backward: the asked-for split, made smaller on running out of GPU memory
+        self.micro_batch = config.micro_batch or per_rank // config.grad_accum
+        self.micro_batch_picked = config.micro_batch == 0
         self.optimizer = torch.optim.AdamW(
             parameter_groups(self.base_model, config.weight_decay, config.decay_embeddings),
             lr=config.lr,
@@ -394,13 +414,39 @@ class Trainer:
 
     def _micro_batch_context(self, micro: int) -> contextlib.AbstractContextManager:
         """Skip the gradient all-reduce on all but the last micro-batch of a step."""
-        if not self.context.enabled or micro == self.config.grad_accum - 1:
+        if not self.context.enabled or micro == self._n_micro() - 1:
             return contextlib.nullcontext()
         if hasattr(self.model, "no_sync"):
             return self.model.no_sync()
         return contextlib.nullcontext()  # FSDP2 reduces every backward; correct, only slower
 
+    def _n_micro(self) -> int:
+        return (self.config.batch_size // self.context.world_size) // self.micro_batch
+
+    def _smaller_micro_batch(self) -> int | None:
+        """The largest divisor of the per-rank batch at most half the current micro-batch (None at 1)."""
+        per_rank = self.config.batch_size // self.context.world_size
+        return next((size for size in range(self.micro_batch // 2, 0, -1) if per_rank % size == 0), None)
+
     def _train_step(self, step: int) -> dict[str, Any]:
+        """One optimizer step. With a picked micro-batch on one CUDA device, running out of memory halves the
+        micro-batch (more accumulation, the same effective batch) and redoes the step."""
+        while True:
+            try:
+                return self._train_step_at(step)
+            except torch.cuda.OutOfMemoryError:
+                smaller = self._smaller_micro_batch()
+                if not self.micro_batch_picked or self.context.enabled or smaller is None:
+                    raise
+                self.optimizer.zero_grad(set_to_none=True)
+                torch.cuda.empty_cache()
+                if self.context.is_main:
+                    print(f"note: out of GPU memory at micro-batch {self.micro_batch}; retrying step {step + 1} with "
+                          f"{smaller} sequences per micro-batch ({self.config.batch_size // smaller} accumulated)",
+                          file=sys.stderr)
+                self.micro_batch = smaller
+
+    def _train_step_at(self, step: int) -> dict[str, Any]:
         config = self.config
         lr = wsd_lr(step, config.steps, config.lr, config.warmup, config.decay_fraction)
         for group in self.optimizer.param_groups:
@@ -408,10 +454,10 @@ class Trainer:
         rows = self.sampler.batch_indices(step)
         per_rank = config.batch_size // self.context.world_size
         local_rows = rows[self.context.rank * per_rank : (self.context.rank + 1) * per_rank]
-        per_micro = per_rank // config.grad_accum
+        per_micro, n_micro = self.micro_batch, self._n_micro()
         lm_total = torch.zeros((), device=self.device)
         selectivity_total = torch.zeros((), device=self.device)
-        for micro in range(config.grad_accum):
+        for micro in range(n_micro):
             batch = self.train_windows[local_rows[micro * per_micro : (micro + 1) * per_micro]].to(self.device).long()
             inputs_BxT, targets_BxT = batch[:, :-1], batch[:, 1:]
             with self._micro_batch_context(micro):
@@ -419,7 +465,7 @@ class Trainer:
                     logits_BxTxV, aux = self.forward_model(inputs_BxT, return_aux=True)
                 lm_loss = F.cross_entropy(logits_BxTxV.float().reshape(-1, logits_BxTxV.shape[-1]), targets_BxT.reshape(-1))
                 selectivity = aux["selectivity"].float()
-                ((lm_loss + selectivity) / config.grad_accum).backward()
+                ((lm_loss + selectivity) / n_micro).backward()
             lm_total += lm_loss.detach()
             selectivity_total += selectivity.detach()
         grad_norm = torch.nn.utils.clip_grad_norm_(
@@ -428,7 +474,7 @@ class Trainer:
         )
         if hasattr(grad_norm, "full_tensor"):
             grad_norm = grad_norm.full_tensor()
-        stats = all_reduce_mean(torch.stack([lm_total, selectivity_total]) / config.grad_accum, self.context)
+        stats = all_reduce_mean(torch.stack([lm_total, selectivity_total]) / n_micro, self.context)
         loss, selectivity_value, norm = float(stats[0]), float(stats[1]), float(grad_norm)
         if not (math.isfinite(loss) and math.isfinite(norm)):
             self.optimizer.zero_grad(set_to_none=True)

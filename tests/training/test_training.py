@@ -233,6 +233,43 @@ def test_gradient_accumulation_matches_the_whole_batch(tmp_path):
         torch.testing.assert_close(a, b, rtol=0, atol=1e-5, msg=name)
 
 
+def test_running_out_of_memory_halves_the_picked_micro_batch(tmp_path):
+    """A model that runs out of GPU memory above 1 sequence per call: the trainer retries each step at smaller
+    micro-batches and lands on the same updates as asking for grad_accum=4 (the effective batch is kept)."""
+    calls: list[int] = []
+    trainer = make_trainer(tmp_path / "a", steps=3, eval_every=0)
+    forward = trainer.forward_model
+
+    def forward_that_fits_one_sequence(tokens, **kwargs):
+        calls.append(tokens.shape[0])
+        if trainer.base_model.training and tokens.shape[0] > 1:
+            raise torch.cuda.OutOfMemoryError("CUDA out of memory (simulated)")
+        return forward(tokens, **kwargs)
+
+    trainer.forward_model = forward_that_fits_one_sequence
+    trainer.fit()
+    assert trainer.micro_batch == 1
+    assert calls[:3] == [4, 2, 1], calls  # batch 4: tried 4, then 2, then 1 sequence per micro-batch
+    make_trainer(tmp_path / "b", steps=3, eval_every=0, grad_accum=4).fit()
+    for a, b in zip(log_records(tmp_path / "a"), log_records(tmp_path / "b")):
+        assert a["loss"] == pytest.approx(b["loss"], rel=1e-6, abs=1e-6)
+        assert a["grad_norm"] == pytest.approx(b["grad_norm"], rel=1e-5)
+
+
+def test_an_explicit_micro_batch_never_shrinks(tmp_path):
+    trainer = make_trainer(tmp_path, steps=1, eval_every=0, micro_batch=2)
+    assert (trainer.micro_batch, trainer.micro_batch_picked, trainer.compiled) == (2, False, False)
+
+    def out_of_memory(tokens, **kwargs):
+        raise torch.cuda.OutOfMemoryError("CUDA out of memory (simulated)")
+
+    trainer.forward_model = out_of_memory
+    with pytest.raises(torch.cuda.OutOfMemoryError):
+        trainer.fit()
+    with pytest.raises(ValueError, match="micro_batch 3 must divide the 4 sequences"):
+        TrainConfig(batch_size=4, micro_batch=3).validate()
+
+
 def test_settings_are_validated():
     with pytest.raises(ValueError, match="divisible by ranks x grad_accum = 1 x 3"):
         TrainConfig(batch_size=4, grad_accum=3).validate()
