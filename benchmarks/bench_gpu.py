@@ -1,0 +1,357 @@
+"""Every GPU ratio of issue 15, measured in one run on one GPU, printed side by side.
+
+    python benchmarks/bench_gpu.py --out runs/bench_gpu     # or $RESULTS / $OUT; about 4 minutes on one H200
+    python benchmarks/bench_gpu.py --smoke                  # tiny sizes on the CPU (Triton interpreter): checks the script
+
+1. Training tokens/s of the story presets (gelu, sgatlin, legible, parity), eager and torch.compile'd, at
+   batch 256 x 256 tokens: bf16 autocast, fused AdamW, random tokens, untrained weights, circuitlab kernels on
+   their default backend (Triton on CUDA). Each ratio is against gelu-stories compiled at the same batch.
+   Per preset: whether it compiled, the graph breaks dynamo counted, the compile time (first step), and the
+   loss of the first step compiled vs eager on the same batch (the compiled model computes the same thing).
+2. The sgatlin layer (router + fused combine) forward+backward against a dense SwiGLU at the TinyStories shape
+   (d 256, N 1024, C 8, k 8, d_key 128, 32768 tokens; SwiGLU d_ffw 512) and at scale 8 (d 1024, N 12544,
+   C 16, k 8, 8192 tokens; SwiGLU d_ffw 2560), with the copy bandwidth of the same run and the bytes bound
+   of the combine's design (below).
+3. Writes bench_gpu.json and bench_gpu.md (the tables) into the output folder.
+
+The combine's bytes bound. Forward: each token reads its C*K chosen w_in and w_out rows. Backward: a token
+pass reads the same rows again (dz, gate gradients), and an expert-row pass reads z and dy once per
+assignment to write each expert-gradient row once. So fwd+bwd moves 3 x M*C*K*2*D*2 bytes (bf16) of
+gathered rows, plus the per-token tensors and one write of the whole expert gradient; at the measured copy
+bandwidth that is a floor on its time (unless rows are served from L2).
+
+Timing: triton.testing.do_bench (median, L2 flushed) for the layers; wall clock over synchronised steps for
+training (median of 3 rounds). Warm-up and timed steps are bounded (--steps, --warmup).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import math
+import os
+import platform
+import sys
+import time
+import traceback
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import bench_kernels as kb  # noqa: E402  (timer, table, copy and SwiGLU cases)
+
+PRESETS = ("gelu-stories", "sgatlin-stories", "legible-stories", "parity-stories")
+SMOKE_PRESETS = {"gelu-stories": "tiny-gelu", "sgatlin-stories": "tiny-sgatlin", "legible-stories": "tiny-legible",
+                 "parity-stories": "tiny-parity"}
+TARGETS = {"sgatlin-stories": 0.5, "parity-stories": 0.5, "legible-stories": 0.7}  # x gelu-stories compiled
+LAYER_TARGETS = {"tinystories": 2.0, "scale8": 2.5}  # sgatlin fwd+bwd / SwiGLU fwd+bwd, at most
+TINYSTORIES = dict(n_tokens=32768, d_model=256, n_neurons=1024, n_channels=8, k=8, d_key=128, swiglu=512)
+SCALE8 = dict(n_tokens=8192, d_model=1024, n_neurons=12544, n_channels=16, k=8, d_key=128, swiglu=2560)
+SMOKE_SHAPE = dict(n_tokens=24, d_model=32, n_neurons=16, n_channels=2, k=3, d_key=8, swiglu=64)
+
+
+def synchronize(device: str) -> None:
+    if device == "cuda":
+        torch.cuda.synchronize()
+
+
+# --- training throughput ----------------------------------------------------------------------------------
+
+
+def first_line(error: BaseException) -> str:
+    """The error's type and the first line of its message (escaped newlines count as line ends)."""
+    text = f"{type(error).__name__}: {error}".replace("\\n", "\n").strip()
+    return text.splitlines()[0][:300]
+
+
+def training_case(preset: str, model_name: str, batch: int, seq: int, device: str, compiled: bool, steps: int,
+                  warmup: int, rounds: int, compile_backend: str) -> dict:
+    """Tokens/s of training steps of one preset (eager or compiled)."""
+    import circuitlab
+    from torch._dynamo.utils import counters
+
+    config = circuitlab.ModelConfig.preset(model_name)
+    torch.manual_seed(0)
+    model = circuitlab.CircuitTransformer(config).to(device)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=device == "cuda")
+    gen = torch.Generator(device=device).manual_seed(5)
+    batches = [torch.randint(0, config.d_vocab, (batch, seq + 1), device=device, generator=gen) for _ in range(3)]
+    row: dict = dict(preset=preset, model=model_name, mode="compiled" if compiled else "eager", batch=batch, seq=seq)
+    torch._dynamo.reset()
+    counters.clear()
+    forward = torch.compile(model, backend=compile_backend) if compiled else model
+
+    def loss_of(tokens):
+        with torch.autocast(device_type=device, dtype=torch.bfloat16, enabled=device == "cuda"):
+            logits, aux = forward(tokens[:, :-1], return_aux=True)
+        return F.cross_entropy(logits.flatten(0, 1).float(), tokens[:, 1:].flatten()) + aux["selectivity"].float()
+
+    def step(tokens):
+        loss = loss_of(tokens)
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        return loss.detach()
+
+    try:
+        synchronize(device)
+        start = time.perf_counter()
+        row["first_loss"] = float(step(batches[0]))
+        synchronize(device)
+        row["first_step_s"] = time.perf_counter() - start  # includes compiling (and Triton autotuning)
+        for i in range(warmup):
+            step(batches[(i + 1) % len(batches)])
+        seconds = []
+        for _ in range(rounds):
+            synchronize(device)
+            start = time.perf_counter()
+            for i in range(steps):
+                loss = step(batches[i % len(batches)])
+            synchronize(device)
+            seconds.append((time.perf_counter() - start) / steps)
+        median = sorted(seconds)[len(seconds) // 2]
+        row.update(ok=True, ms_per_step=median * 1e3, tokens_per_s=batch * seq / median, last_loss=float(loss))
+    except Exception as error:  # noqa: BLE001 - a preset that fails is a result, the others still run
+        row.update(ok=False, error=first_line(error), error_detail="".join(traceback.format_exception_only(error))[:4000])
+    row["graph_breaks"] = int(sum(counters["graph_break"].values())) if compiled else None
+    row["graph_break_reasons"] = sorted(counters["graph_break"])[:5] if compiled else None
+    del forward, model, optimizer
+    torch._dynamo.reset()
+    if device == "cuda":
+        torch.cuda.empty_cache()
+    status = (f"{row['tokens_per_s']:>12,.0f} tok/s  {row['ms_per_step']:8.2f} ms/step  first step {row['first_step_s']:.1f} s"
+              if row["ok"] else f"FAILED: {row['error']}")
+    breaks = f"  graph breaks {row['graph_breaks']}" if compiled else ""
+    print(f"  train {preset:<16} {row['mode']:<8} {status}{breaks}", flush=True)
+    return row
+
+
+def training_table(args, device: str) -> list[dict]:
+    import circuitlab.kernels as kernels
+
+    batch, seq = (2, 16) if args.smoke else (args.batch, args.seq)
+    steps, warmup, rounds = (1, 0, 1) if args.smoke else (args.steps, args.warmup, 3)
+    rows = []
+    # the smoke run forces the fast paths through the CPU interpreter; on CUDA "auto" picks them
+    with kernels.use_backend("triton" if args.smoke else "auto"):
+        for preset in args.presets:
+            model_name = SMOKE_PRESETS[preset] if args.smoke else preset
+            for compiled in (False, True):
+                rows.append(training_case(preset, model_name, batch, seq, device, compiled, steps, warmup, rounds,
+                                          args.compile_backend))
+    by = {(r["preset"], r["mode"]): r for r in rows}
+    gelu = by.get(("gelu-stories", "compiled"))
+    for row in rows:
+        eager = by.get((row["preset"], "eager"))
+        if row["mode"] == "compiled" and row["ok"] and eager and eager["ok"]:
+            row["first_loss_rel_diff_vs_eager"] = abs(row["first_loss"] - eager["first_loss"]) / abs(eager["first_loss"])
+            row["speedup_vs_eager"] = row["tokens_per_s"] / eager["tokens_per_s"]
+        if gelu and gelu["ok"] and row["ok"]:
+            row["ratio_vs_gelu_compiled"] = row["tokens_per_s"] / gelu["tokens_per_s"]
+    return rows
+
+
+# --- the sgatlin layer ------------------------------------------------------------------------------------
+
+
+def sgatlin_layer_case(table: kb.Table, timer: kb.Timer, case: str, shape: dict, device: str, copy_gbps: float | None,
+                       smoke: bool) -> dict:
+    """The sgatlin layer (query, subkey scores, fused router, fused combine) forward+backward, SwiGLU beside it,
+    and the combine's bytes bound."""
+    import circuitlab.kernels as kernels
+
+    n_tokens, d_model, n_neurons = shape["n_tokens"], shape["d_model"], shape["n_neurons"]
+    n_channels, k, d_key = shape["n_channels"], shape["k"], shape["d_key"]
+    gen = torch.Generator(device=device).manual_seed(2)
+    dt = torch.bfloat16
+    n_keys = math.isqrt(n_neurons)
+
+    def param(*size, scale):
+        return (torch.randn(*size, device=device, generator=gen) * scale).to(dt).requires_grad_(True)
+
+    z = param(1, n_tokens, d_model, scale=1.0)
+    w_query = param(d_model, d_key, scale=d_model**-0.5)
+    w_key = param(d_key, 2, n_channels, n_keys, scale=d_key**-0.5)
+    experts = param(2, n_channels, n_neurons, d_model, scale=d_model**-0.5)
+    upstream = torch.randn(1, n_tokens, d_model, device=device, dtype=dt, generator=gen)
+    params = [z, w_query, w_key, experts]
+
+    def layer():
+        with kernels.use_backend("triton"):
+            scores = torch.einsum("btq,qscn->btscn", z @ w_query, w_key)
+            indices, gates = kernels.sgatlin_route(scores, k)
+            return kernels.sgatlin_combine(z, indices, gates, experts)
+
+    result = dict(
+        fwd_ms=timer(kb.no_grad(layer)),
+        fwd_bwd_ms=timer(kb.fwd_bwd(layer, params, upstream)),
+        peak_GiB=timer.peak_gib(kb.fwd_bwd(layer, params, upstream)),
+    )
+    table.add(case, "sgatlin (Triton router + combine)", **result)
+    dense = kb.swiglu_case(table, timer, case, n_tokens, d_model, shape["swiglu"], device)
+    result["swiglu"] = dense
+    result["ratio_vs_swiglu"] = result["fwd_bwd_ms"] / dense["fwd_bwd_ms"]
+    result["target_ratio"] = LAYER_TARGETS["scale8" if "scale" in case else "tinystories"]
+
+    # the bytes bound of the design: three passes over the gathered rows (bf16)
+    gathered_pass = n_tokens * n_channels * k * 2 * d_model * 2
+    per_token = n_tokens * (4 * d_model * 2 + n_channels * k * (8 + 4 + 4 + 4 + 4))  # z, out, dy, dz; idx, gates, pre, ...
+    experts_bytes = experts.numel() * 2  # the expert gradient, every row written once (read: in the passes)
+    bound_bytes = 3 * gathered_pass + per_token + experts_bytes
+    # flops: the router's two matmuls and the combine's multiply-adds, fwd + bwd (x3)
+    flops = 3 * (2 * n_tokens * d_model * d_key + 2 * n_tokens * d_key * 2 * n_channels * n_keys
+                 + 2 * 2 * n_tokens * n_channels * k * d_model)
+    result["bound"] = dict(gathered_bytes_per_pass=gathered_pass, fwd_bwd_bytes=bound_bytes, fwd_bwd_flops=flops)
+    if copy_gbps:
+        bound_ms = bound_bytes / copy_gbps / 1e6
+        result["bound"].update(fwd_bwd_ms_at_copy_bandwidth=bound_ms,
+                               ratio_bound_vs_swiglu=bound_ms / dense["fwd_bwd_ms"],
+                               fraction_of_bound_reached=bound_ms / result["fwd_bwd_ms"])
+        print(f"  bound {case}: 3 passes x {gathered_pass / 1e9:.3f} GB gathered + {(per_token + experts_bytes) / 1e9:.3f} GB "
+              f"= {bound_bytes / 1e9:.3f} GB -> {bound_ms:.3f} ms at {copy_gbps:.0f} GB/s = "
+              f"{bound_ms / dense['fwd_bwd_ms']:.2f}x SwiGLU; measured {result['fwd_bwd_ms']:.3f} ms "
+              f"({100 * bound_ms / result['fwd_bwd_ms']:.0f}% of the bound's speed); {flops / 1e9:.1f} GFLOP", flush=True)
+    result["breakdown_fwd_bwd"] = kb.kernel_breakdown(f"{case} sgatlin fwd+bwd", kb.fwd_bwd(layer, params, upstream),
+                                                      device, top=8)
+    return result
+
+
+def layer_table(args, device: str) -> dict:
+    timer = kb.Timer(device, warmup_ms=10, rep_ms=50)
+    table = kb.Table()
+    out: dict = {}
+    try:
+        out["copy_GBps"] = kb.copy_bandwidth(table, timer, device, 0.01 if args.smoke else 1.0)
+    except Exception as error:  # noqa: BLE001
+        traceback.print_exc(limit=3)
+        out["copy_GBps"], out["copy_error"] = None, first_line(error)
+    cases = [("tinystories", "sgatlin TinyStories", TINYSTORIES), ("scale8", "sgatlin scale-8", SCALE8)]
+    for key, case, shape in cases:
+        try:
+            out[key] = sgatlin_layer_case(table, timer, case, SMOKE_SHAPE if args.smoke else shape, device,
+                                          out["copy_GBps"], args.smoke)
+        except Exception as error:  # noqa: BLE001
+            traceback.print_exc(limit=3)
+            out[key] = {"error": first_line(error)}
+        if device == "cuda":
+            torch.cuda.empty_cache()
+    out["rows"] = table.rows
+    return out
+
+
+# --- report -----------------------------------------------------------------------------------------------
+
+
+def _fmt(value, spec: str = ".2f", missing: str = "n/a") -> str:
+    return missing if value is None else format(value, spec)
+
+
+def markdown(results: dict) -> str:
+    lines = [f"Run of `benchmarks/bench_gpu.py` on {results['date']}: {results['device']}, torch {results['torch']}, "
+             f"triton {results['triton']}{' (SMOKE: tiny sizes on the CPU, not a measurement)' if results['smoke'] else ''}.",
+             ""]
+    training = results.get("training") or []
+    if training:
+        batch, seq = training[0]["batch"], training[0]["seq"]
+        lines += [f"Training, batch {batch} x {seq} tokens, bf16 autocast, fused AdamW, random tokens; ratio = tokens/s "
+                  "over gelu-stories compiled.", "",
+                  "| preset | eager tok/s | compiled tok/s | compiled / eager | ratio vs gelu compiled | target | met "
+                  "| compiles (graph breaks) | first-step loss, compiled vs eager |",
+                  "| --- | ---: | ---: | ---: | ---: | ---: | --- | --- | ---: |"]
+        by = {(r["preset"], r["mode"]): r for r in training}
+        for preset in dict.fromkeys(r["preset"] for r in training):
+            eager, comp = by.get((preset, "eager"), {}), by.get((preset, "compiled"), {})
+            target = TARGETS.get(preset)
+            ratio = comp.get("ratio_vs_gelu_compiled")
+            met = "" if target is None or ratio is None else ("yes" if ratio >= target else "no")
+            error = comp.get("error", "not run").replace("|", "/")[:100]
+            compiles = f"yes ({comp.get('graph_breaks')})" if comp.get("ok") else f"no: {error}"
+            lines.append(
+                f"| {preset} | {_fmt(eager.get('tokens_per_s'), ',.0f')} | {_fmt(comp.get('tokens_per_s'), ',.0f')} "
+                f"| {_fmt(comp.get('speedup_vs_eager'))} | {_fmt(ratio)} | {'' if target is None else f'>= {target}'} "
+                f"| {met} | {compiles} | {_fmt(comp.get('first_loss_rel_diff_vs_eager'), '.1e')} |")
+        lines.append("")
+    layers = results.get("layers") or {}
+    if layers:
+        lines += [f"sgatlin layer (router + combine), bf16, fwd+bwd vs SwiGLU; copy bandwidth "
+                  f"{_fmt(layers.get('copy_GBps'), '.0f')} GB/s (bytes read + written).", "",
+                  "| shape | sgatlin fwd+bwd ms | SwiGLU fwd+bwd ms | ratio | target | met | bytes bound ms "
+                  "(3 passes of gathered rows) | bound / SwiGLU |",
+                  "| --- | ---: | ---: | ---: | ---: | --- | ---: | ---: |"]
+        for key, name in (("tinystories", "TinyStories"), ("scale8", "scale 8")):
+            row = layers.get(key) or {}
+            if "error" in row or not row:
+                lines.append(f"| {name} | failed: {row.get('error', 'not run')} | | | | | | |")
+                continue
+            bound = row.get("bound", {})
+            met = "yes" if row["ratio_vs_swiglu"] <= row["target_ratio"] else "no"
+            lines.append(
+                f"| {name} | {row['fwd_bwd_ms']:.3f} | {row['swiglu']['fwd_bwd_ms']:.3f} | {row['ratio_vs_swiglu']:.2f}x "
+                f"| <= {row['target_ratio']} | {met} | {_fmt(bound.get('fwd_bwd_ms_at_copy_bandwidth'), '.3f')} "
+                f"| {_fmt(bound.get('ratio_bound_vs_swiglu'))}x |")
+        lines.append("")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--out", default=None, help="results folder (default: $RESULTS, else $OUT, else runs/bench_gpu)")
+    parser.add_argument("--smoke", action="store_true", help="tiny presets and shapes on the CPU (Triton interpreter)")
+    parser.add_argument("--presets", default=",".join(PRESETS), help="comma list of story presets to train")
+    parser.add_argument("--batch", type=int, default=256, help="sequences per training step")
+    parser.add_argument("--seq", type=int, default=256, help="tokens per sequence")
+    parser.add_argument("--steps", type=int, default=8, help="timed training steps per round (3 rounds)")
+    parser.add_argument("--warmup", type=int, default=2, help="untimed steps after the first (compiling) one")
+    parser.add_argument("--compile-backend", default=None,
+                        help="torch.compile backend (default inductor; aot_eager with --smoke: no C++ build on the CPU)")
+    parser.add_argument("--skip", default="", help="comma list: training,layers")
+    args = parser.parse_args(argv)
+    args.presets = [p for p in args.presets.split(",") if p]
+    unknown = [p for p in args.presets if p not in SMOKE_PRESETS]
+    if unknown:
+        parser.error(f"unknown presets {unknown}; choose from {', '.join(PRESETS)}")
+    args.compile_backend = args.compile_backend or ("aot_eager" if args.smoke else "inductor")
+    if args.smoke:
+        os.environ.setdefault("TRITON_INTERPRET", "1")
+        os.environ.setdefault("CIRCUITLAB_KERNELS_TUNE", "0")
+    device = "cpu" if args.smoke else "cuda"
+    if device == "cuda" and not torch.cuda.is_available():
+        parser.error("no CUDA device: run on a GPU, or pass --smoke for the CPU dry run")
+    if device == "cuda":
+        torch.backends.cuda.matmul.allow_tf32 = True
+    out = Path(args.out or os.environ.get("RESULTS") or os.environ.get("OUT") or "runs/bench_gpu")
+    out.mkdir(parents=True, exist_ok=True)
+    skip = set(filter(None, args.skip.split(",")))
+    started = time.perf_counter()
+    results: dict = dict(
+        date=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        device=torch.cuda.get_device_name() if device == "cuda" else (platform.processor() or "cpu"),
+        torch=torch.__version__, smoke=args.smoke, compile_backend=args.compile_backend,
+    )
+    try:
+        import triton
+
+        results["triton"] = triton.__version__
+    except ImportError:
+        results["triton"] = None
+    print(f"{results['device']}  torch {results['torch']}  triton {results['triton']}  {results['date']}", flush=True)
+    if "layers" not in skip:
+        results["layers"] = layer_table(args, device)
+    if "training" not in skip:
+        results["training"] = training_table(args, device)
+    results["seconds"] = time.perf_counter() - started
+    (out / "bench_gpu.json").write_text(json.dumps(results, indent=1, default=str))
+    table = markdown(results)
+    (out / "bench_gpu.md").write_text(table)
+    print("\n" + table)
+    print(f"{results['seconds']:.0f} s; results in {out}/bench_gpu.json and bench_gpu.md", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
