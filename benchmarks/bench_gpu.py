@@ -159,6 +159,29 @@ def training_table(args, device: str) -> list[dict]:
 # --- the sgatlin layer ------------------------------------------------------------------------------------
 
 
+def combine_bytes(n_tokens: int, d_model: int, n_neurons: int, n_channels: int, k: int) -> tuple[int, int]:
+    """(gathered bytes of one pass, bytes of forward+backward) of the fused combine in bf16: three passes of
+    gathered rows; z, out, dy, dz per token; indices, gates, neuron_pre, g * back, dgates per assignment; the
+    expert gradient written once (every row)."""
+    gathered_pass = n_tokens * n_channels * k * 2 * d_model * 2
+    per_token = n_tokens * (4 * d_model * 2 + n_channels * k * (8 + 2 + 4 + 4 + 2))
+    expert_gradient = 2 * n_channels * n_neurons * d_model * 2
+    return gathered_pass, 3 * gathered_pass + per_token + expert_gradient
+
+
+def mlp_case(table: kb.Table, timer: kb.Timer, case: str, n_tokens: int, d_model: int, d_ffw: int, device: str) -> dict:
+    """The GELU MLP of gelu-stories (d_model -> d_ffw -> d_model, bf16) forward+backward."""
+    gen = torch.Generator(device=device).manual_seed(3)
+    dt = torch.bfloat16
+    z = torch.randn(n_tokens, d_model, device=device, dtype=dt, generator=gen).requires_grad_(True)
+    w_in = (torch.randn(d_model, d_ffw, device=device, generator=gen) / d_model**0.5).to(dt).requires_grad_(True)
+    w_out = (torch.randn(d_ffw, d_model, device=device, generator=gen) / d_ffw**0.5).to(dt).requires_grad_(True)
+    upstream = torch.randn(n_tokens, d_model, device=device, dtype=dt, generator=gen)
+    result = dict(fwd_bwd_ms=timer(kb.fwd_bwd(lambda: F.gelu(z @ w_in) @ w_out, [z, w_in, w_out], upstream)))
+    table.add(case, f"GELU MLP d_ffw {d_ffw}", **result)
+    return result
+
+
 def sgatlin_layer_case(table: kb.Table, timer: kb.Timer, case: str, shape: dict, device: str, copy_gbps: float | None,
                        smoke: bool) -> dict:
     """The sgatlin layer (query, subkey scores, fused router, fused combine) forward+backward, SwiGLU beside it,
@@ -199,10 +222,7 @@ def sgatlin_layer_case(table: kb.Table, timer: kb.Timer, case: str, shape: dict,
     result["target_ratio"] = LAYER_TARGETS["scale8" if "scale" in case else "tinystories"]
 
     # the bytes bound of the design: three passes over the gathered rows (bf16)
-    gathered_pass = n_tokens * n_channels * k * 2 * d_model * 2
-    per_token = n_tokens * (4 * d_model * 2 + n_channels * k * (8 + 4 + 4 + 4 + 4))  # z, out, dy, dz; idx, gates, pre, ...
-    experts_bytes = experts.numel() * 2  # the expert gradient, every row written once (read: in the passes)
-    bound_bytes = 3 * gathered_pass + per_token + experts_bytes
+    gathered_pass, bound_bytes = combine_bytes(n_tokens, d_model, n_neurons, n_channels, k)
     # flops: the router's two matmuls and the combine's multiply-adds, fwd + bwd (x3)
     flops = 3 * (2 * n_tokens * d_model * d_key + 2 * n_tokens * d_key * 2 * n_channels * n_keys
                  + 2 * 2 * n_tokens * n_channels * k * d_model)
@@ -212,7 +232,7 @@ def sgatlin_layer_case(table: kb.Table, timer: kb.Timer, case: str, shape: dict,
         result["bound"].update(fwd_bwd_ms_at_copy_bandwidth=bound_ms,
                                ratio_bound_vs_swiglu=bound_ms / dense["fwd_bwd_ms"],
                                fraction_of_bound_reached=bound_ms / result["fwd_bwd_ms"])
-        print(f"  bound {case}: 3 passes x {gathered_pass / 1e9:.3f} GB gathered + {(per_token + experts_bytes) / 1e9:.3f} GB "
+        print(f"  bound {case}: 3 passes x {gathered_pass / 1e9:.3f} GB gathered + {(bound_bytes - 3 * gathered_pass) / 1e9:.3f} GB "
               f"= {bound_bytes / 1e9:.3f} GB -> {bound_ms:.3f} ms at {copy_gbps:.0f} GB/s = "
               f"{bound_ms / dense['fwd_bwd_ms']:.2f}x SwiGLU; measured {result['fwd_bwd_ms']:.3f} ms "
               f"({100 * bound_ms / result['fwd_bwd_ms']:.0f}% of the bound's speed); {flops / 1e9:.1f} GFLOP", flush=True)
@@ -240,8 +260,40 @@ def layer_table(args, device: str) -> dict:
             out[key] = {"error": first_line(error)}
         if device == "cuda":
             torch.cuda.empty_cache()
+    # a piece of the training ratio's ceiling: gelu-stories' MLP at the training batch (what sgatlin replaces)
+    n_tokens = 2 * 16 if args.smoke else args.batch * args.seq
+    try:
+        out["gelu_mlp_at_training_batch"] = dict(n_tokens=n_tokens, **mlp_case(
+            table, timer, "training batch", n_tokens, 64 if args.smoke else 256, 128 if args.smoke else 1024, device))
+    except Exception as error:  # noqa: BLE001
+        out["gelu_mlp_at_training_batch"] = {"error": first_line(error)}
     out["rows"] = table.rows
     return out
+
+
+def training_ceiling(results: dict, args) -> dict | None:
+    """A ceiling on sgatlin-stories' training ratio: gelu-stories' compiled step with its MLPs swapped for the
+    combine's bytes floor at the same batch (router time and everything else about sgatlin left out)."""
+    layers, training = results.get("layers") or {}, results.get("training") or []
+    gelu = next((r for r in training if r["preset"] == "gelu-stories" and r["mode"] == "compiled" and r["ok"]), None)
+    mlp = layers.get("gelu_mlp_at_training_batch") or {}
+    if gelu is None or "fwd_bwd_ms" not in mlp or not layers.get("copy_GBps"):
+        return None
+    import circuitlab
+
+    config = circuitlab.ModelConfig.preset(SMOKE_PRESETS["sgatlin-stories"] if args.smoke else "sgatlin-stories")
+    ffn = config.feedforward
+    n_tokens = gelu["batch"] * gelu["seq"]
+    _, floor_bytes = combine_bytes(n_tokens, config.d_model, ffn.d_ffw, ffn.n_channels, ffn.k)
+    floor_ms = floor_bytes / layers["copy_GBps"] / 1e6
+    step_ms = gelu["ms_per_step"] - config.n_layers * mlp["fwd_bwd_ms"] + config.n_layers * floor_ms
+    ceiling = dict(gelu_ms_per_step=gelu["ms_per_step"], gelu_mlp_fwd_bwd_ms=mlp["fwd_bwd_ms"],
+                   combine_floor_ms=floor_ms, n_layers=config.n_layers, sgatlin_floor_ms_per_step=step_ms,
+                   sgatlin_ratio_ceiling=gelu["ms_per_step"] / step_ms)
+    print(f"  ceiling: gelu-stories compiled {gelu['ms_per_step']:.2f} ms/step - {config.n_layers} x MLP "
+          f"{mlp['fwd_bwd_ms']:.3f} ms + {config.n_layers} x combine floor {floor_ms:.3f} ms = {step_ms:.2f} ms: "
+          f"sgatlin-stories at most {ceiling['sgatlin_ratio_ceiling']:.2f}x gelu compiled", flush=True)
+    return ceiling
 
 
 # --- report -----------------------------------------------------------------------------------------------
@@ -276,6 +328,13 @@ def markdown(results: dict) -> str:
                 f"| {_fmt(comp.get('speedup_vs_eager'))} | {_fmt(ratio)} | {'' if target is None else f'>= {target}'} "
                 f"| {met} | {compiles} | {_fmt(comp.get('first_loss_rel_diff_vs_eager'), '.1e')} |")
         lines.append("")
+    ceiling = results.get("training_ceiling")
+    if ceiling:
+        lines += [f"Ceiling on sgatlin-stories' ratio from the combine's bytes floor: gelu-stories compiled "
+                  f"{ceiling['gelu_ms_per_step']:.2f} ms/step, minus {ceiling['n_layers']} GELU MLPs at "
+                  f"{ceiling['gelu_mlp_fwd_bwd_ms']:.3f} ms, plus {ceiling['n_layers']} combines at their floor "
+                  f"{ceiling['combine_floor_ms']:.3f} ms = {ceiling['sgatlin_floor_ms_per_step']:.2f} ms/step: at most "
+                  f"**{ceiling['sgatlin_ratio_ceiling']:.2f}x** (router not counted).", ""]
     layers = results.get("layers") or {}
     if layers:
         lines += [f"sgatlin layer (router + combine), bf16, fwd+bwd vs SwiGLU; copy bandwidth "
@@ -344,6 +403,7 @@ def main(argv: list[str] | None = None) -> int:
         results["layers"] = layer_table(args, device)
     if "training" not in skip:
         results["training"] = training_table(args, device)
+    results["training_ceiling"] = training_ceiling(results, args)
     results["seconds"] = time.perf_counter() - started
     (out / "bench_gpu.json").write_text(json.dumps(results, indent=1, default=str))
     table = markdown(results)
