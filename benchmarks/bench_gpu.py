@@ -11,7 +11,8 @@
 2. The sgatlin layer (router + fused combine) forward+backward against a dense SwiGLU at the TinyStories shape
    (d 256, N 1024, C 8, k 8, d_key 128, 32768 tokens; SwiGLU d_ffw 512) and at scale 8 (d 1024, N 12544,
    C 16, k 8, 8192 tokens; SwiGLU d_ffw 2560), with the copy bandwidth of the same run and the bytes bound
-   of the combine's design (below).
+   of the combine's design (below); and the same layer with the opt-in one-pass backward
+   ($CIRCUITLAB_SGATLIN_BACKWARD=atomic: expert gradients by atomic adds, two gathered passes, no sort).
 3. Writes bench_gpu.json and bench_gpu.md (the tables) into the output folder.
 
 The combine's bytes bound. Forward: each token reads its C*K chosen w_in and w_out rows. Backward: a token
@@ -48,6 +49,7 @@ import bench_kernels as kb  # noqa: E402  (timer, table, copy and SwiGLU cases)
 PRESETS = ("gelu-stories", "sgatlin-stories", "legible-stories", "parity-stories")
 SMOKE_PRESETS = {"gelu-stories": "tiny-gelu", "sgatlin-stories": "tiny-sgatlin", "legible-stories": "tiny-legible",
                  "parity-stories": "tiny-parity"}
+BACKWARD_ENV_VAR = "CIRCUITLAB_SGATLIN_BACKWARD"  # read by circuitlab.kernels.sgatlin_triton on every backward
 TARGETS = {"sgatlin-stories": 0.5, "parity-stories": 0.5, "legible-stories": 0.7}  # x gelu-stories compiled
 LAYER_TARGETS = {"tinystories": 2.0, "scale8": 2.5}  # sgatlin fwd+bwd / SwiGLU fwd+bwd, at most
 TINYSTORIES = dict(n_tokens=32768, d_model=256, n_neurons=1024, n_channels=8, k=8, d_key=128, swiglu=512)
@@ -238,6 +240,32 @@ def sgatlin_layer_case(table: kb.Table, timer: kb.Timer, case: str, shape: dict,
               f"({100 * bound_ms / result['fwd_bwd_ms']:.0f}% of the bound's speed); {flops / 1e9:.1f} GFLOP", flush=True)
     result["breakdown_fwd_bwd"] = kb.kernel_breakdown(f"{case} sgatlin fwd+bwd", kb.fwd_bwd(layer, params, upstream),
                                                       device, top=8)
+
+    # the opt-in one-pass backward (expert gradients by atomic adds): two gathered passes, no sort
+    previous = os.environ.get(BACKWARD_ENV_VAR)
+    os.environ[BACKWARD_ENV_VAR] = "atomic"
+    try:
+        atomic = dict(fwd_bwd_ms=timer(kb.fwd_bwd(layer, params, upstream)),
+                      peak_GiB=timer.peak_gib(kb.fwd_bwd(layer, params, upstream)))
+        atomic["ratio_vs_swiglu"] = atomic["fwd_bwd_ms"] / dense["fwd_bwd_ms"]
+        # bytes without the atomics' own traffic: two gathered passes, and the float32 gradient zeroed, read, cast
+        atomic_bytes = bound_bytes - gathered_pass - experts.numel() * 2 + experts.numel() * (4 + 4 + 2)
+        atomic["fwd_bwd_bytes_besides_atomics"] = atomic_bytes
+        if copy_gbps:
+            atomic["floor_ms_at_copy_bandwidth"] = atomic_bytes / copy_gbps / 1e6
+            atomic["floor_vs_swiglu"] = atomic["floor_ms_at_copy_bandwidth"] / dense["fwd_bwd_ms"]
+        table.add(case, "sgatlin, one-pass atomic backward", **{k: v for k, v in atomic.items() if k != "peak_GiB"})
+        atomic["breakdown_fwd_bwd"] = kb.kernel_breakdown(f"{case} sgatlin fwd+bwd, atomic backward",
+                                                          kb.fwd_bwd(layer, params, upstream), device, top=6)
+        result["atomic_backward"] = atomic
+    except Exception as error:  # noqa: BLE001 - the opt-in design failing must not hide the default's numbers
+        result["atomic_backward"] = {"error": first_line(error)}
+        print(f"  {case}: atomic backward FAILED: {first_line(error)}", flush=True)
+    finally:
+        if previous is None:
+            os.environ.pop(BACKWARD_ENV_VAR, None)
+        else:
+            os.environ[BACKWARD_ENV_VAR] = previous
     return result
 
 
@@ -340,19 +368,23 @@ def markdown(results: dict) -> str:
         lines += [f"sgatlin layer (router + combine), bf16, fwd+bwd vs SwiGLU; copy bandwidth "
                   f"{_fmt(layers.get('copy_GBps'), '.0f')} GB/s (bytes read + written).", "",
                   "| shape | sgatlin fwd+bwd ms | SwiGLU fwd+bwd ms | ratio | target | met | bytes bound ms "
-                  "(3 passes of gathered rows) | bound / SwiGLU |",
-                  "| --- | ---: | ---: | ---: | ---: | --- | ---: | ---: |"]
+                  "(3 passes of gathered rows) | bound / SwiGLU | one-pass atomic backward: ms, ratio, floor / SwiGLU |",
+                  "| --- | ---: | ---: | ---: | ---: | --- | ---: | ---: | --- |"]
         for key, name in (("tinystories", "TinyStories"), ("scale8", "scale 8")):
             row = layers.get(key) or {}
             if "error" in row or not row:
-                lines.append(f"| {name} | failed: {row.get('error', 'not run')} | | | | | | |")
+                lines.append(f"| {name} | failed: {row.get('error', 'not run')} | | | | | | | |")
                 continue
             bound = row.get("bound", {})
+            atomic = row.get("atomic_backward") or {}
+            atomic_cell = (f"failed: {atomic['error'][:60]}" if "error" in atomic else
+                           f"{_fmt(atomic.get('fwd_bwd_ms'), '.3f')} ms, {_fmt(atomic.get('ratio_vs_swiglu'))}x, "
+                           f"{_fmt(atomic.get('floor_vs_swiglu'))}x")
             met = "yes" if row["ratio_vs_swiglu"] <= row["target_ratio"] else "no"
             lines.append(
                 f"| {name} | {row['fwd_bwd_ms']:.3f} | {row['swiglu']['fwd_bwd_ms']:.3f} | {row['ratio_vs_swiglu']:.2f}x "
                 f"| <= {row['target_ratio']} | {met} | {_fmt(bound.get('fwd_bwd_ms_at_copy_bandwidth'), '.3f')} "
-                f"| {_fmt(bound.get('ratio_bound_vs_swiglu'))}x |")
+                f"| {_fmt(bound.get('ratio_bound_vs_swiglu'))}x | {atomic_cell} |")
         lines.append("")
     return "\n".join(lines) + "\n"
 

@@ -12,6 +12,10 @@ neuron_pre * back, dz = sum g * back * w_in, and keeps g * back per assignment; 
 sorted by expert row (c, i) and one program per expert row sums its own assignments' contributions,
 dw_in = sum g * back * z and dw_out = sum g * neuron_pre * dy: every expert-gradient row is written exactly
 once, so duplicate indices need no atomics and the result does not depend on scheduling.
+Combine, backward, one pass ($CIRCUITLAB_SGATLIN_BACKWARD=atomic, opt-in, measured by
+benchmarks/bench_gpu.py): the token pass also adds g * back * z and g * neuron_pre * dy into a float32
+expert gradient with atomic adds, so the rows are gathered twice in all instead of three times and no sort
+is needed; the sums' order, hence their last bits, then depends on scheduling.
 Router: one program (one warp) per (token tile, channel) does both top-k selections and the top-k of the
 k * k pair sums in registers. Each candidate is packed into one int64 key (the score's bits made
 order-preserving, above who holds it), so each selection step is a single integer max reduction. Its
@@ -20,14 +24,18 @@ backward scatters the gate gradients back onto the two subkeys of each gate.
 
 from __future__ import annotations
 
+import os
+
 import torch
 import triton
 import triton.language as tl
 
-from circuitlab.kernels._triton_common import next_power_of_2, tuning_configs
 from circuitlab.kernels import ops
+from circuitlab.kernels._triton_common import next_power_of_2, tuning_configs
 
 MAX_D_MODEL = ops.MAX_D_MODEL
+BACKWARD_ENV_VAR = "CIRCUITLAB_SGATLIN_BACKWARD"
+BACKWARDS = ("sorted", "atomic")
 
 
 def _row_tile_configs(name: str) -> list[triton.Config]:
@@ -128,6 +136,46 @@ def _combine_bwd_token_kernel(
     tl.store(dz_ptr + token * D + d, dz.to(dz_ptr.dtype.element_ty), mask=d_ok)
 
 
+# --- combine, backward in one pass (expert gradients by atomic adds) ----------------------------------------
+
+
+# the kernel adds into its expert gradient, so timing candidate configs must start each from zeros
+@triton.autotune(configs=_ROW_TILE_CONFIGS, key=["D", "CK"], prune_configs_by={"early_config_prune": _prune_row_tiles},
+                 reset_to_zero=["dexperts32_ptr"])
+@triton.jit
+def _combine_bwd_atomic_kernel(
+    dy_ptr, z_ptr, idx_ptr, gate_ptr, pre_ptr, experts_ptr, dz_ptr, dgate_ptr, dexperts32_ptr,
+    D, N, CK, K, OUT_OFFSET,
+    BLOCK_D: tl.constexpr, BLOCK_R: tl.constexpr,
+):
+    token = tl.program_id(0).to(tl.int64)
+    d = tl.arange(0, BLOCK_D)
+    d_ok = d < D
+    dy = tl.load(dy_ptr + token * D + d, mask=d_ok, other=0.0).to(tl.float32)
+    z = tl.load(z_ptr + token * D + d, mask=d_ok, other=0.0).to(tl.float32)
+    acc = tl.zeros([BLOCK_R, BLOCK_D], dtype=tl.float32)
+    for r0 in range(0, CK, BLOCK_R):
+        r = r0 + tl.arange(0, BLOCK_R)
+        r_ok = r < CK
+        neuron = tl.load(idx_ptr + token * CK + r, mask=r_ok, other=0).to(tl.int64)
+        gate = tl.load(gate_ptr + token * CK + r, mask=r_ok, other=0.0).to(tl.float32)
+        neuron_pre = tl.load(pre_ptr + token * CK + r, mask=r_ok, other=0.0)
+        row = ((r // K).to(tl.int64) * N + neuron) * D
+        tile_ok = r_ok[:, None] & d_ok[None, :]
+        w_in = tl.load(experts_ptr + row[:, None] + d[None, :], mask=tile_ok, other=0.0).to(tl.float32)
+        w_out = tl.load(experts_ptr + OUT_OFFSET + row[:, None] + d[None, :], mask=tile_ok, other=0.0).to(tl.float32)
+        back = tl.sum(w_out * dy[None, :], axis=1)
+        tl.store(dgate_ptr + token * CK + r, (neuron_pre * back).to(dgate_ptr.dtype.element_ty), mask=r_ok)
+        gate_back = gate * back
+        acc += gate_back[:, None] * w_in
+        tl.atomic_add(dexperts32_ptr + row[:, None] + d[None, :], gate_back[:, None] * z[None, :], mask=tile_ok,
+                      sem="relaxed")
+        tl.atomic_add(dexperts32_ptr + OUT_OFFSET + row[:, None] + d[None, :], (gate * neuron_pre)[:, None] * dy[None, :],
+                      mask=tile_ok, sem="relaxed")
+    dz = tl.sum(acc, axis=0)
+    tl.store(dz_ptr + token * D + d, dz.to(dz_ptr.dtype.element_ty), mask=d_ok)
+
+
 # --- combine, backward per expert row ---------------------------------------------------------------------
 
 
@@ -194,8 +242,19 @@ def expert_row_segments(indices_MxCK: torch.Tensor, n_channels: int, n_neurons: 
     return order_A, torch.searchsorted(sorted_keys_A, row_ids)
 
 
+def backward_design() -> str:
+    """The combine's backward: "sorted" (default: deterministic, three gathered passes in all) or "atomic"
+    (one pass, expert gradients by float32 atomic adds), from $CIRCUITLAB_SGATLIN_BACKWARD."""
+    design = os.environ.get(BACKWARD_ENV_VAR, "sorted").strip().lower()
+    if design not in BACKWARDS:
+        raise ValueError(f"${BACKWARD_ENV_VAR} = {design!r}; expected one of {', '.join(BACKWARDS)}")
+    return design
+
+
 def combine_backward(dy_MxD, z_MxD, indices_MxCK, gates_MxCK, experts, neuron_pre_MxCK, k, need_dexperts):
     """circuitlab::sgatlin_combine_bwd (see ops.py): dz, dgates, dexperts (empty [0] unless need_dexperts)."""
+    if need_dexperts and backward_design() == "atomic":
+        return _combine_backward_atomic(dy_MxD, z_MxD, indices_MxCK, gates_MxCK, experts, neuron_pre_MxCK, k)
     n_tokens, d_model = z_MxD.shape
     _, n_channels, n_neurons, _ = experts.shape
     ck = indices_MxCK.shape[1]
@@ -224,6 +283,24 @@ def combine_backward(dy_MxD, z_MxD, indices_MxCK, gates_MxCK, experts, neuron_pr
         BLOCK_D=block_d,
     )
     return dz_MxD, dgates_MxCK, dexperts
+
+
+def _combine_backward_atomic(dy_MxD, z_MxD, indices_MxCK, gates_MxCK, experts, neuron_pre_MxCK, k):
+    n_tokens, d_model = z_MxD.shape
+    _, n_channels, n_neurons, _ = experts.shape
+    ck = indices_MxCK.shape[1]
+    z_MxD, indices_MxCK, gates_MxCK = z_MxD.contiguous(), indices_MxCK.contiguous(), gates_MxCK.contiguous()
+    experts, neuron_pre_MxCK, dy_MxD = experts.contiguous(), neuron_pre_MxCK.contiguous(), dy_MxD.contiguous()
+    dz_MxD = torch.empty_like(z_MxD)
+    dgates_MxCK = torch.empty_like(gates_MxCK)
+    dexperts32 = torch.zeros(experts.shape, dtype=torch.float32, device=experts.device)
+    if n_tokens > 0:
+        _combine_bwd_atomic_kernel[(n_tokens,)](
+            dy_MxD, z_MxD, indices_MxCK, gates_MxCK, neuron_pre_MxCK, experts, dz_MxD, dgates_MxCK, dexperts32,
+            d_model, n_neurons, ck, k, n_channels * n_neurons * d_model,
+            BLOCK_D=next_power_of_2(d_model),
+        )
+    return dz_MxD, dgates_MxCK, dexperts32.to(experts.dtype)
 
 
 # --- product top-k router --------------------------------------------------------------------------------

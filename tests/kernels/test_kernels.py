@@ -111,6 +111,37 @@ def test_sgatlin_combine_matches_reference(device, dtype, shape, index_dtype):
 
 
 @pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("shape", COMBINE_SHAPES)
+def test_sgatlin_combine_one_pass_atomic_backward_matches_reference(device, dtype, shape, monkeypatch):
+    """$CIRCUITLAB_SGATLIN_BACKWARD=atomic: the expert gradients by atomic adds in the token pass, duplicates
+    included, equal the reference's like the sorted backward's do."""
+    monkeypatch.setenv("CIRCUITLAB_SGATLIN_BACKWARD", "atomic")
+    batch, pos, channels, k, neurons, d_model = shape
+    gen = torch.Generator().manual_seed(hash(shape) % 2**31 + 1)
+    indices = torch.randint(0, neurons, (batch, pos, channels, k), generator=gen)
+    indices[0, 0, 0, -1] = indices[0, 0, 0, 0]  # a repeat inside one token's channel
+    z = leaf(torch.randn(batch, pos, d_model, generator=gen), dtype, device)
+    gates = leaf(torch.randn(batch, pos, channels, k, generator=gen), dtype, device)
+    experts = leaf(torch.randn(2, channels, neurons, d_model, generator=gen) / d_model**0.5, dtype, device)
+    indices = indices.to(device)
+    upstream = torch.randn(batch, pos, d_model, generator=gen).to(device)
+    with kernels.use_backend("triton"):
+        out = kernels.sgatlin_combine(z, indices, gates, experts)
+    twins = [float64_twin(t) for t in (z, gates, experts)]
+    ref = reference.sgatlin_combine(twins[0], indices, twins[1], twins[2])
+    for name, fast, slow in zip(("z", "gates", "experts"), grads(out, [z, gates, experts], upstream),
+                                grads(ref, twins, upstream)):
+        assert fast.dtype == dtype, name
+        assert relative_error(fast, slow) < TOLERANCE[dtype], name
+    monkeypatch.setenv("CIRCUITLAB_SGATLIN_BACKWARD", "nonsense")
+    with kernels.use_backend("triton"):
+        out = kernels.sgatlin_combine(z, indices, gates, experts)
+    with pytest.raises(ValueError, match="CIRCUITLAB_SGATLIN_BACKWARD"):
+        out.sum().backward()
+
+
+@pytest.mark.parametrize("device", DEVICES)
 def test_sgatlin_combine_untouched_expert_rows_get_zero_gradient(device):
     gen = torch.Generator().manual_seed(3)
     indices = torch.tensor([[[[0, 0], [2, 2]]]], device=device)  # channel 0 uses row 0 only, channel 1 row 2
