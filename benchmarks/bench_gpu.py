@@ -133,12 +133,12 @@ def training_case(preset: str, model_name: str, batch: int, seq: int, device: st
     return row
 
 
-def training_table(args, device: str) -> list[dict]:
+def training_table(args, device: str, rows: list[dict], save) -> list[dict]:
+    """Appends each case's row to `rows` as it finishes and calls `save()` (a killed run keeps what it measured)."""
     import circuitlab.kernels as kernels
 
     batch, seq = (2, 16) if args.smoke else (args.batch, args.seq)
     steps, warmup, rounds = (1, 0, 1) if args.smoke else (args.steps, args.warmup, 3)
-    rows = []
     # the smoke run forces the fast paths through the CPU interpreter; on CUDA "auto" picks them
     with kernels.use_backend("triton" if args.smoke else "auto"):
         for preset in args.presets:
@@ -146,6 +146,12 @@ def training_table(args, device: str) -> list[dict]:
             for compiled in (False, True):
                 rows.append(training_case(preset, model_name, batch, seq, device, compiled, steps, warmup, rounds,
                                           args.compile_backend))
+                add_ratios(rows)
+                save()
+    return rows
+
+
+def add_ratios(rows: list[dict]) -> None:
     by = {(r["preset"], r["mode"]): r for r in rows}
     gelu = by.get(("gelu-stories", "compiled"))
     for row in rows:
@@ -155,7 +161,6 @@ def training_table(args, device: str) -> list[dict]:
             row["speedup_vs_eager"] = row["tokens_per_s"] / eager["tokens_per_s"]
         if gelu and gelu["ok"] and row["ok"]:
             row["ratio_vs_gelu_compiled"] = row["tokens_per_s"] / gelu["tokens_per_s"]
-    return rows
 
 
 # --- the sgatlin layer ------------------------------------------------------------------------------------
@@ -431,15 +436,22 @@ def main(argv: list[str] | None = None) -> int:
     except ImportError:
         results["triton"] = None
     print(f"{results['device']}  torch {results['torch']}  triton {results['triton']}  {results['date']}", flush=True)
+
+    def save() -> str:
+        results["seconds"] = time.perf_counter() - started
+        (out / "bench_gpu.json").write_text(json.dumps(results, indent=1, default=str))
+        table = markdown(results)
+        (out / "bench_gpu.md").write_text(table)
+        return table
+
     if "layers" not in skip:
         results["layers"] = layer_table(args, device)
+        save()
     if "training" not in skip:
-        results["training"] = training_table(args, device)
+        results["training"] = []
+        training_table(args, device, results["training"], save)
     results["training_ceiling"] = training_ceiling(results, args)
-    results["seconds"] = time.perf_counter() - started
-    (out / "bench_gpu.json").write_text(json.dumps(results, indent=1, default=str))
-    table = markdown(results)
-    (out / "bench_gpu.md").write_text(table)
+    table = save()
     print("\n" + table)
     print(f"{results['seconds']:.0f} s; results in {out}/bench_gpu.json and bench_gpu.md", flush=True)
     return 0

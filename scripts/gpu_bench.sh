@@ -29,7 +29,7 @@ if [ "$what" = "bench" ] || [ "$what" = "all" ]; then
     TRITON_INTERPRET=1 "$PYTHON" benchmarks/bench_gpu.py --smoke --out "$RESULTS" 2>&1 | tee "$RESULTS/bench.log" | grep -v "^W[0-9]"
   else
     nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv | tee "$RESULTS/gpu.txt"
-    timeout 420 "$PYTHON" benchmarks/bench_gpu.py --out "$RESULTS" 2>&1 | tee "$RESULTS/bench.log" | grep -v "^W[0-9]"
+    timeout 540 "$PYTHON" benchmarks/bench_gpu.py --out "$RESULTS" 2>&1 | tee "$RESULTS/bench.log" | grep -v "^W[0-9]"
   fi
   status="${PIPESTATUS[0]}"
 fi
