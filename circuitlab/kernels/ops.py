@@ -41,7 +41,9 @@ def kernel_op(name: str, schema: str, module: str, function: str, fake: Callable
 
     It runs circuitlab.kernels.<module>.<function>(*args), importing that module only when the operator first
     runs; `fake(*args)` returns empty outputs of the right shapes, dtypes and devices (torch.compile and meta
-    tensors use it). The implementation must return fresh tensors, never views of its inputs."""
+    tensors use it). The implementation must return fresh contiguous tensors, never views of its inputs, and
+    the fake ones must be contiguous too (`new_empty(shape)`, not `empty_like` of a possibly strided input):
+    Inductor lays out what follows by the fake outputs' strides."""
 
     def implementation(*args):
         return getattr(importlib.import_module(f"circuitlab.kernels.{module}"), function)(*args)
@@ -76,8 +78,8 @@ sgatlin_combine_fwd = kernel_op(
 
 
 def _combine_bwd_fake(dy, z, indices, gates, experts, neuron_pre, k, need_dexperts):
-    dexperts = torch.empty_like(experts) if need_dexperts else experts.new_empty((0,))
-    return torch.empty_like(z), torch.empty_like(gates), dexperts
+    dexperts = experts.new_empty(experts.shape if need_dexperts else (0,))
+    return z.new_empty(z.shape), gates.new_empty(gates.shape), dexperts
 
 
 sgatlin_combine_bwd = kernel_op(
@@ -163,7 +165,7 @@ quantifier_scan_fwd = kernel_op(
 
 
 def _scan_bwd_fake(dout, membership, decay, out, won, is_max):
-    return torch.empty_like(membership), decay.new_empty(decay.shape, dtype=torch.float32)
+    return membership.new_empty(membership.shape), decay.new_empty(decay.shape, dtype=torch.float32)
 
 
 quantifier_scan_bwd = kernel_op(
