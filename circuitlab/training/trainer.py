@@ -274,6 +274,9 @@ class Trainer:
         self.train_seconds_before = 0.0
         self._session_start = time.monotonic()  # reset when fit() starts
         self.history: list[dict[str, Any]] = []
+        bottleneck = unwrap_model(model).config.bottleneck
+        # the parity bottleneck's reconstruction term (architectures/feedforward/parity.py); None: no bottleneck
+        self.lambda_recon = float(bottleneck.lambda_recon) if bottleneck is not None else None
 
     # --- state -------------------------------------------------------------------------------------------
 
@@ -411,6 +414,7 @@ class Trainer:
         per_micro = per_rank // config.grad_accum
         lm_total = torch.zeros((), device=self.device)
         selectivity_total = torch.zeros((), device=self.device)
+        reconstruction_total = torch.zeros((), device=self.device)
         for micro in range(config.grad_accum):
             batch = self.train_windows[local_rows[micro * per_micro : (micro + 1) * per_micro]].to(self.device).long()
             inputs_BxT, targets_BxT = batch[:, :-1], batch[:, 1:]
@@ -419,7 +423,12 @@ class Trainer:
                     logits_BxTxV, aux = self.forward_model(inputs_BxT, return_aux=True)
                 lm_loss = F.cross_entropy(logits_BxTxV.float().reshape(-1, logits_BxTxV.shape[-1]), targets_BxT.reshape(-1))
                 selectivity = aux["selectivity"].float()
-                ((lm_loss + selectivity) / config.grad_accum).backward()
+                loss = lm_loss + selectivity
+                if self.lambda_recon is not None:
+                    reconstruction = aux["reconstruction"].float()
+                    loss = loss + self.lambda_recon * reconstruction
+                    reconstruction_total += reconstruction.detach()
+                (loss / config.grad_accum).backward()
             lm_total += lm_loss.detach()
             selectivity_total += selectivity.detach()
         grad_norm = torch.nn.utils.clip_grad_norm_(
@@ -428,7 +437,9 @@ class Trainer:
         )
         if hasattr(grad_norm, "full_tensor"):
             grad_norm = grad_norm.full_tensor()
-        stats = all_reduce_mean(torch.stack([lm_total, selectivity_total]) / config.grad_accum, self.context)
+        stats = all_reduce_mean(
+            torch.stack([lm_total, selectivity_total, reconstruction_total]) / config.grad_accum, self.context
+        )
         loss, selectivity_value, norm = float(stats[0]), float(stats[1]), float(grad_norm)
         if not (math.isfinite(loss) and math.isfinite(norm)):
             self.optimizer.zero_grad(set_to_none=True)
@@ -439,7 +450,11 @@ class Trainer:
             )
         self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
-        return {"loss": loss, "lr": lr, "grad_norm": norm, "selectivity": selectivity_value}
+        record = {"loss": loss, "lr": lr, "grad_norm": norm, "selectivity": selectivity_value}
+        if self.lambda_recon is not None:
+            # relative reconstruction error of the FFN writes (mean over layers); loss holds the LM loss only
+            record["reconstruction"] = float(stats[2])
+        return record
 
     def fit(self, resume: bool = False, stop_at: int | None = None) -> TrainResult:
         """Train until `config.steps` (or the time limit); returns the final held-out loss and bookkeeping.
@@ -497,6 +512,7 @@ class Trainer:
                 self._log(record)
                 bar.update(1)
                 bar.set_postfix(loss=f"{record['loss']:.3f}", lr=f"{record['lr']:.2e}",
+                                **({"recon": f"{record['reconstruction']:.3f}"} if "reconstruction" in record else {}),
                                 **({"ppl": f"{record['eval_ppl']:.2f}"} if "eval_ppl" in record else {}))
                 if config.ckpt_every and self.step % config.ckpt_every == 0:
                     self.save_checkpoint()
