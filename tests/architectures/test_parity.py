@@ -86,6 +86,10 @@ def test_xor_identity_gram_tables_and_coherence_match_brute_force():
     support = torch.randint(0, layer.n_features, (7, 12), generator=generator)
     phi = layer.feature_directions(support).double()
     torch.testing.assert_close(layer.gram(support, torch.float64), phi @ phi.transpose(-1, -2), rtol=0, atol=1e-12)
+    # ... and it is the mean sign of the codeword of i xor j: tP[u2_i xor u2_j] * tQ[u1_i xor u1_j]
+    u1, u2 = layer._split(support[..., :, None] ^ support[..., None, :])
+    torch.testing.assert_close(layer.col_means[u1].double() * layer.row_means[u2].double(), phi @ phi.transpose(-1, -2),
+                               rtol=0, atol=1e-12)
     dictionary = layer.dictionary().double()
     overlaps = (dictionary @ dictionary.T).abs().fill_diagonal_(0)
     assert layer.coherence() == pytest.approx(overlaps.max().item(), abs=1e-12)

@@ -22,8 +22,9 @@ Fast encoder, with a certificate. |<x, phi_(u1, u2)>| <= ||Y[:, u1]||_1 / sqrt(d
 bound (no unvisited feature can beat it): `top_scores` reports this per token. The encoder never takes a
 top-k over all m scores of a token.
 
-Coefficients: least squares on the support S, differentiable in x, a = (G_S + ridge I)^-1 Phi_S^T x with the
-Gram matrix from the two mean-sign tables (no directions built), batched over tokens (torch.linalg.solve),
+Coefficients: least squares on the support S, differentiable in x, a = (G_S + ridge I)^-1 Phi_S^T x, with the
+Gram matrix factorised as tP[u2 xor u2'] * tQ[u1 xor u1'] and each factor computed as a product of the
+features' short row or column patterns (no d-dimensional direction built), batched over tokens,
 so x_hat = sum a_i phi_i is the best write on the chosen support (up to the small ridge that keeps the
 solve stable when features overlap). Then `pursuit_rounds - 1` subspace-pursuit rounds: score the residual
 with the same fast encoder, add its best k features that are not in the support, solve on the 2k, keep the
@@ -260,31 +261,40 @@ class ParityBottleneck(CodeLayer):
 
     # --- coefficients and decoding ------------------------------------------------------------------------
 
-    def gram(self, indices_NxF: Int[Tensor, "tokens feat"], dtype: torch.dtype = torch.float32) -> Tensor:
-        """<phi_i, phi_j> = tQ[u1_i xor u1_j] * tP[u2_i xor u2_j] for the features of each token."""
-        _, _, row_means, col_means = self._tables(dtype)
-        xor = indices_NxF.long()[..., :, None] ^ indices_NxF.long()[..., None, :]
-        u1, u2 = self._split(xor)
-        return col_means[u1] * row_means[u2]
-
-    def _inner(self, X_NxHxW: Tensor, indices_NxF: Tensor) -> Float[Tensor, "tokens feat"]:
-        """<x, phi_i> for the listed features: sP(u2)^T x_grid sQ(u1) / sqrt(d)."""
-        row_signs, col_signs, _, _ = self._tables(X_NxHxW.dtype)
+    def _patterns(self, indices_NxF: Tensor, dtype: torch.dtype) -> tuple[Tensor, Tensor]:
+        """The row and column sign patterns of the listed features: sP(u2) [N, F, H], sQ(u1) [N, F, W]."""
+        row_signs, col_signs, _, _ = self._tables(dtype)
         u1, u2 = self._split(indices_NxF)
-        XQ_NxHxF = X_NxHxW @ col_signs[u1].transpose(-1, -2)
-        return (row_signs[u2].transpose(-1, -2) * XQ_NxHxF).sum(-2) * self.scale
+        return row_signs[u2], col_signs[u1]
+
+    def gram(self, indices_NxF: Int[Tensor, "tokens feat"], dtype: torch.dtype = torch.float32) -> Tensor:
+        """<phi_i, phi_j> = tP[u2_i xor u2_j] * tQ[u1_i xor u1_j], each factor a mean of products of signs,
+        computed as two small matmuls of the features' patterns (no [N, F, F] index tensors)."""
+        rows_NxFxH, cols_NxFxW = self._patterns(indices_NxF, dtype)
+        return self._gram(rows_NxFxH, cols_NxFxW)
+
+    def _gram(self, rows_NxFxH: Tensor, cols_NxFxW: Tensor) -> Tensor:
+        row_overlap = rows_NxFxH @ rows_NxFxH.transpose(-1, -2) / self.grid_rows
+        return row_overlap * (cols_NxFxW @ cols_NxFxW.transpose(-1, -2) / self.grid_cols)
+
+    def _inner(self, X_NxHxW: Tensor, rows_NxFxH: Tensor, cols_NxFxW: Tensor) -> Float[Tensor, "tokens feat"]:
+        """<x, phi_i> for the listed features: sP(u2)^T x_grid sQ(u1) / sqrt(d)."""
+        XQ_NxHxF = X_NxHxW @ cols_NxFxW.transpose(-1, -2)
+        return (rows_NxFxH.transpose(-1, -2) * XQ_NxHxF).sum(-2) * self.scale
 
     def _decode_grid(self, indices_NxF: Tensor, values_NxF: Tensor) -> Float[Tensor, "tokens rows cols"]:
         """sum_i a_i outer(sP(u2_i), sQ(u1_i)) / sqrt(d): one [H, F] @ [F, W] matmul per token."""
-        row_signs, col_signs, _, _ = self._tables(values_NxF.dtype)
-        u1, u2 = self._split(indices_NxF)
-        return (row_signs[u2] * values_NxF[..., None]).transpose(-1, -2) @ col_signs[u1] * self.scale
+        rows_NxFxH, cols_NxFxW = self._patterns(indices_NxF, values_NxF.dtype)
+        return (rows_NxFxH * values_NxF[..., None]).transpose(-1, -2) @ cols_NxFxW * self.scale
 
     def _solve(self, X_NxHxW: Tensor, indices_NxF: Tensor) -> Float[Tensor, "tokens feat"]:
         """Least squares on the support: (G + ridge I) a = Phi^T x."""
-        gram_NxFxF = self.gram(indices_NxF, X_NxHxW.dtype)
+        rows_NxFxH, cols_NxFxW = self._patterns(indices_NxF, X_NxHxW.dtype)
+        gram_NxFxF = self._gram(rows_NxFxH, cols_NxFxW)
         gram_NxFxF = gram_NxFxF + self.ridge * torch.eye(gram_NxFxF.shape[-1], dtype=gram_NxFxF.dtype, device=gram_NxFxF.device)
-        return torch.linalg.solve(gram_NxFxF, self._inner(X_NxHxW, indices_NxF)[..., None])[..., 0]
+        # solve_ex: no host sync to check for singular systems (the ridge keeps them regular)
+        inner_NxF = self._inner(X_NxHxW, rows_NxFxH, cols_NxFxW)
+        return torch.linalg.solve_ex(gram_NxFxF, inner_NxF[..., None])[0][..., 0]
 
     def _residual(self, X_NxHxW: Tensor, indices_NxF: Tensor, values_NxF: Tensor) -> Tensor:
         return X_NxHxW - self._decode_grid(indices_NxF, values_NxF)
