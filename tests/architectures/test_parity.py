@@ -310,3 +310,18 @@ def test_invalid_product_settings_give_clear_errors(bottleneck, message):
 
     with pytest.raises(ConfigError, match=message):
         ModelConfig.from_dict(dict(d_vocab=100, d_model=256, n_layers=1, n_heads=4, d_head=64, bottleneck=bottleneck))
+
+
+@pytest.mark.slow  # tracing takes tens of seconds on a small CPU
+def test_torch_compile_traces_the_bottleneck_in_one_graph():
+    """The fast path is batched matmuls, top-k and batched solves, with no Python loop per token and no host
+    sync: torch.compile traces it whole (fullgraph), forward and backward, to the eager result."""
+    layer = CircuitTransformer(ModelConfig.preset("tiny-parity")).blocks[0].bottleneck
+    x = torch.randn(2, 7, 64, generator=torch.Generator().manual_seed(11), requires_grad=True)
+    out, error = torch.compile(layer.reconstruct, fullgraph=True, backend="aot_eager")(x)
+    ref, ref_error = layer.reconstruct(x)
+    torch.testing.assert_close(out, ref)
+    torch.testing.assert_close(error, ref_error)
+    (grad,) = torch.autograd.grad(out.sum(), x)
+    (ref_grad,) = torch.autograd.grad(ref.sum(), x)
+    torch.testing.assert_close(grad, ref_grad)
