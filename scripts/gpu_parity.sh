@@ -5,7 +5,9 @@
 #
 #   RESULTS=runs/parity bash scripts/gpu_parity.sh                       # one H200, about 10 minutes
 #   DEVICE=cpu STEPS=3 BATCH=4 SEQ_LEN=32 N_STORIES=40 HELD_OUT_STORIES=20 REPORT_TOKENS=512 \
-#     RESULTS=/tmp/parity-cpu bash scripts/gpu_parity.sh                 # the same steps, tiny, on CPU
+#     NATURAL=<a copy of data/natural with a few story files> RESULTS=runs/parity-cpu bash scripts/gpu_parity.sh
+#                                   # the same steps, tiny, on CPU (about 5 minutes on 2 busy cores; the whole
+#                                   # natural held-out split makes the final evaluations slow on a CPU)
 #
 # Settings (environment): RESULTS (output folder, required), STEPS (2000), BATCH (64), SEQ_LEN (256),
 # N_STORIES (60000), HELD_OUT_STORIES (2000), NATURAL (data/natural), NATURAL_UPSAMPLE (3), TOKENIZER

@@ -47,6 +47,8 @@ Choices and why:
   directions (relative error 1.5 with the exhaustive top-32 on the first shipped model).
 - ridge relative to the unit diagonal of the Gram matrix: 1e-3 by default, small enough not to bias x_hat.
 - selection and solves in float32 with autocast off: top-k orders and 32 x 32 solves need the precision.
+  (Training on CUDA allows TF32 matmuls: scores then carry about 1e-3 relative rounding, so near-ties may
+  be ordered differently and a certificate holds up to that rounding; the +-1 Gram matrices stay exact.)
 - the shipped beam, 64 of 256 column patterns (16,384 exact scores per token and round instead of 65,536):
   on unstructured Gaussian writes it agrees with the exhaustive top-32 on 0.98 of features (beam 32: 0.86,
   16: 0.67; tests/architectures/test_parity.py); on a trained model scripts/parity_report.py measures it.
@@ -228,9 +230,9 @@ class ParityBottleneck(CodeLayer):
                 ids, scores = [], []
                 for start in range(0, Y_NxHxU.shape[0], EXHAUSTIVE_CHUNK):
                     S_NxPxU = (row_signs @ Y_NxHxU[start : start + EXHAUSTIVE_CHUNK]).abs_()
-                    top_scores, top_ids = S_NxPxU.flatten(1).topk(count, dim=-1)
+                    best_scores, top_ids = S_NxPxU.flatten(1).topk(count, dim=-1)
                     ids.append(top_ids)  # flat id u2 * 2^r1 + u1 is the feature id
-                    scores.append(top_scores)
+                    scores.append(best_scores)
                 ids_NxF, scores_NxF = torch.cat(ids), torch.cat(scores) * self.scale
                 return ids_NxF, scores_NxF, torch.ones(ids_NxF.shape[0], dtype=torch.bool, device=ids_NxF.device)
             bounds_NxU = Y_NxHxU.abs().sum(-2)
@@ -238,10 +240,10 @@ class ParityBottleneck(CodeLayer):
             columns_NxC = columns_NxC1[:, :beam]
             Y_NxHxC = Y_NxHxU.gather(-1, columns_NxC[:, None, :].expand(-1, self.grid_rows, -1))
             S_NxPxC = (row_signs @ Y_NxHxC).abs_()
-            top_scores, flat = S_NxPxC.flatten(1).topk(count, dim=-1)
+            best_scores, flat = S_NxPxC.flatten(1).topk(count, dim=-1)
             u2, u1 = flat // beam, columns_NxC.gather(-1, flat % beam)
-            certified = top_scores[:, -1] >= kept_bounds[:, beam]
-            return u1 | (u2 << self.col_bits), top_scores * self.scale, certified
+            certified = best_scores[:, -1] >= kept_bounds[:, beam]
+            return u1 | (u2 << self.col_bits), best_scores * self.scale, certified
 
     @torch.no_grad()
     def encode_indices(
