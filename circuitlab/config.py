@@ -146,17 +146,53 @@ FeedForwardConfig = Annotated[
 
 
 class BottleneckConfig(ConfigPart):
-    """The deep parity bottleneck (DESIGN section 5) on each block's FFN write.
+    """The deep parity bottleneck (DESIGN section 5) on each block's FFN write: m = 2**n_bits features in
+    d_model dimensions, k active per token.
 
-    m = 2**n_bits features in d_model dimensions; the low log2(d_model) index bits name a parent
-    coordinate, the other bits are split in levels of `bits_per_level`; `beams[l]` prefixes survive level l.
+    design "product" (the default; architectures/feedforward/parity.py): d_model is read as a `grid` of
+    rows x cols (None: the most nearly square one); the low `col_bits` index bits (None: half of n_bits,
+    rounded up) pick a column pattern, the others a row pattern. The encoder keeps the `beam` column patterns
+    with the largest score bound, scores their features exactly and keeps the top k; coefficients are least
+    squares on the support (`ridge` added to the Gram matrix), refined by `pursuit_rounds - 1` swap rounds.
+    Training adds `lambda_recon` times the relative reconstruction error of the FFN write to the loss.
+
+    design "prefix": the first shipped design (architectures/feedforward/parity_prefix.py), kept so models
+    trained with it still load: levels of `bits_per_level` index bits, `beams[l]` prefixes kept at level l,
+    coefficients a_i = <x, phi_i>. A config without a `design` field that names `beams` is of this design.
     """
 
+    design: Literal["product", "prefix"] = "product"
     n_bits: PositiveInt = 16
     k: PositiveInt = 32
-    bits_per_level: PositiveInt = 4
-    beams: tuple[PositiveInt, ...] = (16, 64)
     code_seed: StrictInt = 0
+    grid: tuple[PositiveInt, PositiveInt] | None = None
+    col_bits: PositiveInt | None = None
+    beam: PositiveInt = 64
+    pursuit_rounds: PositiveInt = 2
+    ridge: Annotated[Number, Field(ge=0)] = 1e-3
+    lambda_recon: Annotated[Number, Field(ge=0)] = 1.0
+    bits_per_level: PositiveInt | None = None
+    beams: tuple[PositiveInt, ...] | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _first_design(cls, data: Any) -> Any:
+        """Configs written before the product design name no design but list the prefix search's beams; they
+        were trained without a reconstruction term (the prefix design's defaults as they were)."""
+        if isinstance(data, dict) and "design" not in data and ("beams" in data or "bits_per_level" in data):
+            data = {"lambda_recon": 0.0, "bits_per_level": 4, "beams": [16, 64], **data, "design": "prefix"}
+        return data
+
+
+def product_layout(bottleneck: BottleneckConfig, d_model: int) -> tuple[int, int, int, int]:
+    """(grid rows, grid cols, row bits, col bits) of a product-design bottleneck in d_model dimensions."""
+    if bottleneck.grid is not None:
+        rows, cols = bottleneck.grid
+    else:
+        rows = max(divisor for divisor in range(1, math.isqrt(d_model) + 1) if d_model % divisor == 0)
+        cols = d_model // rows
+    col_bits = bottleneck.col_bits if bottleneck.col_bits is not None else (bottleneck.n_bits + 1) // 2
+    return rows, cols, bottleneck.n_bits - col_bits, col_bits
 
 
 class SelectivityConfig(ConfigPart):
@@ -302,8 +338,57 @@ class ModelConfig(ConfigPart):
         return cls.from_dict(config)
 
 
+def bottleneck_description(config: ModelConfig) -> str:
+    """The parity bottleneck's settings in one line (cards, summaries)."""
+    bn = config.bottleneck
+    head = f"m = 2^{bn.n_bits} = {2 ** bn.n_bits} features, k {bn.k}, code seed {bn.code_seed}"
+    if bn.design == "prefix":
+        return f"{head}, prefix design: {bn.bits_per_level} index bits per level, beams {list(bn.beams)}, a_i = <x, phi_i>"
+    rows, cols, row_bits, col_bits = product_layout(bn, config.d_model)
+    return (
+        f"{head}, product design: grid {rows} x {cols}, {col_bits} column + {row_bits} row index bits, beam {bn.beam} "
+        f"column patterns, least-squares coefficients (ridge {bn.ridge:g}) with {bn.pursuit_rounds - 1} pursuit "
+        f"round(s), reconstruction term lambda {bn.lambda_recon:g}"
+    )
+
+
 def _check_bottleneck(bottleneck: BottleneckConfig, d_model: int) -> None:
+    if bottleneck.k > 2**bottleneck.n_bits:
+        raise ValueError(f"bottleneck k={bottleneck.k} must lie in (0, m={2**bottleneck.n_bits}]")
+    if bottleneck.n_bits > 30:
+        raise ValueError(f"bottleneck n_bits={bottleneck.n_bits} is larger than supported (30)")
+    if bottleneck.design == "prefix":
+        _check_prefix_bottleneck(bottleneck, d_model)
+        return
+    stray = [key for key in ("bits_per_level", "beams") if getattr(bottleneck, key) is not None]
+    if stray:
+        raise ValueError(f"bottleneck {stray} belong to design 'prefix'; the product design takes beam and grid")
+    rows, cols, row_bits, col_bits = product_layout(bottleneck, d_model)
+    if rows * cols != d_model:
+        raise ValueError(f"bottleneck grid {rows} x {cols} must hold d_model={d_model} coordinates")
+    if not 1 <= col_bits < bottleneck.n_bits:
+        raise ValueError(
+            f"bottleneck col_bits={col_bits} must leave row bits: 1 <= col_bits < n_bits={bottleneck.n_bits}"
+        )
+    if col_bits > cols or row_bits > rows:
+        raise ValueError(
+            f"bottleneck: {col_bits} column bits and {row_bits} row bits need a grid of at least {row_bits} rows x "
+            f"{col_bits} cols (full-rank codes, so distinct features differ), got {rows} x {cols}"
+        )
+    if bottleneck.beam > 2**col_bits:
+        raise ValueError(f"bottleneck beam={bottleneck.beam} must lie in (0, 2^col_bits = {2**col_bits}]")
+    needed = bottleneck.k * (2 if bottleneck.pursuit_rounds > 1 else 1)
+    if needed > bottleneck.beam * 2**row_bits:
+        raise ValueError(
+            f"bottleneck: the beam scores {bottleneck.beam * 2**row_bits} features per token, fewer than the "
+            f"{needed} that k={bottleneck.k}{' and pursuit' if needed > bottleneck.k else ''} need"
+        )
+
+
+def _check_prefix_bottleneck(bottleneck: BottleneckConfig, d_model: int) -> None:
     bits, per_level, beams = bottleneck.n_bits, bottleneck.bits_per_level, bottleneck.beams
+    if per_level is None or beams is None:
+        raise ValueError("bottleneck design 'prefix' needs bits_per_level and beams")
     low_bits = int(math.log2(d_model))
     if 2**low_bits != d_model:
         raise ValueError(
@@ -318,10 +403,6 @@ def _check_bottleneck(bottleneck: BottleneckConfig, d_model: int) -> None:
     n_levels = (bits - low_bits) // per_level
     if len(beams) != n_levels:
         raise ValueError(f"bottleneck needs one beam width per level ({n_levels}), got beams={list(beams)}")
-    if bottleneck.k > 2**bits:
-        raise ValueError(f"bottleneck k={bottleneck.k} must lie in (0, m={2**bits}]")
-    if bits > 30:
-        raise ValueError(f"bottleneck n_bits={bits} is larger than supported (30)")
     if bits > d_model:
         raise ValueError("bottleneck n_bits must not exceed d_model (M has full column rank)")
     widest = d_model
@@ -338,6 +419,7 @@ def _check_bottleneck(bottleneck: BottleneckConfig, d_model: int) -> None:
 # every field of the first format's FFN and attention sections, with its defaults
 _FIRST_FEEDFORWARD = dict(type="mlp", d_ffw=1024, n_channels=8, k=8, d_key=128, rho=0.75, n_quantifiers=32, code_k=32)
 _FIRST_ATTENTION = dict(value_mode="standard", n_special=0, qk_norm=True)
+_FIRST_BOTTLENECK = ("n_bits", "k", "bits_per_level", "beams", "code_seed")
 _FEEDFORWARD_CLASSES = {"mlp": MLPConfig, "swiglu": SwiGLUConfig, "sgatlin": SgatlinConfig, "ncffn": NCFFNConfig}
 _ATTENTION_CLASSES = {
     "standard": StandardAttentionConfig, "membership": MembershipAttentionConfig, "boolean": BooleanAttentionConfig,
@@ -349,6 +431,10 @@ def _first_format(data: dict[str, Any]) -> dict[str, Any]:
     data = dict(data)
     data["feedforward"] = {**_FIRST_FEEDFORWARD, **data["feedforward"]}
     data["attention"] = {**_FIRST_ATTENTION, **data["attention"]}
+    bottleneck = data.get("bottleneck")
+    if isinstance(bottleneck, dict) and bottleneck.get("design") == "prefix":
+        # the prefix design's fields as they were, so its models keep their hashes
+        data["bottleneck"] = {key: bottleneck[key] for key in _FIRST_BOTTLENECK}
     return data
 
 
@@ -489,7 +575,7 @@ PRESETS: dict[str, dict[str, Any]] = {
     ),
     "parity-stories": dict(
         _STORIES, feedforward=dict(type="mlp", d_ffw=1024),
-        bottleneck=dict(n_bits=16, k=32, bits_per_level=4, beams=[16, 64]),
+        bottleneck=dict(design="product", n_bits=16, k=32, grid=[16, 16], beam=64, pursuit_rounds=2, lambda_recon=1.0),
     ),
     # tiny versions for tests and CPU experiments.
     "tiny-sgatlin": dict(_TINY, feedforward=dict(type="sgatlin", d_ffw=64, n_channels=2, k=4, d_key=16)),
@@ -504,6 +590,6 @@ PRESETS: dict[str, dict[str, Any]] = {
     ),
     "tiny-parity": dict(
         _TINY, feedforward=dict(type="mlp", d_ffw=128),
-        bottleneck=dict(n_bits=10, k=8, bits_per_level=2, beams=[8, 16]),
+        bottleneck=dict(design="product", n_bits=10, k=8, grid=[8, 8], beam=8, pursuit_rounds=2),
     ),
 }

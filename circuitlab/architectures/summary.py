@@ -7,7 +7,7 @@ from typing import Any
 
 import torch
 
-from circuitlab.config import PRESETS, ModelConfig
+from circuitlab.config import PRESETS, ModelConfig, bottleneck_description
 
 
 def build_from_spec(spec: str) -> Any:
@@ -60,11 +60,10 @@ def summary_text(model: Any) -> str:
         + (f", rho {ffn.rho}, {ffn.n_quantifiers} quantifiers" if ffn.type == "ncffn" else ""),
     ]
     if config.bottleneck is not None:
-        bn = config.bottleneck
         block = model.blocks[0].bottleneck
         lines.append(
-            f"  parity bottleneck: m = 2^{bn.n_bits} features, k {bn.k}, levels of {bn.bits_per_level} bits, "
-            f"beams {list(bn.beams)}: {block.features_scored_per_token()} features scored per token"
+            f"  parity bottleneck: {bottleneck_description(config)}: {block.features_scored_per_token()} features "
+            "scored per token"
         )
     if config.selectivity.active:
         lines.append(f"  selectivity pressures: {config.selectivity}")

@@ -30,7 +30,7 @@ from transformer_lens.hook_points import HookPoint
 from circuitlab.architectures.attention import Attention
 from circuitlab.architectures.code_layer import CodeLayer
 from circuitlab.architectures.components import make_norm
-from circuitlab.architectures.feedforward import ParityBottleneck, make_feedforward
+from circuitlab.architectures.feedforward import make_bottleneck, make_feedforward
 from circuitlab.architectures.generation import GenerationMixin
 from circuitlab.architectures.tl_api import TransformerLensAPI
 from circuitlab.architectures.tl_cache import CircuitActivationCache
@@ -53,7 +53,7 @@ class Block(nn.Module):
         self.attn = Attention(config)
         self.ln2 = make_norm(config.norm, config.d_model, config.norm_eps)
         self.mlp = make_feedforward(config)
-        self.bottleneck = ParityBottleneck(config) if config.bottleneck is not None else None
+        self.bottleneck = make_bottleneck(config) if config.bottleneck is not None else None
         for layer in self.code_layers():
             layer.layer_index = layer_index
         self.hook_resid_pre = HookPoint()
@@ -75,8 +75,11 @@ class Block(nn.Module):
         """The FFN write's design, e.g. 'sgatlin' or 'mlp + parity bottleneck'."""
         return " + ".join([self.mlp.kind] + ([f"{self.bottleneck.kind} bottleneck"] if self.bottleneck is not None else []))
 
-    def forward(self, h_BxTxD: Float[Tensor, "batch pos d_model"]) -> tuple[Tensor, list[Tensor]]:
+    def forward(self, h_BxTxD: Float[Tensor, "batch pos d_model"]) -> tuple[Tensor, list[Tensor], Tensor | None]:
+        """(the residual stream after the block, its selectivity penalties, the bottleneck's relative
+        reconstruction error of the FFN write or None)."""
         penalties = []
+        reconstruction = None
         h_BxTxD = self.hook_resid_pre(h_BxTxD)
         attn_out, penalty = self.attn(self.ln1(h_BxTxD))
         penalties.append(penalty)
@@ -84,9 +87,9 @@ class Block(nn.Module):
         write_BxTxD, penalty = self.mlp(self.ln2(h_BxTxD))
         penalties.append(penalty)
         if self.bottleneck is not None:
-            write_BxTxD = self.bottleneck(write_BxTxD)
+            write_BxTxD, reconstruction = self.bottleneck.reconstruct(write_BxTxD)
         h_BxTxD = self.hook_resid_post(h_BxTxD + self.hook_mlp_out(write_BxTxD))
-        return h_BxTxD, [p for p in penalties if p is not None]
+        return h_BxTxD, [p for p in penalties if p is not None], reconstruction
 
 
 @dataclass
@@ -200,14 +203,21 @@ class CircuitTransformer(TransformerLensAPI, GenerationMixin, HookedRootModule):
             # hooked as [B, T, D], the shape TransformerLens' cache helpers expect
             h_BxTxD = h_BxTxD + self.hook_pos_embed(self.W_pos[: tokens.shape[1]].expand_as(h_BxTxD))
         penalties: list[Tensor] = []
+        reconstructions: list[Tensor] = []
         for block in self.blocks:
-            h_BxTxD, block_penalties = block(h_BxTxD)
+            h_BxTxD, block_penalties, reconstruction = block(h_BxTxD)
             penalties += block_penalties
+            if reconstruction is not None:
+                reconstructions.append(reconstruction)
         logits_BxTxV = (self.ln_final(h_BxTxD) @ self.W_U).float()
         if not return_aux:
             return logits_BxTxV
         selectivity = torch.stack(penalties).sum() if penalties else logits_BxTxV.new_zeros(())
-        return logits_BxTxV, {"selectivity": selectivity}
+        aux = {"selectivity": selectivity}
+        if reconstructions:
+            # mean over layers of ||x - x_hat||^2 / ||x||^2 of each bottleneck's FFN write (parity.py)
+            aux["reconstruction"] = torch.stack(reconstructions).mean()
+        return logits_BxTxV, aux
 
     def _check_tokens(self, tokens: Tensor) -> Tensor:
         if not isinstance(tokens, Tensor):

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from circuitlab.atomic import atomic_write_text
-from circuitlab.config import ModelConfig, ncffn_partition
+from circuitlab.config import ModelConfig, bottleneck_description, ncffn_partition
 
 CARD_FILE = "card.md"
 METRICS_FILE = "metrics.json"
@@ -46,11 +46,7 @@ def _architecture_lines(config: ModelConfig) -> list[str]:
     else:
         lines.append(f"- FFN: {ffn.type}, width {ffn.d_ffw}")
     if config.bottleneck is not None:
-        bn = config.bottleneck
-        lines.append(
-            f"- parity bottleneck in every block: m = 2^{bn.n_bits} = {2 ** bn.n_bits} features, k {bn.k}, "
-            f"{bn.bits_per_level} index bits per level, beams {list(bn.beams)}, code seed {bn.code_seed}"
-        )
+        lines.append(f"- parity bottleneck in every block: {bottleneck_description(config)}")
     pressures = {k: v for k, v in config.selectivity.__dict__.items() if v}
     lines.append(
         "- selectivity pressures: " + (", ".join(f"{k} {v:g}" for k, v in pressures.items()) if pressures else "none")

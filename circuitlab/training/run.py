@@ -264,6 +264,9 @@ def _finish(
         except ValueError as error:
             fact_note = f"not measured: {error}"
     parameters = sum(p.numel() for p in model.parameters())
+    # the parity bottleneck's relative reconstruction error of the FFN writes, over the last logged steps
+    recent = [r["reconstruction"] for r in result.history if "reconstruction" in r][-50:]
+    reconstruction = sum(recent) / len(recent) if recent else None
     # earlier sessions' training time plus all of this run (data, training, evaluation, saving)
     wall_seconds = result.train_seconds - result.session_seconds + (time.monotonic() - started[0])
     metrics = {
@@ -277,6 +280,7 @@ def _finish(
         "fact_accuracy": fact_accuracy,
         "fact_accuracy_distant": distant_accuracy,
         "fact_accuracy_detail": fact_note,
+        **({"train_reconstruction": reconstruction} if reconstruction is not None else {}),
         "tokens_seen": result.tokens_seen,
         "steps": result.step,
         "stopped": result.stopped,
@@ -307,6 +311,8 @@ def _finish(
                f"{values['loss']:.4f} / {values['unigram_entropy']:.4f} ({values['tokens']:,} tokens)"
                for name, values in (set_metrics or {}).items()},
             "facts": fact_note or "n/a",
+            **({f"bottleneck reconstruction error, training (mean of the last {len(recent)} steps)":
+                f"{reconstruction:.4f}"} if reconstruction is not None else {}),
             "corpus": prepared.manifest["source"],
             "stopped": result.stopped,
         },

@@ -276,6 +276,7 @@ class Trainer:
         self.model = wrap_model(self.base_model, self.context, fsdp=config.fsdp)
         self.compiled = config.compile if config.compile is not None else self.device.type == "cuda"
         self.forward_model = torch.compile(self.model) if self.compiled else self.model
+        self.compile_proven = False  # set by the first step that runs; until then a compile error falls back to eager
         per_rank = config.batch_size // self.context.world_size
         # sequences per forward/backward: the asked-for split, made smaller on running out of GPU memory
         self.micro_batch = config.micro_batch or per_rank // config.grad_accum
@@ -294,6 +295,9 @@ class Trainer:
         self.train_seconds_before = 0.0
         self._session_start = time.monotonic()  # reset when fit() starts
         self.history: list[dict[str, Any]] = []
+        bottleneck = unwrap_model(model).config.bottleneck
+        # the parity bottleneck's reconstruction term (architectures/feedforward/parity.py); None: no bottleneck
+        self.lambda_recon = float(bottleneck.lambda_recon) if bottleneck is not None else None
 
     # --- state -------------------------------------------------------------------------------------------
 
@@ -433,7 +437,9 @@ class Trainer:
         micro-batch (more accumulation, the same effective batch) and redoes the step."""
         while True:
             try:
-                return self._train_step_at(step)
+                stats = self._train_step_at(step)
+                self.compile_proven = True
+                return stats
             except torch.cuda.OutOfMemoryError:
                 smaller = self._smaller_micro_batch()
                 if not self.micro_batch_picked or self.context.enabled or smaller is None:
@@ -445,6 +451,16 @@ class Trainer:
                           f"{smaller} sequences per micro-batch ({self.config.batch_size // smaller} accumulated)",
                           file=sys.stderr)
                 self.micro_batch = smaller
+            except Exception as error:  # noqa: BLE001 - a failed compilation falls back to eager, once
+                if not self.compiled or self.compile_proven:
+                    raise
+                self.optimizer.zero_grad(set_to_none=True)
+                if self.context.is_main:
+                    first_line = (str(error).strip().splitlines() or [type(error).__name__])[0][:300]
+                    print(f"warning: torch.compile failed on the first step ({type(error).__name__}: {first_line}); "
+                          "training continues eager (pass --no-compile to skip compiling)", file=sys.stderr)
+                self.forward_model = self.model
+                self.compiled = False
 
     def _train_step_at(self, step: int) -> dict[str, Any]:
         config = self.config
@@ -457,6 +473,7 @@ class Trainer:
         per_micro, n_micro = self.micro_batch, self._n_micro()
         lm_total = torch.zeros((), device=self.device)
         selectivity_total = torch.zeros((), device=self.device)
+        reconstruction_total = torch.zeros((), device=self.device)
         for micro in range(n_micro):
             batch = self.train_windows[local_rows[micro * per_micro : (micro + 1) * per_micro]].to(self.device).long()
             inputs_BxT, targets_BxT = batch[:, :-1], batch[:, 1:]
@@ -465,7 +482,12 @@ class Trainer:
                     logits_BxTxV, aux = self.forward_model(inputs_BxT, return_aux=True)
                 lm_loss = F.cross_entropy(logits_BxTxV.float().reshape(-1, logits_BxTxV.shape[-1]), targets_BxT.reshape(-1))
                 selectivity = aux["selectivity"].float()
-                ((lm_loss + selectivity) / n_micro).backward()
+                loss = lm_loss + selectivity
+                if self.lambda_recon is not None:
+                    reconstruction = aux["reconstruction"].float()
+                    loss = loss + self.lambda_recon * reconstruction
+                    reconstruction_total += reconstruction.detach()
+                (loss / n_micro).backward()
             lm_total += lm_loss.detach()
             selectivity_total += selectivity.detach()
         grad_norm = torch.nn.utils.clip_grad_norm_(
@@ -474,7 +496,7 @@ class Trainer:
         )
         if hasattr(grad_norm, "full_tensor"):
             grad_norm = grad_norm.full_tensor()
-        stats = all_reduce_mean(torch.stack([lm_total, selectivity_total]) / n_micro, self.context)
+        stats = all_reduce_mean(torch.stack([lm_total, selectivity_total, reconstruction_total]) / n_micro, self.context)
         loss, selectivity_value, norm = float(stats[0]), float(stats[1]), float(grad_norm)
         if not (math.isfinite(loss) and math.isfinite(norm)):
             self.optimizer.zero_grad(set_to_none=True)
@@ -485,7 +507,11 @@ class Trainer:
             )
         self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
-        return {"loss": loss, "lr": lr, "grad_norm": norm, "selectivity": selectivity_value}
+        record = {"loss": loss, "lr": lr, "grad_norm": norm, "selectivity": selectivity_value}
+        if self.lambda_recon is not None:
+            # relative reconstruction error of the FFN writes (mean over layers); loss holds the LM loss only
+            record["reconstruction"] = float(stats[2])
+        return record
 
     def fit(self, resume: bool = False, stop_at: int | None = None) -> TrainResult:
         """Train until `config.steps` (or the time limit); returns the final held-out loss and bookkeeping.
@@ -543,6 +569,7 @@ class Trainer:
                 self._log(record)
                 bar.update(1)
                 bar.set_postfix(loss=f"{record['loss']:.3f}", lr=f"{record['lr']:.2e}",
+                                **({"recon": f"{record['reconstruction']:.3f}"} if "reconstruction" in record else {}),
                                 **({"ppl": f"{record['eval_ppl']:.2f}"} if "eval_ppl" in record else {}))
                 if config.ckpt_every and self.step % config.ckpt_every == 0:
                     self.save_checkpoint()

@@ -9,7 +9,7 @@ from __future__ import annotations
 from circuitlab.architectures.code_layer import CodeLayer
 from circuitlab.architectures.feedforward.dense import MLP, SwiGLU
 from circuitlab.architectures.feedforward.ncffn import NCFFN
-from circuitlab.architectures.feedforward.parity import ParityBottleneck
+from circuitlab.architectures.feedforward.parity import ParityBottleneck, make_bottleneck
 from circuitlab.architectures.feedforward.sgatlin import Sgatlin
 from circuitlab.config import ModelConfig
 
@@ -21,4 +21,6 @@ def make_feedforward(config: ModelConfig) -> CodeLayer:
     return FEEDFORWARDS[config.feedforward.type](config)
 
 
-__all__ = ["FEEDFORWARDS", "MLP", "NCFFN", "ParityBottleneck", "Sgatlin", "SwiGLU", "make_feedforward"]
+__all__ = [
+    "FEEDFORWARDS", "MLP", "NCFFN", "ParityBottleneck", "Sgatlin", "SwiGLU", "make_bottleneck", "make_feedforward",
+]

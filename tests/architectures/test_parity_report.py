@@ -1,0 +1,84 @@
+"""scripts/parity_report.py on tiny randomly initialised models: every figure against its definition."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import math
+from pathlib import Path
+
+import pytest
+import torch
+
+from circuitlab import CircuitTransformer, ModelConfig
+from circuitlab.data.tokenizer import CircuitTokenizer
+
+ROOT = Path(__file__).resolve().parents[2]
+TOKENIZER = ROOT / "models" / "sgatlin-stories" / "tokenizer.json"
+
+
+def _script():
+    spec = importlib.util.spec_from_file_location("parity_report", ROOT / "scripts" / "parity_report.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture(scope="module")
+def tiny_models(tmp_path_factory):
+    tokenizer = CircuitTokenizer.from_file(TOKENIZER)
+    folders = {}
+    for name in ("tiny-parity", "tiny-gelu"):
+        model = CircuitTransformer(ModelConfig.preset(name, d_vocab=tokenizer.vocab_size), tokenizer=tokenizer)
+        model.reset_parameters(seed=0)
+        folders[name] = tmp_path_factory.mktemp(name)
+        model.save(folders[name])
+    return folders
+
+
+def test_report_figures_follow_their_definitions(tiny_models, tmp_path, capsys):
+    report = _script()
+    out = tmp_path / "report.json"
+    assert report.main([str(tiny_models["tiny-parity"]), "--gelu", str(tiny_models["tiny-gelu"]), "--tokens", "600",
+                        "--seq-len", "100", "--batch-size", "3", "--beams", "2", "32", "--device", "cpu",
+                        "--json", str(out)]) == 0
+    result = json.loads(out.read_text())
+    printed = capsys.readouterr().out
+    assert "| layer | recon" in printed and "target reconstruction" in printed
+    assert result["tokens"] == 600  # 6 windows of 100 next-token predictions
+
+    # recompute the figures of layer 1 from a cache of the same windows
+    from circuitlab.architectures.checkpoint import load_model
+
+    model = load_model(tiny_models["tiny-parity"]).eval()
+    windows = report.natural_windows(model, ROOT / "data" / "natural", 600, 100)
+    with torch.no_grad():
+        logits, cache = model.run_with_cache(windows[:, :-1])
+    x, x_hat = cache["blocks.1.bottleneck.hook_in"], cache["blocks.1.bottleneck.hook_recon"]
+    row = result["layers"][1]
+    assert row["reconstruction"] == pytest.approx(((x - x_hat).pow(2).sum() / x.pow(2).sum()).item(), rel=1e-4)
+    ratio = cache["blocks.1.hook_mlp_out"].norm(dim=-1) / cache["blocks.1.hook_resid_mid"].norm(dim=-1)
+    assert row["write_over_residual"] == pytest.approx(ratio.mean().item(), rel=1e-4)
+    indices = cache["blocks.1.bottleneck.hook_code_indices"].flatten()
+    counts = torch.bincount(indices, minlength=1024)
+    assert row["distinct_features"] == int((counts > 0).sum())
+    assert row["top100_share"] == pytest.approx((counts.sort(descending=True).values[:100].sum() / counts.sum()).item())
+    assert row["coherence"] == pytest.approx(model.blocks[1].bottleneck.coherence())
+    # beam 32 = every column pattern of the tiny code: the fast encoder is the exhaustive one
+    assert row["by_beam"]["32"] == {"agreement": 1.0, "certified": 1.0}
+    assert 0 < row["by_beam"]["2"]["agreement"] < 1
+    loss = torch.nn.functional.cross_entropy(logits.flatten(0, 1), windows[:, 1:].flatten()).item()
+    assert result["parity"]["loss"] == pytest.approx(loss, rel=1e-5)
+    assert result["parity"]["loss_writes_zeroed"] != pytest.approx(loss, rel=1e-6)
+    gelu = result["gelu"]
+    share = (result["parity"]["loss_writes_zeroed"] - loss) / (gelu["loss_writes_zeroed"] - gelu["loss"])
+    assert result["ablation_share"] == pytest.approx(share, rel=1e-3)  # a ratio of small differences of sums
+    assert result["perplexity_ratio"] == pytest.approx(math.exp(loss - gelu["loss"]), rel=1e-5)
+    assert result["targets"]["agreement"]["measured"] == min(r["agreement"] for r in result["layers"])
+
+
+def test_a_model_without_a_bottleneck_is_a_clear_error(tiny_models):
+    from circuitlab.errors import UserError
+
+    with pytest.raises(UserError, match="no parity bottleneck"):
+        _script().report(str(tiny_models["tiny-gelu"]), None, 100, ROOT / "data" / "natural", 50, 2, "cpu", [])
