@@ -294,3 +294,35 @@ def test_bf16_autocast_on_cuda_keeps_float32_weights(tmp_path):
     assert math.isfinite(result.held_out_loss)
     assert all(p.dtype == torch.float32 for p in trainer.base_model.parameters())
     assert os.path.exists(tmp_path / "train_log.jsonl")
+
+
+def test_a_compilation_that_fails_on_the_first_step_falls_back_to_eager(tmp_path, capsys):
+    """The compiled forward raises on its first call: the trainer warns, trains eager, and lands on the same
+    losses as a run that never compiled; a failure after a compiled step has run is not swallowed."""
+    trainer = make_trainer(tmp_path / "a", steps=3, eval_every=0)
+
+    def compiled_forward_that_fails(tokens, **kwargs):
+        raise RuntimeError("backend compiler failed (simulated)")
+
+    trainer.compiled = True
+    trainer.forward_model = compiled_forward_that_fails
+    trainer.fit()
+    assert "torch.compile failed on the first step" in capsys.readouterr().err
+    assert trainer.compiled is False
+    make_trainer(tmp_path / "b", steps=3, eval_every=0).fit()
+    for a, b in zip(log_records(tmp_path / "a"), log_records(tmp_path / "b"), strict=True):
+        assert a["loss"] == pytest.approx(b["loss"], rel=1e-6, abs=1e-6)
+
+    later = make_trainer(tmp_path / "c", steps=3, eval_every=0)
+    forward, calls = later.forward_model, []
+
+    def fails_on_the_second_step(tokens, **kwargs):
+        calls.append(1)
+        if len(calls) > 1 and later.base_model.training:
+            raise RuntimeError("a real error after compiling worked")
+        return forward(tokens, **kwargs)
+
+    later.compiled = True
+    later.forward_model = fails_on_the_second_step
+    with pytest.raises(RuntimeError, match="a real error"):
+        later.fit()
