@@ -28,10 +28,14 @@ MAX_MINUTES="${MAX_MINUTES:-5}"
 N_STORIES="${N_STORIES:-40000}"
 NATURAL="${NATURAL:-data/natural}"
 TOKENIZER="${TOKENIZER:-models/sgatlin-stories/tokenizer.json}"
-extra=()
-[ "${SMOKE:-0}" = 1 ] && extra+=(--smoke)
 mkdir -p "$RESULTS"
-# shellcheck disable=SC2086  # the lists split on spaces on purpose
-"$PYTHON" -m circuitlab.cli ladder --out "$RESULTS" --device "$DEVICE" --budget-scale "$BUDGET_SCALE" \
-  --scales $SCALES --archs $ARCHS --seeds $SEEDS --jobs "$JOBS" --max-minutes "$MAX_MINUTES" \
-  --n-stories "$N_STORIES" --natural "$NATURAL" --tokenizer "$TOKENIZER" "${extra[@]}" 2>&1 | tee -a "$RESULTS/ladder.log"
+if [ "${SMOKE:-0}" = 1 ]; then  # --smoke picks its own tiny sizes (scale 1, 2 steps per run, 40 stories)
+  # shellcheck disable=SC2086  # the lists split on spaces on purpose
+  sweep=(--smoke --archs $ARCHS --jobs "$JOBS")
+else
+  # shellcheck disable=SC2086
+  sweep=(--budget-scale "$BUDGET_SCALE" --scales $SCALES --archs $ARCHS --seeds $SEEDS --jobs "$JOBS"
+         --max-minutes "$MAX_MINUTES" --n-stories "$N_STORIES")
+fi
+"$PYTHON" -m circuitlab.cli ladder --out "$RESULTS" --device "$DEVICE" --natural "$NATURAL" --tokenizer "$TOKENIZER" \
+  "${sweep[@]}" 2>&1 | tee -a "$RESULTS/ladder.log"

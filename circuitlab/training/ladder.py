@@ -299,6 +299,10 @@ def _execute(todo: list[PlannedRun], settings: LadderSettings, out: Path, tokeni
 
     gpus = _visible_gpus(settings)
     slots = {gpu: settings.jobs_per_gpu for gpu in gpus}
+    (out / "runs").mkdir(exist_ok=True)
+    # the runs import this very circuitlab, wherever the command was started
+    package_root = str(Path(__file__).resolve().parents[2])
+    python_path = os.pathsep.join(filter(None, (package_root, os.environ.get("PYTHONPATH"))))
     pending = list(todo)
     active: dict[str, tuple[subprocess.Popen, PlannedRun, str | None, Any]] = {}
     try:
@@ -306,7 +310,8 @@ def _execute(todo: list[PlannedRun], settings: LadderSettings, out: Path, tokeni
             for gpu in gpus:
                 while pending and slots[gpu] > 0:
                     run = pending.pop(0)
-                    env = {**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")}
+                    env = {**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1"),
+                           "PYTHONPATH": python_path}
                     if gpu is not None:
                         env["CUDA_VISIBLE_DEVICES"] = gpu
                     log = open(out / "runs" / f"{run.name}.log", "w")
