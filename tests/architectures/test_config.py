@@ -29,7 +29,7 @@ def test_hash_ignores_name_but_not_architecture():
         (dict(feedforward=dict(type="ncffn", rho=1.5)), "rho"),
         (dict(feedforward=dict(type="transformer")), "feedforward.type"),
         (dict(feedforward=dict(type="moe", n_experts=4, k=5)), "k=5 must satisfy"),
-        (dict(feedforward=dict(type="peer", d_ffw=64, d_key=15)), "d_key=15 must be even"),
+        (dict(feedforward=dict(type="peer", d_ffw=100, d_key=15)), "d_key=15 must be even"),
         (dict(d_model=96, bottleneck=dict(n_bits=12, beams=[4, 4])), "power of 2"),
         (dict(bottleneck=dict(n_bits=16, bits_per_level=3, beams=[4, 4])), "split into levels"),
         (dict(bottleneck=dict(n_bits=16, bits_per_level=4, beams=[4])), "one beam width per level"),
