@@ -59,6 +59,23 @@ def test_peer_output_equals_the_explicit_sum_over_heads_and_experts():
     torch.testing.assert_close(out, expected, rtol=1e-4, atol=1e-6)
 
 
+def test_peer_expert_dot_gradients_equal_autograd_through_the_gather():
+    from circuitlab.architectures.feedforward.peer import ExpertDot
+
+    generator = torch.Generator().manual_seed(4)
+    z = torch.randn(2, 3, 5, dtype=torch.float64, generator=generator, requires_grad=True)
+    weight = torch.randn(9, 5, dtype=torch.float64, generator=generator, requires_grad=True)
+    indices = torch.randint(0, 9, (2, 3, 2, 4), generator=generator)
+    indices[0, 0, 1] = indices[0, 0, 0]  # duplicates accumulate
+    assert torch.autograd.gradcheck(ExpertDot.apply, (z, indices, weight))
+    grad = torch.randn(2, 3, 2, 4, dtype=torch.float64, generator=generator)
+    direct = torch.einsum("btd,btckd->btck", z, weight[indices])
+    expected = torch.autograd.grad(direct, (z, weight), grad)
+    actual = torch.autograd.grad(ExpertDot.apply(z, indices, weight), (z, weight), grad)
+    for a, e in zip(actual, expected):
+        torch.testing.assert_close(a, e)
+
+
 def test_moe_routing_and_output_equal_a_per_token_loop():
     model = model_of("tiny-moe", seed=2)
     layer = model.blocks[0].mlp
@@ -162,17 +179,17 @@ def test_save_load_round_trip_is_bit_exact(tmp_path, preset):
 @pytest.mark.parametrize("preset", ["tiny-peer", "tiny-moe"])
 def test_a_tiny_model_learns_a_repeating_sequence(preset):
     model = model_of(preset).train()
-    tokens = torch.arange(32).repeat(4, 2)[:, :48] % 20  # period-20 sequences: predictable after one period
-    optimizer = torch.optim.AdamW(model.parameters(), lr=3e-3)
+    tokens = torch.arange(32).repeat(2, 2)[:, :40] % 20  # period-20 sequences: predictable after one period
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)
     losses = []
-    for _ in range(40):
+    for _ in range(20):
         logits = model(tokens[:, :-1])
         loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), tokens[:, 1:].reshape(-1))
         optimizer.zero_grad()
         loss.backward()
         optimizer.step()
         losses.append(loss.item())
-    assert losses[-1] < 0.5 * losses[0], losses[::10]
+    assert losses[-1] < 0.3 * losses[0], losses[::5]
 
 
 def test_ladder_configs_follow_seed_000():

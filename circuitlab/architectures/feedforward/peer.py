@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -41,6 +42,28 @@ def peer_subkey_scores(
     """Each head's query halves against its own subkeys: [B, T, 2, C, n] (the layout sgatlin's router takes)."""
     halves_BxTxCx2xH = query_BxTxCxQ.unflatten(-1, (2, -1))
     return torch.einsum("btcsh,hscn->btscn", halves_BxTxCx2xH, W_key_Hx2xCxn)
+
+
+class ExpertDot(torch.autograd.Function):
+    """u_i . z for the retrieved experts, [B, T, C, K], without keeping the gathered [B, T, C, K, D] rows for
+    the backward pass (they are gathered again there): the activation memory of a layer stays O(B T D)."""
+
+    @staticmethod
+    def forward(ctx: Any, z_BxTxD: Tensor, indices_BxTxCxK: Tensor, weight_NxD: Tensor) -> Tensor:
+        ctx.save_for_backward(z_BxTxD, indices_BxTxCxK, weight_NxD)
+        return torch.einsum("btd,btckd->btck", z_BxTxD, F.embedding(indices_BxTxCxK, weight_NxD))
+
+    @staticmethod
+    def backward(ctx: Any, grad_BxTxCxK: Tensor) -> tuple[Tensor, None, Tensor]:
+        z_BxTxD, indices_BxTxCxK, weight_NxD = ctx.saved_tensors
+        dtype = grad_BxTxCxK.dtype
+        rows = F.embedding(indices_BxTxCxK, weight_NxD).to(dtype)
+        grad_z = torch.einsum("btck,btckd->btd", grad_BxTxCxK, rows).to(z_BxTxD.dtype)
+        del rows
+        contributions = grad_BxTxCxK[..., None] * z_BxTxD.to(dtype)[:, :, None, None, :]
+        grad_weight = torch.zeros_like(weight_NxD).index_add_(
+            0, indices_BxTxCxK.reshape(-1), contributions.reshape(-1, z_BxTxD.shape[-1]).to(weight_NxD.dtype))
+        return grad_z, None, grad_weight
 
 
 class PEER(CodeLayer):
@@ -72,8 +95,7 @@ class PEER(CodeLayer):
         indices_BxTxCxK = self.hook_gate_indices(indices_BxTxCxK)
         scores_BxTxCxK = self.hook_gate_scores(scores_BxTxCxK)
         gates_BxTxCxK = self.hook_gate_values(scores_BxTxCxK.float().softmax(-1).to(scores_BxTxCxK.dtype))
-        u_BxTxCxKxD = F.embedding(indices_BxTxCxK, self.experts[0])
-        neuron_pre = self.hook_neuron_pre(torch.einsum("btd,btckd->btck", z_BxTxD, u_BxTxCxKxD))
+        neuron_pre = self.hook_neuron_pre(ExpertDot.apply(z_BxTxD, indices_BxTxCxK, self.experts[0]))
         neuron_post = self.hook_neuron_post(gates_BxTxCxK * ACTIVATIONS[self.activation](neuron_pre))
         # out = sum over the C*K slots of post * v_i, without materialising the gathered v rows
         B, T, D = z_BxTxD.shape
