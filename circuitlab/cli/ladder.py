@@ -44,12 +44,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--budget-scale", type=float, default=defaults.budget_scale,
                         help="multiply every scale's FLOP budget (default 1)")
     parser.add_argument("--device", default=defaults.device, help="auto (default), cpu, cuda")
-    parser.add_argument("--jobs", type=int, default=defaults.jobs_per_gpu, help="concurrent runs per GPU (default 20)")
+    parser.add_argument("--jobs", type=int, default=defaults.jobs_per_gpu, help="concurrent runs per GPU (default 10)")
     parser.add_argument("--gpus", nargs="+", default=None, help="CUDA device ids to use (default: every visible GPU)")
     parser.add_argument("--max-minutes", type=float, default=defaults.max_minutes,
                         help="per run: stop cleanly after this long (recorded as 'time limit'; default 5)")
     parser.add_argument("--seq-len", type=int, default=defaults.seq_len, help="tokens per sequence (default 256)")
-    parser.add_argument("--batch-size", type=int, default=defaults.batch_size, help="sequences per step (default 128)")
+    parser.add_argument("--batch-size", type=int, default=defaults.batch_size, help="sequences per step (default 64)")
     parser.add_argument("--lr", type=float, default=defaults.lr, help="peak learning rate (default 1e-3, seed 000)")
     parser.add_argument("--natural", nargs="?", const="data/natural", default=defaults.natural, metavar="DIR",
                         help="natural stories mixed into the generated ones (default data/natural)")

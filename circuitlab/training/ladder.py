@@ -51,12 +51,12 @@ class LadderSettings:
     seeds: tuple[int, ...] = (0, 1)
     budget_scale: float = 1.0
     seq_len: int = 256
-    batch_size: int = 128
+    batch_size: int = 64
     lr: float = 1e-3
     grad_clip: float = 1.0
     max_warmup: int = 100  # warmup = min(max_warmup, steps // 10)
     device: str = "auto"
-    jobs_per_gpu: int = 20
+    jobs_per_gpu: int = 10
     gpus: tuple[str, ...] = ()  # CUDA device ids to spread runs over; () = every visible GPU (or the CPU)
     max_minutes: float | None = 5.0  # per run: stop cleanly and record it (metrics say "time limit")
     natural: str | None = "data/natural"
@@ -245,6 +245,10 @@ def run_ladder(out: str | os.PathLike, settings: LadderSettings, progress: bool 
         f"{list(settings.seeds)} at the smallest); budgets " + ", ".join(
             f"scale {s}: {budget_for(s, settings.budget_scale):.2g} FLOPs" for s in sorted(set(settings.scales))))
 
+    for run in runs:
+        say(f"  {run.name}: {run.flops['active_parameters'] / 1e6:.2f}M active of {run.flops['total_parameters'] / 1e6:.1f}M "
+            f"parameters, {run.training_flops_per_token / 1e6:.1f}M training FLOPs/token, {run.steps} steps = "
+            f"{run.tokens / 1e6:.2f}M tokens")
     done: dict[str, dict[str, Any]] = {}
     todo = []
     for run in runs:

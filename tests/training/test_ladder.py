@@ -33,8 +33,8 @@ def test_plan_gives_every_design_of_a_scale_the_same_budget():
         per_token = count_flops(ladder_config(run.scale, run.arch, d_vocab=8192, n_ctx=256), 256).training_per_token
         assert run.training_flops_per_token == per_token and run.budget_flops == budget_for(run.scale)
         spent = run.tokens * per_token
-        # rounding to whole steps of 128 x 256 tokens: within half a step of the budget
-        assert abs(spent - run.budget_flops) <= 0.5 * 128 * 256 * per_token
+        # rounding to whole steps of batch x 256 tokens: within half a step of the budget
+        assert abs(spent - run.budget_flops) <= 0.5 * settings.batch_size * 256 * per_token
     assert budget_for(3) == 16 * budget_for(1)
 
 
