@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from circuitlab.config import ModelConfig, ladder_config, scaling_ladder
+from circuitlab.flops import FlopCount, count_flops
 
 __version__ = "0.1.0"
 
@@ -31,4 +32,4 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(f"module 'circuitlab' has no attribute {name!r}")
 
 
-__all__ = ["ModelConfig", "ladder_config", "scaling_ladder", *_LAZY]
+__all__ = ["FlopCount", "ModelConfig", "count_flops", "ladder_config", "scaling_ladder", *_LAZY]

@@ -22,7 +22,8 @@ from circuitlab.atomic import atomic_write_text
 from circuitlab.errors import UserError
 
 VALUE_MODES = ("standard", "membership", "boolean")
-FFN_TYPES = ("mlp", "swiglu", "sgatlin", "ncffn")
+FFN_TYPES = ("mlp", "swiglu", "sgatlin", "ncffn", "peer", "moe")
+LADDER_FFN_TYPES = ("mlp", "swiglu", "sgatlin", "peer", "moe")
 POSITIONALS = ("rope", "learned")
 NORMS = ("rmsnorm", "layernorm")
 
@@ -137,8 +138,55 @@ class NCFFNConfig(ConfigPart):
         return self  # quantifiers beyond the non-GELU units are clipped by ncffn_partition
 
 
+class PEERConfig(ConfigPart):
+    """PEER (the fine-grained MoE baseline of seed 000): `d_ffw` single-neuron experts (a perfect square, for
+    product keys) shared by `n_channels` retrieval heads; each head has its own query projection to `d_key`
+    (split in two halves for the product keys), retrieves `k` experts, softmaxes their scores and applies
+    `activation` to each expert's input. Its code is the softmax gates of the retrieved experts."""
+
+    type: Literal["peer"] = "peer"
+    d_ffw: PositiveInt = 1024
+    n_channels: PositiveInt = 8
+    k: PositiveInt = 8
+    d_key: PositiveInt = 128
+    activation: Literal["gelu", "relu", "silu"] = "gelu"
+
+    @model_validator(mode="after")
+    def _product_keys(self) -> PEERConfig:
+        n_keys = math.isqrt(self.d_ffw)
+        if n_keys * n_keys != self.d_ffw:
+            raise ValueError(
+                f"peer d_ffw (experts) must be a perfect square for product keys, got {self.d_ffw}"
+                f" (nearest: {n_keys * n_keys} or {(n_keys + 1) ** 2})"
+            )
+        if not self.k < n_keys:
+            raise ValueError(f"peer k={self.k} must satisfy 0 < k < sqrt(d_ffw)={n_keys} (k candidates per key half)")
+        if self.d_key % 2:
+            raise ValueError(f"peer d_key={self.d_key} must be even (the query splits into two product-key halves)")
+        return self
+
+
+class MoEConfig(ConfigPart):
+    """Coarse top-k mixture of experts (GPT-OSS style, seed 000's MoE baseline): `n_experts` SwiGLU experts of
+    `d_ffw` hidden units each, a linear router, the `k` highest-scoring experts per token weighted by the
+    softmax of their router logits. Its sparse code keeps the `code_k` largest |weighted activations| among
+    the chosen experts' hidden units (ids e * d_ffw + f)."""
+
+    type: Literal["moe"] = "moe"
+    d_ffw: PositiveInt = 256
+    n_experts: PositiveInt = 16
+    k: PositiveInt = 2
+    code_k: PositiveInt = 32
+
+    @model_validator(mode="after")
+    def _routing(self) -> MoEConfig:
+        if not self.k <= self.n_experts:
+            raise ValueError(f"moe k={self.k} must satisfy 0 < k <= n_experts={self.n_experts}")
+        return self
+
+
 FeedForwardConfig = Annotated[
-    Union[MLPConfig, SwiGLUConfig, SgatlinConfig, NCFFNConfig], Field(discriminator="type")
+    Union[MLPConfig, SwiGLUConfig, SgatlinConfig, NCFFNConfig, PEERConfig, MoEConfig], Field(discriminator="type")
 ]
 
 
@@ -420,7 +468,10 @@ def _check_prefix_bottleneck(bottleneck: BottleneckConfig, d_model: int) -> None
 _FIRST_FEEDFORWARD = dict(type="mlp", d_ffw=1024, n_channels=8, k=8, d_key=128, rho=0.75, n_quantifiers=32, code_k=32)
 _FIRST_ATTENTION = dict(value_mode="standard", n_special=0, qk_norm=True)
 _FIRST_BOTTLENECK = ("n_bits", "k", "bits_per_level", "beams", "code_seed")
-_FEEDFORWARD_CLASSES = {"mlp": MLPConfig, "swiglu": SwiGLUConfig, "sgatlin": SgatlinConfig, "ncffn": NCFFNConfig}
+_FEEDFORWARD_CLASSES = {
+    "mlp": MLPConfig, "swiglu": SwiGLUConfig, "sgatlin": SgatlinConfig, "ncffn": NCFFNConfig, "peer": PEERConfig,
+    "moe": MoEConfig,
+}
 _ATTENTION_CLASSES = {
     "standard": StandardAttentionConfig, "membership": MembershipAttentionConfig, "boolean": BooleanAttentionConfig,
 }
@@ -534,13 +585,16 @@ def scaling_ladder(scale: int, ffn_type: str) -> tuple[int, int, int]:
 
 
 def ladder_config(scale: int, ffn_type: str, d_vocab: int = 50257, **overrides: Any) -> ModelConfig:
-    """A ModelConfig on the scaling ladder (head size 64, 16 sgatlin channels, k 8, d_key 128 as in seed 000)."""
-    if ffn_type not in ("mlp", "swiglu", "sgatlin"):
-        raise ConfigError(f"ladder configs exist for mlp, swiglu and sgatlin, not {ffn_type!r}")
+    """A ModelConfig on the scaling ladder (seed 000, appendix B.1.1: head size 64; sgatlin and PEER with 16
+    channels, k 8, d_key 128; the MoE with 16 SwiGLU experts of width d_model, top-2)."""
+    if ffn_type not in LADDER_FFN_TYPES:
+        raise ConfigError(f"ladder configs exist for {', '.join(LADDER_FFN_TYPES)}, not {ffn_type!r}")
     d_model, n_layers, d_ffw = scaling_ladder(scale, ffn_type)
     feedforward: dict[str, Any] = dict(type=ffn_type, d_ffw=d_ffw)
-    if ffn_type == "sgatlin":
+    if ffn_type in ("sgatlin", "peer"):
         feedforward.update(n_channels=16, k=8, d_key=128)
+    elif ffn_type == "moe":
+        feedforward.update(n_experts=16, k=2)
     config = dict(
         d_vocab=d_vocab, d_model=d_model, n_layers=n_layers, n_heads=d_model // 64, d_head=64, n_ctx=2048,
         feedforward=feedforward, name=f"ladder-{ffn_type}-{scale}",
@@ -581,6 +635,8 @@ PRESETS: dict[str, dict[str, Any]] = {
     "tiny-sgatlin": dict(_TINY, feedforward=dict(type="sgatlin", d_ffw=64, n_channels=2, k=4, d_key=16)),
     "tiny-gelu": dict(_TINY, feedforward=dict(type="mlp", d_ffw=128)),
     "tiny-swiglu": dict(_TINY, feedforward=dict(type="swiglu", d_ffw=128)),
+    "tiny-peer": dict(_TINY, feedforward=dict(type="peer", d_ffw=64, n_channels=2, k=4, d_key=16)),
+    "tiny-moe": dict(_TINY, feedforward=dict(type="moe", d_ffw=32, n_experts=4, k=2, code_k=16)),
     "tiny-membership": dict(_TINY, attention=dict(value_mode="membership", n_special=1),
                             feedforward=dict(type="mlp", d_ffw=128),
                             selectivity=dict(attn_sparsity=1e-3, attn_crispness=3e-3)),

@@ -128,6 +128,11 @@ class TransformerLensAPI:
                 "gates choose. Use model.W_expert_in / W_expert_out [n_layers, C, N, d_model] for the expert "
                 "tables, or model.token_circuit_weights(cache, layer, pos) for one token's effective W_in / W_out"
             )
+        if ffn_type in ("peer", "moe"):
+            raise NotInThisArchitecture(
+                f"model.{name}: {ffn_type} layers have no dense {name}; their expert weights are "
+                f"model.blocks[l].mlp's parameters ({', '.join(n for n, _ in self.blocks[0].mlp.named_parameters())})"
+            )
         return self._stacked(lambda block: weight_of(block.mlp))
 
     @property

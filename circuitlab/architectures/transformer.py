@@ -122,6 +122,15 @@ class LensConfig:
     gated_mlp: bool = False
 
 
+def _units_per_layer(ffn: Any) -> int:
+    """Hidden units per FFN layer, numbered as in the sparse codes: sgatlin and PEER c * N + i, MoE e * F + f."""
+    if ffn.type in ("sgatlin", "peer"):
+        return ffn.d_ffw * ffn.n_channels
+    if ffn.type == "moe":
+        return ffn.d_ffw * ffn.n_experts
+    return ffn.d_ffw
+
+
 class CircuitTransformer(TransformerLensAPI, GenerationMixin, HookedRootModule):
     def __init__(self, config: ModelConfig, tokenizer: Any = None):
         super().__init__()
@@ -185,8 +194,7 @@ class CircuitTransformer(TransformerLensAPI, GenerationMixin, HookedRootModule):
         return LensConfig(
             n_layers=c.n_layers, n_heads=c.n_heads, d_model=c.d_model, d_head=c.d_head, d_vocab=c.d_vocab,
             d_vocab_out=c.d_vocab, n_ctx=c.n_ctx,
-            # neurons per layer; sgatlin's are numbered c * N + i, as in its sparse codes
-            d_mlp=c.feedforward.d_ffw * (c.feedforward.n_channels if c.feedforward.type == "sgatlin" else 1),
+            d_mlp=_units_per_layer(c.feedforward),
             normalization_type="RMS" if c.norm == "rmsnorm" else "LN",
             positional_embedding_type="rotary" if c.positional == "rope" else "standard",
             device=self.W_E.device, gated_mlp=c.feedforward.type == "swiglu",

@@ -14,7 +14,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from circuitlab.cli import causal, data, db, demo, summary, train
+from circuitlab.cli import causal, data, db, demo, ladder, summary, train
 from circuitlab.errors import UserError
 
 try:  # `circuitlab generate` (text generation) lives in its own module
@@ -24,7 +24,7 @@ except ModuleNotFoundError as error:
         raise
     generate = None
 
-VERB_GROUPS = tuple(module for module in (summary, data, train, db, causal, generate, demo) if module is not None)
+VERB_GROUPS = tuple(module for module in (summary, data, train, ladder, db, causal, generate, demo) if module is not None)
 
 
 def version() -> str:

@@ -12,7 +12,8 @@ from circuitlab.architectures.code_layer import CodeLayer
 from circuitlab.architectures.feedforward import FEEDFORWARDS
 from circuitlab.config import FFN_TYPES, FeedForwardConfig
 
-DESIGNS = ["tiny-gelu", "tiny-swiglu", "tiny-sgatlin", "tiny-legible", "tiny-parity", "tiny-membership"]
+DESIGNS = ["tiny-gelu", "tiny-swiglu", "tiny-sgatlin", "tiny-legible", "tiny-parity", "tiny-membership", "tiny-peer",
+           "tiny-moe"]
 
 
 def run(preset: str):
@@ -65,8 +66,8 @@ def test_codes_come_from_the_layers_code_hooks(preset):
 
 
 def test_unit_ids_name_the_same_units_as_the_code():
-    """sgatlin and parity: the units DLA lists are exactly the code's non-zeros, under the same ids."""
-    for preset in ("tiny-sgatlin", "tiny-parity"):
+    """sgatlin, PEER and parity: the units DLA lists are exactly the code's non-zeros, under the same ids."""
+    for preset in ("tiny-sgatlin", "tiny-peer", "tiny-parity"):
         model, cache = run(preset)
         code = model.sparse_codes(cache)[1]
         units = model.blocks[1].ffn_code_layer.unit_writes(lambda name: cache[name][0, 3].double())

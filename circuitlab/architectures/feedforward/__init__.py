@@ -8,12 +8,16 @@ from __future__ import annotations
 
 from circuitlab.architectures.code_layer import CodeLayer
 from circuitlab.architectures.feedforward.dense import MLP, SwiGLU
+from circuitlab.architectures.feedforward.moe import MoE
 from circuitlab.architectures.feedforward.ncffn import NCFFN
 from circuitlab.architectures.feedforward.parity import ParityBottleneck, make_bottleneck
+from circuitlab.architectures.feedforward.peer import PEER
 from circuitlab.architectures.feedforward.sgatlin import Sgatlin
 from circuitlab.config import ModelConfig
 
-FEEDFORWARDS: dict[str, type[CodeLayer]] = {"mlp": MLP, "swiglu": SwiGLU, "sgatlin": Sgatlin, "ncffn": NCFFN}
+FEEDFORWARDS: dict[str, type[CodeLayer]] = {
+    "mlp": MLP, "swiglu": SwiGLU, "sgatlin": Sgatlin, "ncffn": NCFFN, "peer": PEER, "moe": MoE,
+}
 
 
 def make_feedforward(config: ModelConfig) -> CodeLayer:
@@ -22,5 +26,6 @@ def make_feedforward(config: ModelConfig) -> CodeLayer:
 
 
 __all__ = [
-    "FEEDFORWARDS", "MLP", "NCFFN", "ParityBottleneck", "Sgatlin", "SwiGLU", "make_bottleneck", "make_feedforward",
+    "FEEDFORWARDS", "MLP", "MoE", "NCFFN", "PEER", "ParityBottleneck", "Sgatlin", "SwiGLU", "make_bottleneck",
+    "make_feedforward",
 ]

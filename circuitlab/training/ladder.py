@@ -1,0 +1,528 @@
+"""The iso-FLOP ladder (seed 000, section 3.1 and Figure 3): every FFN design trained at several ladder scales,
+each scale with one training FLOP budget shared by all designs, loss recorded against FLOPs.
+
+    from circuitlab.training.ladder import LadderSettings, plan_runs, run_ladder
+    results = run_ladder("runs/ladder", LadderSettings(scales=(1, 2, 3), archs=("mlp", "swiglu", "sgatlin")))
+
+Budgets: scale s gets `budget_scale * BASE_BUDGET * 4 ** (s - 1)` training FLOPs (count_flops convention:
+3x the forward pass, attention included). A run's token count is its budget divided by its own training
+FLOPs per token, so a design that costs less per token trains on more tokens: the comparison is at equal
+compute, as in seed 000. The defaults are tiny next to seed 000's (1e17 to 6e18 FLOPs, scales 2 to 8, GPT-2
+vocabulary, sequences of 2048): scales 1 to 3 here have 0.4M to 14M active parameters, sequences of 256 and
+budgets of 6e13 to 1e15 FLOPs, so that the whole sweep takes minutes on one GPU.
+
+Runs are `circuitlab train` processes (several at once on each GPU, round robin over the GPUs); finished runs
+(metrics.json present with the planned step count) are skipped when the sweep is run again. The results
+JSON holds one record per run; `verdicts(results)` words seed 000's comparative claims from it.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from circuitlab.atomic import atomic_write_text
+from circuitlab.config import LADDER_FFN_TYPES, ModelConfig, ladder_config, scaling_ladder
+from circuitlab.errors import UserError
+from circuitlab.flops import count_flops
+
+BASE_BUDGET = 6e13  # training FLOPs of scale 1 at --budget-scale 1; x4 per scale
+RESULTS_FILE = "ladder_results.json"
+TABLE_FILE = "ladder_table.md"
+FIGURE_FILE = "ladder_loss_vs_flops.html"
+ARCH_LABELS = {"mlp": "GELU MLP", "swiglu": "SwiGLU", "sgatlin": "sgatlin", "peer": "PEER", "moe": "MoE (top-2 of 16)"}
+
+
+@dataclass
+class LadderSettings:
+    """What the sweep trains. `seeds`: every seed runs at the smallest scale, the first seed at the others."""
+
+    scales: tuple[int, ...] = (1, 2, 3)
+    archs: tuple[str, ...] = LADDER_FFN_TYPES
+    seeds: tuple[int, ...] = (0, 1)
+    budget_scale: float = 1.0
+    seq_len: int = 256
+    batch_size: int = 64
+    lr: float = 1e-3
+    grad_clip: float = 1.0
+    max_warmup: int = 100  # warmup = min(max_warmup, steps // 10)
+    device: str = "auto"
+    jobs_per_gpu: int = 10
+    gpus: tuple[str, ...] = ()  # CUDA device ids to spread runs over; () = every visible GPU (or the CPU)
+    max_minutes: float | None = 5.0  # per run: stop cleanly and record it (metrics say "time limit")
+    natural: str | None = "data/natural"
+    natural_upsample: int = 3
+    n_stories: int = 40000
+    held_out_stories: int = 1000
+    tokenizer: str | None = "models/sgatlin-stories/tokenizer.json"
+    vocab_size: int = 8192  # used only when no tokenizer is given (one is trained on the mixture)
+    keep_models: bool = False  # keep each run's model.safetensors (large for sgatlin and PEER)
+    in_process: bool = False  # run each training in this process, one after the other (tests, debugging)
+    min_steps: int = 2
+
+    def validate(self) -> None:
+        if not self.scales or any(not isinstance(s, int) or s < 1 for s in self.scales):
+            raise UserError(f"--scales must be positive integers, got {list(self.scales)}")
+        unknown = [arch for arch in self.archs if arch not in LADDER_FFN_TYPES]
+        if not self.archs or unknown:
+            raise UserError(f"--archs must name ladder designs ({', '.join(LADDER_FFN_TYPES)}), got {list(self.archs)}")
+        if not self.seeds:
+            raise UserError("--seeds needs at least one seed")
+        if not self.budget_scale > 0:
+            raise UserError(f"--budget-scale must be positive, got {self.budget_scale}")
+        if self.jobs_per_gpu < 1:
+            raise UserError(f"--jobs must be positive, got {self.jobs_per_gpu}")
+        for name in ("seq_len", "batch_size", "min_steps"):
+            if getattr(self, name) < 1:
+                raise UserError(f"{name} must be positive, got {getattr(self, name)}")
+        if self.tokenizer is not None and not Path(self.tokenizer).is_file():
+            raise UserError(f"--tokenizer {self.tokenizer}: no such file")
+        if self.natural is not None and not Path(self.natural).is_dir():
+            raise UserError(f"--natural {self.natural}: no such folder")
+
+
+def budget_for(scale: int, budget_scale: float = 1.0) -> float:
+    """Training FLOPs of one run at `scale`."""
+    return budget_scale * BASE_BUDGET * 4 ** (scale - 1)
+
+
+@dataclass
+class PlannedRun:
+    arch: str
+    scale: int
+    seed: int
+    name: str
+    budget_flops: float
+    training_flops_per_token: int
+    steps: int
+    warmup: int
+    config: dict[str, Any] = field(repr=False, default_factory=dict)
+    flops: dict[str, Any] = field(repr=False, default_factory=dict)
+
+    @property
+    def tokens(self) -> int:
+        return self.steps * self.flops["tokens_per_step"]
+
+
+def plan_runs(settings: LadderSettings, d_vocab: int) -> list[PlannedRun]:
+    """Every run of the sweep, largest scale first (the longest runs start first)."""
+    settings.validate()
+    smallest = min(settings.scales)
+    runs = []
+    for scale in sorted(set(settings.scales), reverse=True):
+        seeds = settings.seeds if scale == smallest else settings.seeds[:1]
+        for seed in seeds:
+            for arch in settings.archs:
+                config = ladder_config(scale, arch, d_vocab=d_vocab, n_ctx=settings.seq_len)
+                count = count_flops(config, settings.seq_len)
+                budget = budget_for(scale, settings.budget_scale)
+                tokens_per_step = settings.batch_size * settings.seq_len
+                steps = max(settings.min_steps, round(budget / (count.training_per_token * tokens_per_step)))
+                runs.append(PlannedRun(
+                    arch=arch, scale=scale, seed=seed, name=f"{arch}-s{scale}-seed{seed}", budget_flops=budget,
+                    training_flops_per_token=count.training_per_token, steps=steps,
+                    warmup=min(settings.max_warmup, steps // 10), config=config.to_dict(),
+                    flops={**count.to_dict(), "tokens_per_step": tokens_per_step},
+                ))
+    return runs
+
+
+# --- running -------------------------------------------------------------------------------------------------
+
+
+def _mixture_args(settings: LadderSettings, tokenizer: str) -> list[str]:
+    args = ["--n-stories", str(settings.n_stories), "--held-out-stories", str(settings.held_out_stories),
+            "--tokenizer", tokenizer]
+    if settings.natural is not None:
+        args += ["--natural", settings.natural, "--natural-upsample", str(settings.natural_upsample)]
+    return args
+
+
+def _data_spec(settings: LadderSettings, tokenizer: str | None) -> Any:
+    from circuitlab.training.corpus import DataSpec
+
+    return DataSpec(
+        n_stories=settings.n_stories, n_held_out=settings.held_out_stories, vocab_size=settings.vocab_size,
+        tokenizer_path=tokenizer, natural_dir=settings.natural, natural_upsample=settings.natural_upsample,
+    )
+
+
+def prepare(out: Path, settings: LadderSettings) -> tuple[str, int]:
+    """Tokenize and pack the mixture once into out/data (every run reads it). Returns (tokenizer path, vocab)."""
+    from circuitlab.training.corpus import prepare_data
+
+    prepared = prepare_data(_data_spec(settings, settings.tokenizer), settings.seq_len, out / "data",
+                            show_progress=not settings.in_process)
+    tokenizer = settings.tokenizer
+    if tokenizer is None:  # trained here: every run reuses the file
+        tokenizer = str(out / "tokenizer.json")
+        prepared.tokenizer.save(tokenizer)
+    return tokenizer, prepared.tokenizer.vocab_size
+
+
+def _train_args(run: PlannedRun, settings: LadderSettings, out: Path, tokenizer: str) -> list[str]:
+    folder = out / "runs" / run.name
+    args = [
+        "train", "--config", str(out / "configs" / f"{run.name}.json"), "--out", str(folder),
+        "--steps", str(run.steps), "--batch-size", str(settings.batch_size), "--seq-len", str(settings.seq_len),
+        "--lr", str(settings.lr), "--warmup", str(run.warmup), "--grad-clip", str(settings.grad_clip),
+        "--eval-every", "0", "--ckpt-every", "0", "--seed", str(run.seed), "--device", settings.device,
+        "--data-dir", str(out / "data"), "--save-dtype", "bf16", "--quiet",
+        *_mixture_args(settings, tokenizer),
+    ]
+    if settings.max_minutes is not None:
+        args += ["--max-minutes", str(settings.max_minutes)]
+    return args
+
+
+def _finished(folder: Path, run: PlannedRun) -> dict[str, Any] | None:
+    """The run's metrics when it finished with the planned settings (else None)."""
+    try:
+        metrics = json.loads((folder / "metrics.json").read_text())
+    except (OSError, json.JSONDecodeError):
+        return None
+    planned = metrics.get("train_settings", {}).get("steps") == run.steps and metrics.get("seed") == run.seed
+    return metrics if planned and metrics.get("config_hash") == ModelConfig.from_dict(run.config).hash() else None
+
+
+def _visible_gpus(settings: LadderSettings) -> list[str | None]:
+    if settings.gpus:
+        return list(settings.gpus)
+    if settings.device == "cpu" or settings.in_process:
+        return [None]
+    import torch
+
+    if not torch.cuda.is_available():
+        return [None]
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    ids = [part.strip() for part in visible.split(",") if part.strip()] if visible else []
+    return ids or [str(i) for i in range(torch.cuda.device_count())]
+
+
+def _record(run: PlannedRun, metrics: dict[str, Any] | None, status: str) -> dict[str, Any]:
+    d_model, n_layers, d_ffw = scaling_ladder(run.scale, run.arch)
+    record: dict[str, Any] = {
+        "arch": run.arch, "scale": run.scale, "seed": run.seed, "name": run.name, "status": status,
+        "d_model": d_model, "n_layers": n_layers, "d_ffw": d_ffw, "budget_flops": run.budget_flops,
+        "planned_steps": run.steps, "warmup": run.warmup, "flops": run.flops, "config": run.config,
+    }
+    if metrics is not None:
+        tokens = int(metrics["tokens_seen"])
+        record.update(
+            steps=metrics["steps"], tokens=tokens, training_flops=tokens * run.training_flops_per_token,
+            natural_loss=metrics.get("natural_held_out_loss"),
+            # without the natural stories the one held-out set is the generated stories'
+            generated_loss=metrics.get("generated_held_out_loss", None if metrics.get("held_out_sets") else metrics["held_out_loss"]),
+            held_out_loss=metrics["held_out_loss"], stopped=metrics["stopped"], train_seconds=metrics["train_seconds"],
+            wall_seconds=metrics["wall_seconds"], device=metrics["device"], parameters=metrics["parameters"],
+        )
+    return record
+
+
+def run_ladder(out: str | os.PathLike, settings: LadderSettings, progress: bool = True) -> dict[str, Any]:
+    """Train every planned run not yet finished, then write the results JSON, table and figure into `out`."""
+    settings.validate()
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    started = time.monotonic()
+    say = (lambda text: print(text, file=sys.stderr, flush=True)) if progress else (lambda text: None)
+    say(f"ladder: preparing the training mixture in {out / 'data'}")
+    tokenizer, vocab = prepare(out, settings)
+    runs = plan_runs(settings, vocab)
+    (out / "configs").mkdir(exist_ok=True)
+    for run in runs:
+        ModelConfig.from_dict(run.config).to_json(out / "configs" / f"{run.name}.json")
+    say(f"ladder: {len(runs)} runs ({', '.join(settings.archs)} at scales {sorted(set(settings.scales))}, seeds "
+        f"{list(settings.seeds)} at the smallest); budgets " + ", ".join(
+            f"scale {s}: {budget_for(s, settings.budget_scale):.2g} FLOPs" for s in sorted(set(settings.scales))))
+
+    for run in runs:
+        say(f"  {run.name}: {run.flops['active_parameters'] / 1e6:.2f}M active of {run.flops['total_parameters'] / 1e6:.1f}M "
+            f"parameters, {run.training_flops_per_token / 1e6:.1f}M training FLOPs/token, {run.steps} steps = "
+            f"{run.tokens / 1e6:.2f}M tokens")
+    done: dict[str, dict[str, Any]] = {}
+    todo = []
+    for run in runs:
+        metrics = _finished(out / "runs" / run.name, run)
+        if metrics is not None:
+            done[run.name] = metrics
+        else:
+            todo.append(run)
+    if done:
+        say(f"ladder: {len(done)} runs already finished, skipped")
+    failed = _execute(todo, settings, out, tokenizer, done, say, progress)
+
+    records = [
+        _record(run, done.get(run.name), "done" if run.name in done else "failed" if run.name in failed else "missing")
+        for run in runs
+    ]
+    results = {
+        "settings": {**asdict(settings), "base_budget": BASE_BUDGET, "tokenizer": tokenizer, "d_vocab": vocab},
+        "runs": records,
+        "sweep_seconds": time.monotonic() - started,
+    }
+    results["verdicts"] = [asdict(v) for v in verdicts(results)]
+    write_outputs(out, results)
+    say(f"ladder: {sum(r['status'] == 'done' for r in records)} of {len(records)} runs done in "
+        f"{results['sweep_seconds']:.0f} s; results in {out / RESULTS_FILE}, {out / TABLE_FILE}, {out / FIGURE_FILE}")
+    if failed:
+        raise UserError(f"{len(failed)} ladder runs failed ({', '.join(sorted(failed))}); see their logs in "
+                        f"{out / 'runs'}/<name>.log, then run the same command again (finished runs are skipped)")
+    return results
+
+
+def _execute(todo: list[PlannedRun], settings: LadderSettings, out: Path, tokenizer: str,
+             done: dict[str, dict[str, Any]], say: Any, progress: bool) -> set[str]:
+    """Run `todo` (in this process, or as concurrent `circuitlab train` processes); fill `done`."""
+    from tqdm.auto import tqdm
+
+    failed: set[str] = set()
+    bar = tqdm(total=len(todo), desc="ladder runs", unit="run", disable=not progress or not todo)
+    for run in todo:
+        folder = out / "runs" / run.name
+        if folder.exists():  # an unfinished or outdated attempt: runs keep no checkpoints, so start again
+            shutil.rmtree(folder)
+    if settings.in_process:
+        from circuitlab.cli import main
+
+        for run in todo:
+            status = main(_train_args(run, settings, out, tokenizer))
+            _collect(run, out, settings, done, failed, status, say)
+            bar.update()
+        bar.close()
+        return failed
+
+    gpus = _visible_gpus(settings)
+    slots = {gpu: settings.jobs_per_gpu for gpu in gpus}
+    (out / "runs").mkdir(exist_ok=True)
+    # the runs import this very circuitlab, wherever the command was started
+    package_root = str(Path(__file__).resolve().parents[2])
+    python_path = os.pathsep.join(filter(None, (package_root, os.environ.get("PYTHONPATH"))))
+    pending = list(todo)
+    active: dict[str, tuple[subprocess.Popen, PlannedRun, str | None, Any]] = {}
+    try:
+        while pending or active:
+            for gpu in gpus:
+                while pending and slots[gpu] > 0:
+                    run = pending.pop(0)
+                    env = {**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1"),
+                           "PYTHONPATH": python_path}
+                    if gpu is not None:
+                        env["CUDA_VISIBLE_DEVICES"] = gpu
+                    log = open(out / "runs" / f"{run.name}.log", "w")
+                    process = subprocess.Popen([sys.executable, "-m", "circuitlab.cli", *_train_args(run, settings, out, tokenizer)],
+                                               stdout=log, stderr=subprocess.STDOUT, env=env)
+                    active[run.name] = (process, run, gpu, log)
+                    slots[gpu] -= 1
+            bar.set_postfix_str(f"running {len(active)}, waiting {len(pending)}")
+            time.sleep(0.5)
+            for name, (process, run, gpu, log) in list(active.items()):
+                if process.poll() is None:
+                    continue
+                log.close()
+                del active[name]
+                slots[gpu] += 1
+                _collect(run, out, settings, done, failed, process.returncode, say)
+                bar.update()
+    finally:
+        for process, _, _, log in active.values():  # interrupted: stop the runs this sweep started
+            process.terminate()
+            log.close()
+        bar.close()
+    return failed
+
+
+def _collect(run: PlannedRun, out: Path, settings: LadderSettings, done: dict[str, dict[str, Any]],
+             failed: set[str], status: int, say: Any) -> None:
+    folder = out / "runs" / run.name
+    metrics = _finished(folder, run) if status == 0 else None
+    if metrics is None:
+        failed.add(run.name)
+        say(f"ladder: {run.name} failed (exit status {status}); log: {out / 'runs' / f'{run.name}.log'}")
+        return
+    done[run.name] = metrics
+    if not settings.keep_models:
+        (folder / "model.safetensors").unlink(missing_ok=True)
+    say(f"ladder: {run.name} done: {metrics['tokens_seen']:,} tokens, natural loss "
+        f"{_fmt(metrics.get('natural_held_out_loss'))}, generated loss {_fmt(metrics.get('generated_held_out_loss'))}"
+        f" ({metrics['stopped']}, {metrics['train_seconds']:.0f} s)")
+
+
+def _fmt(value: float | None, digits: int = 3) -> str:
+    return "n/a" if value is None else f"{value:.{digits}f}"
+
+
+# --- verdicts ------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class Verdict:
+    claim: str  # seed 000's claim, in a few words
+    verdict: str  # "supported" | "contradicted" | "mixed" | "within noise" | "not measured"
+    detail: str  # the numbers behind it
+
+
+def _loss(run: dict[str, Any], metric: str) -> float | None:
+    value = run.get(metric)
+    return None if value is None or not math.isfinite(value) else float(value)
+
+
+def default_metric(results: dict[str, Any]) -> str:
+    """natural_loss when the sweep had the natural held-out stories, else generated_loss."""
+    return "natural_loss" if any(_loss(run, "natural_loss") is not None for run in results["runs"]) else "generated_loss"
+
+
+def losses_by(results: dict[str, Any], metric: str | None = None) -> dict[tuple[str, int], list[float]]:
+    """{(arch, scale): [loss of each seed that finished its whole FLOP budget]} (runs stopped by the time
+    limit spent less than the budget: they are left out of iso-FLOP comparisons)."""
+    metric = metric or default_metric(results)
+    table: dict[tuple[str, int], list[float]] = {}
+    for run in results["runs"]:
+        value = _loss(run, metric)
+        if run.get("status") == "done" and run.get("stopped") == "completed" and value is not None:
+            table.setdefault((run["arch"], run["scale"]), []).append(value)
+    return table
+
+
+def seed_spread(results: dict[str, Any], metric: str | None = None) -> dict[str, float]:
+    """Per design, the standard deviation of the loss over seeds at the smallest scale (designs with 2+ seeds)."""
+    table = losses_by(results, metric)
+    if not table:
+        return {}
+    smallest = min(scale for _, scale in table)
+    return {arch: statistics.stdev(values) for (arch, scale), values in table.items()
+            if scale == smallest and len(values) >= 2}
+
+
+def _compare(results: dict[str, Any], claim: str, ours: str, others: list[str], expect_lower: bool,
+             metric: str) -> Verdict:
+    """Does `ours` reach a lower (expect_lower) or not-lower loss than the best of `others` at each scale?
+    A gap smaller than twice the largest seed standard deviation at the smallest scale counts as a tie."""
+    table = losses_by(results, metric)
+    spread = seed_spread(results, metric)
+    noise = 2 * max(spread.values()) if spread else 0.0
+    scales = sorted({scale for arch, scale in table if arch == ours}
+                    & {scale for arch, scale in table if arch in others})
+    if not scales:
+        return Verdict(claim, "not measured", f"no finished runs of {ours} and of {' / '.join(others)} at a common scale")
+    gaps = []
+    for scale in scales:
+        mine = statistics.mean(table[(ours, scale)])
+        best_arch = min((arch for arch in others if (arch, scale) in table),
+                        key=lambda arch: statistics.mean(table[(arch, scale)]))
+        gaps.append((scale, mine - statistics.mean(table[(best_arch, scale)]), best_arch))
+    lower = [gap < -noise for _, gap, _ in gaps]
+    higher = [gap > noise for _, gap, _ in gaps]
+    detail = "; ".join(f"scale {s}: {ours} {'-' if g < 0 else '+'}{abs(g):.3f} nats vs {a}" for s, g, a in gaps)
+    detail += f" ({metric.replace('_', ' ')}, iso-FLOP per scale; ties within {noise:.3f} nats = 2 x the largest seed sd)"
+    if expect_lower:
+        verdict = ("supported" if all(lower) else "contradicted" if all(higher) else
+                   "within noise" if not any(lower) and not any(higher) else "mixed")
+    else:  # the claim: `ours` does not beat the others (e.g. PEER's router does not help)
+        verdict = ("supported" if not any(lower) else "contradicted" if all(lower) else "mixed")
+    return Verdict(claim, verdict, detail)
+
+
+def verdicts(results: dict[str, Any], metric: str | None = None) -> list[Verdict]:
+    """Seed 000's comparative claims checked against the ladder's results (one Verdict each), on the natural
+    held-out loss when the sweep had it (else the generated one)."""
+    metric = metric or default_metric(results)
+    found = {arch for arch, _ in losses_by(results, metric)}
+    dense = [arch for arch in ("mlp", "swiglu") if arch in found]
+    out = [_compare(results, "sgatlin reaches a lower loss than dense FFNs (GELU MLP, SwiGLU) at equal training FLOPs",
+                    "sgatlin", dense or ["mlp", "swiglu"], True, metric)]
+    peer = _compare(results, "PEER's router does not beat sgatlin's gating (here: the whole PEER layer vs sgatlin at "
+                    "equal FLOPs, not seed 000's single router swap)", "peer", ["sgatlin"], False, metric)
+    out.append(peer)
+    nonlinear = Verdict(
+        "adding a nonlinearity to the experts does not help sgatlin", "not measured",
+        "the ladder has no sgatlin-with-activation ablation; the designs with nonlinear experts (PEER, MoE) also "
+        "differ in routing, so they do not isolate the nonlinearity")
+    if "peer" in found and "sgatlin" in found:
+        indirect = _compare(results, "", "peer", ["sgatlin"], False, metric)
+        nonlinear.detail += f"; indirect evidence, PEER (GELU experts) vs sgatlin (linear): {indirect.detail}"
+    out.append(nonlinear)
+    return out
+
+
+# --- outputs -------------------------------------------------------------------------------------------------
+
+
+def write_outputs(out: Path, results: dict[str, Any]) -> None:
+    atomic_write_text(out / RESULTS_FILE, json.dumps(results, indent=1) + "\n")
+    atomic_write_text(out / TABLE_FILE, markdown_table(results))
+    try:
+        from circuitlab.figures import write_figure
+
+        write_figure(loss_vs_flops_figure(results), out / FIGURE_FILE)
+    except ModuleNotFoundError as error:  # plotly is optional for the sweep itself
+        print(f"ladder: no figure ({error})", file=sys.stderr)
+
+
+def markdown_table(results: dict[str, Any]) -> str:
+    lines = [
+        "| design | scale | d_model x layers | FFN width | parameters | active / token | train FLOPs / token | "
+        "budget | tokens | seed | natural loss | generated loss | stopped |",
+        "|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|",
+    ]
+    for run in sorted(results["runs"], key=lambda r: (r["scale"], r["arch"], r["seed"])):
+        flops = run["flops"]
+        lines.append(
+            f"| {ARCH_LABELS.get(run['arch'], run['arch'])} | {run['scale']} | {run['d_model']} x {run['n_layers']} | "
+            f"{run['d_ffw']:,} | {flops['total_parameters'] / 1e6:.1f}M | {flops['active_parameters'] / 1e6:.2f}M | "
+            f"{flops['training_per_token'] / 1e6:.1f}M | {run['budget_flops']:.2g} | "
+            f"{run.get('tokens', 0) / 1e6:.2f}M | {run['seed']} | {_fmt(run.get('natural_loss'))} | "
+            f"{_fmt(run.get('generated_loss'))} | {run.get('stopped', run['status'])} |"
+        )
+    spread = seed_spread(results)
+    if spread:
+        lines += ["", f"Seed standard deviation of the {default_metric(results).replace('_', ' ')} at the smallest scale: " + ", ".join(
+            f"{ARCH_LABELS.get(arch, arch)} {value:.3f}" for arch, value in sorted(spread.items())) + "."]
+    lines += ["", "| claim (seed 000) | verdict | numbers |", "|---|---|---|"]
+    lines += [f"| {v['claim']} | {v['verdict']} | {v['detail']} |" for v in results.get("verdicts", [])]
+    return "\n".join(lines) + "\n"
+
+
+def loss_vs_flops_figure(results: dict[str, Any]) -> Any:
+    """Seed 000 Figure 3's axes for this ladder: held-out loss against training FLOPs, one line per design
+    through its scales (mean over seeds), every seed's run as a marker; natural and generated held-out sets."""
+    import plotly.graph_objects as go
+    from plotly.subplots import make_subplots
+
+    from circuitlab.figures import color_map
+
+    runs = [run for run in results["runs"] if run.get("status") == "done"]
+    archs = [arch for arch in LADDER_FFN_TYPES if any(run["arch"] == arch for run in runs)]
+    colors = color_map(archs)
+    figure = make_subplots(rows=1, cols=2, subplot_titles=("natural held-out stories", "generated held-out stories"))
+    for col, metric in ((1, "natural_loss"), (2, "generated_loss")):
+        for arch in archs:
+            mine = [run for run in runs if run["arch"] == arch and _loss(run, metric) is not None]
+            scales = sorted({run["scale"] for run in mine})
+            mean_x = [statistics.mean(r["training_flops"] for r in mine if r["scale"] == s) for s in scales]
+            mean_y = [statistics.mean(_loss(r, metric) for r in mine if r["scale"] == s) for s in scales]
+            label = ARCH_LABELS.get(arch, arch)
+            figure.add_trace(go.Scatter(
+                x=mean_x, y=mean_y, mode="lines", name=label, legendgroup=arch, showlegend=col == 1,
+                line=dict(color=colors[arch]), hoverinfo="skip"), row=1, col=col)
+            figure.add_trace(go.Scatter(
+                x=[r["training_flops"] for r in mine], y=[_loss(r, metric) for r in mine], mode="markers",
+                name=label, legendgroup=arch, showlegend=False, marker=dict(color=colors[arch], size=8),
+                text=[f"{label}, scale {r['scale']} ({r['d_model']} x {r['n_layers']}), seed {r['seed']}<br>"
+                      f"{r['tokens'] / 1e6:.2f}M tokens, {r['flops']['active_parameters'] / 1e6:.2f}M active params"
+                      for r in mine],
+                hovertemplate="%{text}<br>%{x:.3g} FLOPs, loss %{y:.3f}<extra></extra>"), row=1, col=col)
+        figure.update_xaxes(type="log", title_text="training FLOPs", row=1, col=col)
+        figure.update_yaxes(title_text="held-out loss (nats / token)", row=1, col=col)
+    figure.update_layout(title="Iso-FLOP ladder: loss vs training FLOPs per FFN design (one budget per scale)",
+                         template="plotly_white", legend_title_text="FFN")
+    return figure
