@@ -75,7 +75,7 @@ class Block(nn.Module):
         """The FFN write's design, e.g. 'sgatlin' or 'mlp + parity bottleneck'."""
         return " + ".join([self.mlp.kind] + ([f"{self.bottleneck.kind} bottleneck"] if self.bottleneck is not None else []))
 
-    def forward(self, h_BxTxD: Float[Tensor, "batch pos d_model"]) -> tuple[Tensor, list[Tensor]]:
+    def forward(self, h_BxTxD: Float[Tensor, "batch pos d_model"]) -> tuple[Tensor, list[dict[str, Tensor]]]:
         penalties = []
         h_BxTxD = self.hook_resid_pre(h_BxTxD)
         attn_out, penalty = self.attn(self.ln1(h_BxTxD))
@@ -199,15 +199,17 @@ class CircuitTransformer(TransformerLensAPI, GenerationMixin, HookedRootModule):
         if self.W_pos is not None:
             # hooked as [B, T, D], the shape TransformerLens' cache helpers expect
             h_BxTxD = h_BxTxD + self.hook_pos_embed(self.W_pos[: tokens.shape[1]].expand_as(h_BxTxD))
-        penalties: list[Tensor] = []
+        terms: dict[str, Tensor] = {}  # selectivity pressures by surface and kind, e.g. ffn_crispness
         for block in self.blocks:
             h_BxTxD, block_penalties = block(h_BxTxD)
-            penalties += block_penalties
+            for penalty in block_penalties:
+                for name, value in penalty.items():
+                    terms[name] = terms[name] + value if name in terms else value
         logits_BxTxV = (self.ln_final(h_BxTxD) @ self.W_U).float()
         if not return_aux:
             return logits_BxTxV
-        selectivity = torch.stack(penalties).sum() if penalties else logits_BxTxV.new_zeros(())
-        return logits_BxTxV, {"selectivity": selectivity}
+        selectivity = torch.stack(list(terms.values())).sum() if terms else logits_BxTxV.new_zeros(())
+        return logits_BxTxV, {"selectivity": selectivity, "selectivity_terms": terms}
 
     def _check_tokens(self, tokens: Tensor) -> Tensor:
         if not isinstance(tokens, Tensor):

@@ -51,10 +51,9 @@ def _architecture_lines(config: ModelConfig) -> list[str]:
             f"- parity bottleneck in every block: m = 2^{bn.n_bits} = {2 ** bn.n_bits} features, k {bn.k}, "
             f"{bn.bits_per_level} index bits per level, beams {list(bn.beams)}, code seed {bn.code_seed}"
         )
-    pressures = {k: v for k, v in config.selectivity.__dict__.items() if v}
-    lines.append(
-        "- selectivity pressures: " + (", ".join(f"{k} {v:g}" for k, v in pressures.items()) if pressures else "none")
-    )
+    from circuitlab.training.pressure import describe
+
+    lines.append(f"- selectivity pressures: {describe(config.selectivity)}")
     return lines
 
 
