@@ -22,8 +22,6 @@ import hashlib
 import json
 import os
 import shutil
-import subprocess
-import tempfile
 import time
 import warnings
 from dataclasses import asdict, dataclass
@@ -299,47 +297,8 @@ def show(figure: Any, name: str | None = None) -> None:
     display(bundle, raw=True)
 
 
-def _figure_size(figure: Any) -> tuple[int, int]:
-    width = int(figure.layout.width or 900)
-    height = int(figure.layout.height or 520)
-    return width, height
-
-
 def save_png(figure: Any, path: Path) -> Path | None:
-    """Write a PNG of a plotly figure with kaleido when installed, else with headless Chromium; None when
-    neither is available or rendering fails."""
-    path = Path(path)
-    try:
-        import kaleido  # noqa: F401
+    """Write a PNG of a plotly figure (circuitlab.figures.write_png); None when no renderer is available."""
+    from circuitlab.figures import write_png
 
-        figure.write_image(path, scale=2)
-        return path
-    except Exception:  # kaleido absent, or present without a working browser
-        pass
-    browser = next((shutil.which(name) for name in ("chromium", "chromium-browser", "google-chrome") if shutil.which(name)), None)
-    if browser is None:
-        return None
-    width, height = _figure_size(figure)
-    with tempfile.TemporaryDirectory(prefix="nbfigure-") as scratch:
-        page = Path(scratch) / "figure.html"
-        # plotly.js inline: the browser may have no network
-        figure.write_html(page, include_plotlyjs=True, full_html=True, config={"staticPlot": True},
-                          default_width=f"{width}px", default_height=f"{height}px")
-        target = Path(scratch) / "figure.png"
-        command = [
-            browser, "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars", "--no-first-run",
-            "--use-angle=swiftshader", "--enable-unsafe-swiftshader", "--virtual-time-budget=10000",
-            f"--user-data-dir={Path(scratch) / 'profile'}", f"--window-size={width + 20},{height + 20}",
-            f"--screenshot={target}", page.as_uri(),
-        ]
-        try:
-            subprocess.run(command, check=True, capture_output=True, timeout=120)
-        except (subprocess.SubprocessError, OSError):
-            return None
-        if not target.is_file() or target.stat().st_size == 0:
-            return None
-        path.parent.mkdir(parents=True, exist_ok=True)
-        temporary = path.with_suffix(".png.tmp")
-        shutil.copyfile(target, temporary)
-        os.replace(temporary, path)
-    return path
+    return write_png(figure, path)

@@ -14,7 +14,7 @@ import hashlib
 import json
 import math
 from pathlib import Path
-from typing import Annotated, Any, Literal, Union
+from typing import Annotated, Any, ClassVar, Literal, Union
 
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, ValidationError, model_validator
 
@@ -246,19 +246,47 @@ def product_layout(bottleneck: BottleneckConfig, d_model: int) -> tuple[int, int
 class SelectivityConfig(ConfigPart):
     """Selectivity pressures on bounded operands (seed 002, section 3.6), added to the LM loss.
 
-    Each term is lambda * sum over channels, averaged over tokens, summed over heads/layers. The attention
-    surface is the membership values or Boolean operands A, B; the FFN surface is the NC-FFN operands A, B.
-    Seed defaults: sparsity 1e-3, crispness 3e-3.
+    The attention surface is the membership values or Boolean operands A, B; the FFN surface is the NC-FFN
+    operands A, B. Each term is lambda * (sum |v| or sum v (1 - v)), with the sum normalised by
+    `normalization`:
+      sum   over the operand channels, averaged over tokens, summed over layers (seed 002's form; its
+            defaults are sparsity 1e-3, crispness 3e-3). The term grows with width and depth: the 4-layer
+            legible-stories model of this form paid 1.41 nats/token of crispness at step 1, more than its
+            final LM loss, and its operands collapsed onto the rails.
+      mean  averaged over tokens, operand channels and layers, so a term lies in [0, lambda] (sparsity) or
+            [0, lambda / 4] (crispness) nats/token whatever the model's width and depth. This is the
+            calibrated form (see circuitlab.training.pressure for the lambda rule).
+    `ramp_steps` raises the pressures linearly from 0 over the first steps of training, and `cap` (> 0)
+    bounds the pressure added to the loss by cap x the batch's LM loss (both applied by the trainer).
     """
 
     attn_sparsity: Annotated[Number, Field(ge=0)] = 0.0
     attn_crispness: Annotated[Number, Field(ge=0)] = 0.0
     ffn_sparsity: Annotated[Number, Field(ge=0)] = 0.0
     ffn_crispness: Annotated[Number, Field(ge=0)] = 0.0
+    normalization: Literal["sum", "mean"] = "sum"
+    ramp_steps: CountInt = 0
+    cap: Annotated[Number, Field(ge=0)] = 0.0
+
+    # the first layout had only the four lambdas; these defaults are left out of the config hash
+    SCHEDULE_DEFAULTS: ClassVar[dict[str, Any]] = {"normalization": "sum", "ramp_steps": 0, "cap": 0.0}
+
+    @property
+    def lambdas(self) -> dict[str, float]:
+        return {name: float(getattr(self, name)) for name in ("attn_sparsity", "attn_crispness", "ffn_sparsity", "ffn_crispness")}
 
     @property
     def active(self) -> bool:
-        return any(value != 0 for value in self.model_dump().values())
+        return any(value != 0 for value in self.lambdas.values())
+
+    @property
+    def regime(self) -> str:
+        """seed 002's name for the pressures on: none, sparsity alone, crispness alone, both pressures."""
+        lambdas = self.lambdas
+        sparsity = lambdas["attn_sparsity"] > 0 or lambdas["ffn_sparsity"] > 0
+        crispness = lambdas["attn_crispness"] > 0 or lambdas["ffn_crispness"] > 0
+        return {(False, False): "none", (True, False): "sparsity alone", (False, True): "crispness alone",
+                (True, True): "both pressures"}[(sparsity, crispness)]
 
 
 # --- the model --------------------------------------------------------------------------------------------------
@@ -365,6 +393,10 @@ class ModelConfig(ConfigPart):
         first format's layout so hashes recorded before typed configs still match."""
         data = _first_format(self.to_dict())
         data.pop("name", None)
+        selectivity = data["selectivity"]
+        for key, default in SelectivityConfig.SCHEDULE_DEFAULTS.items():
+            if selectivity.get(key) == default:
+                selectivity.pop(key)
         return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()
 
     def replace(self, **changes: Any) -> ModelConfig:
@@ -606,6 +638,25 @@ def ladder_config(scale: int, ffn_type: str, d_vocab: int = 50257, **overrides: 
 _STORIES = dict(d_vocab=4096, d_model=256, n_layers=4, n_heads=4, d_head=64, n_ctx=512)
 _TINY = dict(d_vocab=512, d_model=64, n_layers=2, n_heads=2, d_head=32, n_ctx=128)
 _CRISP = dict(attn_crispness=3e-3, ffn_crispness=3e-3)
+_LEGIBLE = dict(
+    _STORIES, n_layers=6, attention=dict(value_mode="boolean", n_special=4),
+    feedforward=dict(type="ncffn", d_ffw=1024, rho=0.75, n_quantifiers=32),
+)
+# the calibrated pressures of circuitlab.training.pressure (its rule; kept here so config has no torch import)
+CALIBRATED_CRISPNESS = 0.2
+CALIBRATED_RAMP_STEPS = 200
+CALIBRATED_CAP = 0.25
+
+
+def calibrated_selectivity(sparsity: bool, crispness: bool, crispness_lambda: float = CALIBRATED_CRISPNESS) -> dict[str, Any]:
+    """SelectivityConfig fields of one of seed 002's regimes under the calibration rule, on both surfaces:
+    mean normalisation, lambda_c = crispness_lambda, lambda_s = lambda_c / 3 (seed 002's 1e-3 : 3e-3)."""
+    on = sparsity or crispness
+    lambda_s = crispness_lambda / 3 if sparsity else 0.0
+    lambda_c = crispness_lambda if crispness else 0.0
+    return dict(attn_sparsity=lambda_s, attn_crispness=lambda_c, ffn_sparsity=lambda_s, ffn_crispness=lambda_c,
+                normalization="mean", ramp_steps=CALIBRATED_RAMP_STEPS if on else 0, cap=CALIBRATED_CAP if on else 0.0)
+
 
 PRESETS: dict[str, dict[str, Any]] = {
     # seed 000's TinyStories model (appendix B.1.2): 4 layers, d 256, 4 heads of 64, N 1024 x 8 channels, k 8.
@@ -623,7 +674,16 @@ PRESETS: dict[str, dict[str, Any]] = {
     # the four shipped story models (models/): one skeleton, four FFN designs.
     "sgatlin-stories": dict(_STORIES, feedforward=dict(type="sgatlin", d_ffw=1024, n_channels=8, k=8, d_key=128)),
     "gelu-stories": dict(_STORIES, feedforward=dict(type="mlp", d_ffw=1024)),
-    "legible-stories": dict(
+    # seed 002's end-to-end design at 6 layers, under the calibrated pressures (circuitlab.training.pressure):
+    # crispness alone (the shipped model) and the other regimes of seed 002, sections 4 and 5.3
+    "legible-stories": dict(_LEGIBLE, selectivity=calibrated_selectivity(sparsity=False, crispness=True)),
+    "legible-stories-none": dict(_LEGIBLE, selectivity=calibrated_selectivity(sparsity=False, crispness=False)),
+    "legible-stories-sparse": dict(_LEGIBLE, selectivity=calibrated_selectivity(sparsity=True, crispness=False)),
+    "legible-stories-both": dict(_LEGIBLE, selectivity=calibrated_selectivity(sparsity=True, crispness=True)),
+    # crispness alone at 5x the rule's lambda (at most 0.25 nats/token per surface): the sweep's second point
+    "legible-stories-strong": dict(_LEGIBLE, selectivity=calibrated_selectivity(False, True, 5 * CALIBRATED_CRISPNESS)),
+    # the 4-layer legible model shipped before the calibration (seed 002's summed form, 3e-3 crispness)
+    "legible-stories-v1": dict(
         _STORIES, attention=dict(value_mode="boolean", n_special=4),
         feedforward=dict(type="ncffn", d_ffw=1024, rho=0.75, n_quantifiers=32), selectivity=_CRISP,
     ),

@@ -23,6 +23,8 @@ Shape letters: T position, D d_model, V vocabulary, H heads, F FFN units, C chan
 
 from __future__ import annotations
 
+import math
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -36,6 +38,7 @@ if TYPE_CHECKING:
     import pandas
     import plotly.graph_objects
 
+OPAQUE_UNITS = frozenset({"gelu", "swiglu", "neuron", "feature"})  # unit operations that carry no name
 DLA_COLUMNS = (
     "component", "level", "layer", "kind", "value", "head", "unit", "operation", "promote_tokens", "target_rank",
 )
@@ -124,6 +127,8 @@ def direct_logit_attribution(
     units: bool = True,
     n_promote: int = 10,
     promote_units_per_layer: int = 10,
+    promote_units: Iterable[tuple[int, int]] = (),
+    promote_named: bool = True,
 ) -> pandas.DataFrame:
     """Decompose the logit of `target` at `position` (or logit(target) - logit(baseline_token)).
 
@@ -132,8 +137,10 @@ def direct_logit_attribution(
     bias), kind ('embedding' | 'positional' | 'attn_head' | 'ffn' | 'norm_bias' | 'neuron' | 'ffn_unit' |
     'parity_feature'), value, head, unit (sgatlin: channel * N + neuron, like the sparse codes),
     operation (head value mode, or unit operation), promote_tokens (top `n_promote` tokens the write pushes up;
-    for every component row and the `promote_units_per_layer` largest |value| units of each layer), and
-    target_rank (1 = the target is what the write promotes most). The 'component' rows sum to the logit.
+    for every component row, the `promote_units_per_layer` largest |value| units of each layer, every named
+    unit (an operation other than the opaque gelu / swiglu / neuron / feature) when `promote_named`, and the
+    (layer, unit) pairs of `promote_units`), and target_rank (1 = the target is what the write promotes
+    most). The 'component' rows sum to the logit.
     df.attrs holds target_id, target, baseline_id, position, logit (the model's own value) and tokens.
     """
     import pandas as pd
@@ -166,6 +173,10 @@ def direct_logit_attribution(
     )
     direction_D = readout.direction(target_id, baseline_id)
     n_layers = model.cfg.n_layers
+    requested = {(int(layer), int(unit)) for layer, unit in promote_units}
+    for layer, unit in sorted(requested):
+        if not 0 <= layer < n_layers:
+            raise UserError(f"promote_units: layer {layer} does not exist (the model has {n_layers} layers)")
 
     rows: list[dict[str, Any]] = []
     writes: list[Tensor] = []  # the residual write of each row that gets a promote signature
@@ -197,6 +208,14 @@ def direct_logit_attribution(
         if unit_rows is not None:
             contributions = unit_rows.writes_NxD @ direction_D
             keep_promote = set(contributions.abs().argsort(descending=True)[:promote_units_per_layer].tolist())
+            if promote_named:
+                keep_promote |= {i for i, operation in enumerate(unit_rows.operations) if operation not in OPAQUE_UNITS}
+            unit_index = {int(unit): i for i, unit in enumerate(unit_rows.ids)}
+            for wanted_layer, unit in requested:
+                if wanted_layer == layer:
+                    if unit not in unit_index:
+                        raise UserError(f"promote_units: layer {layer} has no unit {unit} (ids run to {max(unit_index)})")
+                    keep_promote.add(unit_index[unit])
             for i in range(contributions.numel()):
                 add(unit_rows.writes_NxD[i] if i in keep_promote else None, level="unit",
                     component=f"L{layer} {unit_rows.labels[i]}", layer=layer, kind=unit_rows.kind,
@@ -223,6 +242,100 @@ def direct_logit_attribution(
         logit=model_value, tokens=tokens_T.tolist(),
     )
     return table
+
+
+# --- how much of the attribution is legible, over many predictions ----------------------------------------
+
+
+ATTRIBUTION_PARTS = ("bounded_heads", "standard_heads", "named_units", "opaque_units", "embedding")
+
+
+@torch.no_grad()
+def legible_attribution_share(
+    model: Any, tokens: Tensor | Iterable[Tensor], batch_size: int = 8, progress: bool = True
+) -> dict[str, Any]:
+    """The legible share of the direct logit attribution (seed 002, section 5.5 and Figure 5), over every
+    position of held-out token windows ([sequences, pos] or an iterable of batches).
+
+    At each position the model's top prediction is decomposed as direct_logit_attribution does (final norm
+    frozen): embedding (+ learned positions), each attention head, each FFN unit. Legible parts are bounded
+    heads (a value mode other than standard) and named FFN units (an operation other than gelu / swiglu /
+    neuron / feature); the share is legible |contribution| / total |contribution| (magnitudes: signed parts
+    cancel). Returns share_mean (mean over positions of the per-position share), share_pooled (summed
+    magnitudes over all positions), parts_mean (mean per-position share of each of ATTRIBUTION_PARTS) and
+    n_positions. FFN units must be hidden units written through W_out (MLP, SwiGLU, NC-FFN); other FFN
+    layers count as one opaque part each.
+    """
+    from tqdm.auto import tqdm
+
+    from circuitlab.analysis.legibility import _token_batches
+
+    head_bounded = [torch.tensor([op != "standard" for op in block.attn.unit_kinds()]) for block in model.blocks]
+    unit_named = []
+    for block in model.blocks:
+        layer = block.ffn_code_layer
+        hidden = block.bottleneck is None and hasattr(layer, "hook_post") and hasattr(layer, "W_out")
+        unit_named.append(torch.tensor([op not in OPAQUE_UNITS for op in layer.unit_kinds()]) if hidden else None)
+    names = {"hook_embed", "hook_pos_embed", "ln_final.hook_scale"}
+    for index, block in enumerate(model.blocks):
+        names.add(f"blocks.{index}.attn.hook_result")
+        names.add(block.ffn_code_layer.hook_name(block.ffn_code_layer.hook_post) if unit_named[index] is not None
+                  else f"blocks.{index}.hook_mlp_out")
+    ln_final = model.ln_final
+    centred = getattr(ln_final, "b", None) is not None
+    weight_D = ln_final.w.detach().double()
+    W_U_DxV = model.W_U.detach().double()
+    share_sum, n_positions = 0.0, 0
+    part_sums = {part: 0.0 for part in ATTRIBUTION_PARTS}
+    pooled = {part: 0.0 for part in ATTRIBUTION_PARTS}
+    total = math.ceil(tokens.shape[0] / batch_size) if isinstance(tokens, Tensor) else None
+    device = model.W_E.device
+    for batch_BxT in tqdm(_token_batches(tokens, batch_size), total=total, desc="attribution", disable=not progress, leave=False):
+        logits_BxTxV, cache = model.run_with_cache(batch_BxT.to(device), names_filter=lambda name: name in names)
+        n = batch_BxT.numel()
+        target_N = logits_BxTxV.reshape(n, -1).argmax(-1).cpu()
+        scale_N = 1.0 / cache["ln_final.hook_scale"].reshape(n).double().cpu()  # the hook holds the rms
+        read_NxD = scale_N[:, None] * weight_D * W_U_DxV[:, target_N].T
+        if centred:  # (center(x) * s * w) . u = x . center(s * w * u)
+            read_NxD = read_NxD - read_NxD.mean(-1, keepdim=True)
+
+        def part(name: str) -> Tensor:
+            return cache[name].double().cpu()
+
+        magnitude = {key: torch.zeros(n, dtype=torch.float64) for key in ATTRIBUTION_PARTS}
+        embedding_NxD = part("hook_embed").reshape(n, -1)
+        if "hook_pos_embed" in cache:
+            embedding_NxD = embedding_NxD + part("hook_pos_embed").expand(batch_BxT.shape + (embedding_NxD.shape[-1],)).reshape(n, -1)
+        magnitude["embedding"] += (embedding_NxD * read_NxD).sum(-1).abs()
+        for index, block in enumerate(model.blocks):
+            result_NxHxD = part(f"blocks.{index}.attn.hook_result").reshape(n, len(head_bounded[index]), -1)
+            heads_NxH = torch.einsum("nhd,nd->nh", result_NxHxD, read_NxD).abs()
+            magnitude["bounded_heads"] += heads_NxH[:, head_bounded[index]].sum(-1)
+            magnitude["standard_heads"] += heads_NxH[:, ~head_bounded[index]].sum(-1)
+            layer = block.ffn_code_layer
+            if unit_named[index] is None:
+                write_NxD = part(f"blocks.{index}.hook_mlp_out").reshape(n, -1)
+                magnitude["opaque_units"] += (write_NxD * read_NxD).sum(-1).abs()
+                continue
+            post_NxF = part(layer.hook_name(layer.hook_post)).reshape(n, -1)
+            units_NxF = (post_NxF * (read_NxD @ layer.W_out.detach().double().cpu().T)).abs()
+            magnitude["named_units"] += units_NxF[:, unit_named[index]].sum(-1)
+            magnitude["opaque_units"] += units_NxF[:, ~unit_named[index]].sum(-1)
+        total_N = sum(magnitude.values()).clamp_min(1e-30)
+        share_sum += float(((magnitude["bounded_heads"] + magnitude["named_units"]) / total_N).sum())
+        for key in ATTRIBUTION_PARTS:
+            part_sums[key] += float((magnitude[key] / total_N).sum())
+            pooled[key] += float(magnitude[key].sum())
+        n_positions += n
+    if n_positions == 0:
+        raise UserError("no held-out tokens were given")
+    pooled_total = sum(pooled.values()) or 1.0
+    return {
+        "share_mean": share_sum / n_positions,
+        "share_pooled": (pooled["bounded_heads"] + pooled["named_units"]) / pooled_total,
+        "parts_mean": {key: value / n_positions for key, value in part_sums.items()},
+        "n_positions": n_positions,
+    }
 
 
 # --- figures -----------------------------------------------------------------------------------------------

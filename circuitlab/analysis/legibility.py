@@ -11,7 +11,11 @@ ON-fraction = fraction with v > 0.9, and a regime (seed 002, section 4.1):
   SELECTIVE  variance >= 0.003 and crispness > 0.5  (a crisp, contextual detector: nameable)
   FUZZY      otherwise                              (varies, but not decisively)
 As in the seed's Tables 1 and 5, atom-crispness and ON% are read on the operands, SELECTIVE / CONSTANT on
-the combined values. Channels are named by the tokens they fire on decisively (v > 0.9), ranked by
+the combined values. An operand channel is ALIVE when its ON-fraction lies in [1%, 99%]: below, it is dead
+(decisively on almost never); above, it is stuck on (on for almost every token), a constant either way.
+Channels come in two families: "operator" (attention values and operands, NC-FFN operands A, B and their
+and / and-not) and "quantifier" (NC-FFN memberships M_t and their exists / proportion scans); seed 002's
+Table 5 measures the FFN's A and B only, so tables keep the families in separate rows. Channels are named by the tokens they fire on decisively (v > 0.9), ranked by
 P(fire | token) among tokens seen at least `min_count` times, which corrects the naive most-active-token
 readout for token frequency (it would otherwise collapse to "the").
 
@@ -40,10 +44,12 @@ CRISP_MARGIN = 0.1  # seed 002, section 4.1: within 0.1 of a rail
 ON_THRESHOLD = 0.9
 CONSTANT_VARIANCE = 0.003
 SELECTIVE_CRISPNESS = 0.5
+ALIVE_RANGE = (0.01, 0.99)  # ON-fraction of a living operand channel (bounds included)
 REGIMES = ("SELECTIVE", "CONSTANT", "FUZZY")
+QUANTIFIER_ROLES = ("quant_in", "exists", "proportion")
 STAT_COLUMNS = (
-    "surface", "layer", "head", "channel", "role", "operand", "combined", "hook",
-    "mean", "variance", "crispness", "on_fraction", "regime", "n_tokens",
+    "surface", "family", "layer", "head", "channel", "role", "operand", "combined", "hook",
+    "mean", "variance", "crispness", "on_fraction", "alive", "regime", "n_tokens",
 )
 
 
@@ -67,6 +73,18 @@ def classify_regime(
         "CONSTANT" if v < constant_variance else ("SELECTIVE" if c > selective_crispness else "FUZZY")
         for v, c in zip(variance_C.tolist(), crispness_C.tolist())
     ]
+
+
+def is_alive(on_fraction: Tensor | Sequence[float] | float) -> list[bool]:
+    """Per channel: is its ON-fraction within ALIVE_RANGE (on for at least 1% and at most 99% of tokens)?"""
+    on_C = torch.as_tensor(on_fraction, dtype=torch.float64).reshape(-1)
+    low, high = ALIVE_RANGE
+    return ((on_C >= low) & (on_C <= high)).tolist()
+
+
+def channel_family(role: str) -> str:
+    """"quantifier" for the NC-FFN's sequence quantifiers (memberships and scans), else "operator"."""
+    return "quantifier" if role in QUANTIFIER_ROLES else "operator"
 
 
 class ChannelAccumulator:
@@ -99,14 +117,16 @@ class ChannelAccumulator:
             raise UserError("no tokens were seen: give held-out text with at least one token")
         variance = self.m2_C / self.n
         crispness = self.crisp_C / self.n
+        on_fraction = self.on_C / self.n
         return dict(
             mean=self.mean_C.tolist(), variance=variance.tolist(), crispness=crispness.tolist(),
-            on_fraction=(self.on_C / self.n).tolist(), regime=classify_regime(variance, crispness), n_tokens=self.n,
+            on_fraction=on_fraction.tolist(), alive=is_alive(on_fraction), regime=classify_regime(variance, crispness),
+            n_tokens=self.n,
         )
 
 
 def channel_statistics(values_NxC: Float[Tensor, "tokens channel"]) -> pandas.DataFrame:
-    """mean, variance, crispness, on_fraction and regime of each column of a [tokens, channels] array."""
+    """mean, variance, crispness, on_fraction, alive and regime of each column of a [tokens, channels] array."""
     import pandas as pd
 
     values = torch.as_tensor(values_NxC)
@@ -200,10 +220,12 @@ def legibility_stats(
 ) -> pandas.DataFrame:
     """Per-channel legibility over held-out tokens ([sequences, pos] tensor, or an iterable of batches).
 
-    One row per bounded channel with columns surface ('attention' | 'ffn'), layer, head (attention only),
+    One row per bounded channel with columns surface ('attention' | 'ffn'), family ('operator' |
+    'quantifier', see the module docstring), layer, head (attention only),
     channel (within its head, or within its FFN hook), role (membership, operand_a, operand_b, and, andnot,
     quant_in, exists, proportion), operand / combined (which table columns it feeds), hook, mean, variance,
-    crispness, on_fraction, regime, n_tokens. Raises NoBoundedChannelsError for models without any.
+    crispness, on_fraction, alive (operand channels: ON-fraction in ALIVE_RANGE), regime, n_tokens. Raises
+    NoBoundedChannelsError for models without any.
     """
     import pandas as pd
 
@@ -225,12 +247,13 @@ def legibility_stats(
         per_head = shape[1] if len(shape) == 2 else None
         for flat in range(math.prod(shape)):
             rows.append({
-                "surface": group.surface, "layer": group.layer,
+                "surface": group.surface, "family": channel_family(group.role), "layer": group.layer,
                 "head": flat // per_head + group.head_offset if per_head else None,
                 "channel": flat % per_head + group.channel_offset if per_head else flat,
                 "role": group.role, "operand": group.operand, "combined": group.combined, "hook": group.hook,
                 "mean": result["mean"][flat], "variance": result["variance"][flat], "crispness": result["crispness"][flat],
-                "on_fraction": result["on_fraction"][flat], "regime": result["regime"][flat], "n_tokens": result["n_tokens"],
+                "on_fraction": result["on_fraction"][flat], "alive": result["alive"][flat],
+                "regime": result["regime"][flat], "n_tokens": result["n_tokens"],
             })
     table = pd.DataFrame(rows, columns=list(STAT_COLUMNS))
     table["head"] = table["head"].astype("Int64")
@@ -251,10 +274,15 @@ def _aggregate(stats: pandas.DataFrame, keys: list[str]) -> pandas.DataFrame:
         key = key if isinstance(key, tuple) else (key,)
         operands, combined = rows[rows["operand"]], rows[rows["combined"]]
         record = dict(zip(keys, key))
+        on_O = operands["on_fraction"]
         record.update(
             n_channels=len(combined),
+            n_operands=len(operands),
             atom_crisp=float(operands["crispness"].mean()) if len(operands) else math.nan,
-            on_fraction=float(operands["on_fraction"].mean()) if len(operands) else math.nan,
+            on_fraction=float(on_O.mean()) if len(operands) else math.nan,
+            alive=float(operands["alive"].mean()) if len(operands) else math.nan,
+            dead=float((on_O < ALIVE_RANGE[0]).mean()) if len(operands) else math.nan,
+            stuck_on=float((on_O > ALIVE_RANGE[1]).mean()) if len(operands) else math.nan,
             **_regime_fractions(combined),
             **{f"{name}_operands": value for name, value in _regime_fractions(operands).items()},
         )
@@ -262,11 +290,17 @@ def _aggregate(stats: pandas.DataFrame, keys: list[str]) -> pandas.DataFrame:
     return pd.DataFrame(out)
 
 
+def _with_family(stats: pandas.DataFrame) -> pandas.DataFrame:
+    """Statistics tables written before the family column existed get it from the role."""
+    return stats if "family" in stats.columns else stats.assign(family=stats["role"].map(channel_family))
+
+
 def legibility_by_layer(stats: pandas.DataFrame) -> pandas.DataFrame:
-    """Per surface and layer: n_channels (combined), atom_crisp and on_fraction (mean over operand channels =
-    the pooled fraction of operand values), selective / constant / fuzzy fractions of the combined channels,
-    and the same three fractions over the operand channels (selective_operands, ...)."""
-    return _aggregate(stats, ["surface", "layer"])
+    """Per surface, family and layer: n_channels (combined), n_operands, atom_crisp and on_fraction (mean over
+    operand channels = the pooled fraction of operand values), alive / dead / stuck_on (fractions of the
+    operand channels whose ON-fraction lies in ALIVE_RANGE, below it, above it), selective / constant / fuzzy
+    fractions of the combined channels, and the same three over the operand channels (selective_operands, ...)."""
+    return _aggregate(_with_family(stats), ["surface", "family", "layer"])
 
 
 def legibility_by_head(stats: pandas.DataFrame) -> pandas.DataFrame:
@@ -278,15 +312,20 @@ def legibility_by_head(stats: pandas.DataFrame) -> pandas.DataFrame:
 
 
 def legibility_summary(stats: pandas.DataFrame, model_name: str = "") -> pandas.DataFrame:
-    """One row per surface, the columns of seed 002's Tables 1 and 5 (percentages): design, atom_crisp,
-    on_percent (operands), selective, constant, fuzzy (combined values), selective_operands,
-    constant_operands (the regime read on the operands, Table 5's reading for the FFN)."""
-    summary = _aggregate(stats, ["surface"])
+    """One row per surface and family, the columns of seed 002's Tables 1 and 5 (percentages): design,
+    atom_crisp, on_percent, alive, dead, stuck_on (operands), selective, constant, fuzzy (combined values),
+    selective_operands, constant_operands (the regime read on the operands, Table 5's reading for the FFN).
+    The NC-FFN's quantifiers get their own row (design 'NC-FFN quantifiers'): Table 5 measures A and B only."""
+    summary = _aggregate(_with_family(stats), ["surface", "family"])
     designs = stats.attrs.get("designs", {})
-    summary.insert(0, "design", [designs.get(s, s) for s in summary["surface"]])
+    summary.insert(0, "design", [
+        "NC-FFN quantifiers" if family == "quantifier" else designs.get(surface, surface)
+        for surface, family in zip(summary["surface"], summary["family"])
+    ])
     if model_name:
         summary.insert(0, "model", model_name)
-    percent = ["atom_crisp", "on_fraction", "selective", "constant", "fuzzy", "selective_operands", "constant_operands", "fuzzy_operands"]
+    percent = ["atom_crisp", "on_fraction", "alive", "dead", "stuck_on", "selective", "constant", "fuzzy",
+               "selective_operands", "constant_operands", "fuzzy_operands"]
     summary[percent] = summary[percent] * 100
     return summary.rename(columns={"on_fraction": "on_percent"}).round(2)
 
@@ -468,11 +507,13 @@ REGIME_COLOURS = {"SELECTIVE": "#2ca02c", "CONSTANT": "#7f7f7f", "FUZZY": "#ff7f
 
 
 def regimes_by_layer_figure(stats: pandas.DataFrame) -> plotly.graph_objects.Figure:
-    """Seed 002, Figure 2(a) / 3: the regime composition of combined value channels per layer, per surface."""
+    """Seed 002, Figure 2(a) / 3: the regime composition of combined value channels per layer, per surface
+    (operator family: attention values, NC-FFN and / and-not)."""
     import plotly.graph_objects as go
     from plotly.subplots import make_subplots
 
     by_layer = legibility_by_layer(stats)
+    by_layer = by_layer[by_layer["family"] == "operator"]  # the NC-FFN's quantifiers are read apart
     surfaces = list(dict.fromkeys(by_layer["surface"]))
     designs = stats.attrs.get("designs", {})
     figure = make_subplots(rows=1, cols=len(surfaces), subplot_titles=[designs.get(s, s) for s in surfaces], shared_yaxes=True)

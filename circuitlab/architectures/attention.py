@@ -64,7 +64,7 @@ class Attention(CodeLayer):
         self.hook_z = HookPoint()  # [B, T, H, E]
         self.hook_result = HookPoint()  # [B, T, H, D] per-head write
 
-    def forward(self, x_BxTxD: Float[Tensor, "batch pos d_model"]) -> tuple[Tensor, Tensor | None]:
+    def forward(self, x_BxTxD: Float[Tensor, "batch pos d_model"]) -> tuple[Tensor, dict[str, Tensor] | None]:
         q_BxTxHxE = self.hook_q(torch.einsum("btd,hde->bthe", x_BxTxD, self.W_Q))
         k_BxTxHxE = self.hook_k(torch.einsum("btd,hde->bthe", x_BxTxD, self.W_K))
         if self.q_norm is not None:
@@ -98,8 +98,7 @@ class Attention(CodeLayer):
         else:
             out_BxTxD = torch.einsum("bthe,hed->btd", z_BxTxHxE, self.W_O)
 
-        selectivity = self.config.selectivity
-        penalty = selectivity_penalty(operands, selectivity.attn_sparsity, selectivity.attn_crispness)
+        penalty = selectivity_penalty(operands, "attn", self.config.selectivity, self.config.n_layers)
         return out_BxTxD, penalty
 
     def _values(self, x_BxTxD: Tensor) -> tuple[Tensor, list[Tensor]]:

@@ -5,10 +5,16 @@ Letters: B batch, T position, H heads, E d_head, D d_model.
 
 from __future__ import annotations
 
+import math
+from typing import TYPE_CHECKING
+
 import torch
 from jaxtyping import Float
 from torch import Tensor, nn
 from transformer_lens.hook_points import HookPoint
+
+if TYPE_CHECKING:
+    from circuitlab.config import SelectivityConfig
 
 
 def is_hooked(*hook_points: HookPoint) -> bool:
@@ -79,20 +85,35 @@ class Rotary(nn.Module):
 
 
 def selectivity_penalty(
-    operands: list[Tensor], sparsity: float, crispness: float
-) -> Tensor | None:
-    """seed 002, section 3.6: lambda_s * sum |v| + lambda_c * sum v (1 - v) over channels, mean over tokens.
+    operands: list[Tensor], surface: str, selectivity: SelectivityConfig, n_layers: int
+) -> dict[str, Tensor] | None:
+    """seed 002, section 3.6: lambda_s * sum |v| and lambda_c * sum v (1 - v) over one layer's operands, as
+    {"<surface>_sparsity": ..., "<surface>_crispness": ...} (only the terms that are on), in nats/token.
 
-    Operands lie in [0, 1], so |v| = v. Returns None when both pressures are off (nothing to add).
+    normalization "sum": summed over channels, averaged over tokens (the layer terms add up over layers).
+    normalization "mean": averaged over tokens and channels and divided by n_layers, so the terms summed
+    over layers are the mean over the whole surface. Operands lie in [0, 1], so |v| = v. None when both
+    pressures of the surface are off.
     """
+    sparsity = float(getattr(selectivity, f"{surface}_sparsity"))
+    crispness = float(getattr(selectivity, f"{surface}_crispness"))
     if (sparsity == 0 and crispness == 0) or not operands:
         return None
-    total = operands[0].new_zeros((), dtype=torch.float32)
+    v_sum = operands[0].new_zeros((), dtype=torch.float32)
+    crisp_sum = operands[0].new_zeros((), dtype=torch.float32)
+    n_channels = 0
     for v in operands:
         v32 = v.float()
-        tokens = v32.shape[0] * v32.shape[1]
         if sparsity:
-            total = total + sparsity * v32.sum() / tokens
+            v_sum = v_sum + v32.sum()
         if crispness:
-            total = total + crispness * (v32 * (1 - v32)).sum() / tokens
-    return total
+            crisp_sum = crisp_sum + (v32 * (1 - v32)).sum()
+        n_channels += math.prod(v32.shape[2:])
+    tokens = operands[0].shape[0] * operands[0].shape[1]
+    denominator = tokens if selectivity.normalization == "sum" else tokens * n_channels * n_layers
+    terms = {}
+    if sparsity:
+        terms[f"{surface}_sparsity"] = sparsity * v_sum / denominator
+    if crispness:
+        terms[f"{surface}_crispness"] = crispness * crisp_sum / denominator
+    return terms

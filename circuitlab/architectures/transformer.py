@@ -75,8 +75,10 @@ class Block(nn.Module):
         """The FFN write's design, e.g. 'sgatlin' or 'mlp + parity bottleneck'."""
         return " + ".join([self.mlp.kind] + ([f"{self.bottleneck.kind} bottleneck"] if self.bottleneck is not None else []))
 
-    def forward(self, h_BxTxD: Float[Tensor, "batch pos d_model"]) -> tuple[Tensor, list[Tensor], Tensor | None]:
-        """(the residual stream after the block, its selectivity penalties, the bottleneck's relative
+    def forward(
+        self, h_BxTxD: Float[Tensor, "batch pos d_model"]
+    ) -> tuple[Tensor, list[dict[str, Tensor]], Tensor | None]:
+        """(the residual stream after the block, its selectivity penalties by name, the bottleneck's relative
         reconstruction error of the FFN write or None)."""
         penalties = []
         reconstruction = None
@@ -210,18 +212,20 @@ class CircuitTransformer(TransformerLensAPI, GenerationMixin, HookedRootModule):
         if self.W_pos is not None:
             # hooked as [B, T, D], the shape TransformerLens' cache helpers expect
             h_BxTxD = h_BxTxD + self.hook_pos_embed(self.W_pos[: tokens.shape[1]].expand_as(h_BxTxD))
-        penalties: list[Tensor] = []
+        terms: dict[str, Tensor] = {}  # selectivity pressures by surface and kind, e.g. ffn_crispness
         reconstructions: list[Tensor] = []
         for block in self.blocks:
             h_BxTxD, block_penalties, reconstruction = block(h_BxTxD)
-            penalties += block_penalties
+            for penalty in block_penalties:
+                for name, value in penalty.items():
+                    terms[name] = terms[name] + value if name in terms else value
             if reconstruction is not None:
                 reconstructions.append(reconstruction)
         logits_BxTxV = (self.ln_final(h_BxTxD) @ self.W_U).float()
         if not return_aux:
             return logits_BxTxV
-        selectivity = torch.stack(penalties).sum() if penalties else logits_BxTxV.new_zeros(())
-        aux = {"selectivity": selectivity}
+        selectivity = torch.stack(list(terms.values())).sum() if terms else logits_BxTxV.new_zeros(())
+        aux = {"selectivity": selectivity, "selectivity_terms": terms}
         if reconstructions:
             # mean over layers of ||x - x_hat||^2 / ||x||^2 of each bottleneck's FFN write (parity.py)
             aux["reconstruction"] = torch.stack(reconstructions).mean()

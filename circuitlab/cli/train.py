@@ -211,7 +211,7 @@ def build_model_config(args: argparse.Namespace, vocab_size: int | None = None) 
     from circuitlab.config import ModelConfig, SelectivityConfig
 
     config = ModelConfig.preset(args.preset) if args.preset else ModelConfig.from_json(args.config)
-    pressures = dict(config.selectivity.__dict__)
+    pressures = config.selectivity.model_dump()
     for name in ("attn_sparsity", "attn_crispness", "ffn_sparsity", "ffn_crispness"):
         if getattr(args, name) is not None:
             pressures[name] = getattr(args, name)

@@ -47,10 +47,9 @@ def _architecture_lines(config: ModelConfig) -> list[str]:
         lines.append(f"- FFN: {ffn.type}, width {ffn.d_ffw}")
     if config.bottleneck is not None:
         lines.append(f"- parity bottleneck in every block: {bottleneck_description(config)}")
-    pressures = {k: v for k, v in config.selectivity.__dict__.items() if v}
-    lines.append(
-        "- selectivity pressures: " + (", ".join(f"{k} {v:g}" for k, v in pressures.items()) if pressures else "none")
-    )
+    from circuitlab.training.pressure import describe
+
+    lines.append(f"- selectivity pressures: {describe(config.selectivity)}")
     return lines
 
 

@@ -236,6 +236,20 @@ def train(
         teardown_distributed(context)
 
 
+def _pressure_rows(pressures: dict[str, Any]) -> dict[str, str]:
+    """Card rows: each selectivity pressure beside the LM loss (nats/token) at step 1 and at the end."""
+    rows = {"selectivity pressures": pressures["rule"]}
+    for when, label in (("first", "step 1"), ("first_unscaled", "step 1 at full strength (no ramp, no cap)"),
+                        ("final", "last 10% of steps")):
+        if when in pressures:
+            part = pressures[when]
+            terms = ", ".join(f"{name} {value:.4f}" for name, value in part.items()
+                              if name not in ("step", "steps", "lm_loss", "total"))
+            rows[f"pressure vs LM loss, {label} (nats/token)"] = (
+                f"pressure {part['total']:.4f} ({terms}) vs LM loss {part['lm_loss']:.4f}")
+    return rows
+
+
 def _finish(
     out, model, result, train_config, data, prepared, device, world_size, started, entropy, *, command, save_dtype,
     card_notes, set_metrics=None,
@@ -247,6 +261,8 @@ def _finish(
 
     from circuitlab.architectures.checkpoint import save_model
     from circuitlab.training.card import write_card
+    from circuitlab.training.pressure import describe as describe_pressures
+    from circuitlab.training.pressure import pressure_summary
 
     model.eval()
     save_model(model, out, dtype=torch.bfloat16 if save_dtype == "bf16" else None)
@@ -297,6 +313,7 @@ def _finish(
         "data": prepared.manifest,
         "train_settings": train_config.to_dict(),
         "warnings": list(result.warnings),
+        "pressures": {"rule": describe_pressures(model.config.selectivity), **pressure_summary(result.history)},
     }
     atomic_write_text(out / "metrics.json", json.dumps(metrics, indent=1) + "\n")
     write_card(
@@ -310,6 +327,7 @@ def _finish(
             **{f"{name} held-out loss / unigram entropy (nats/token)":
                f"{values['loss']:.4f} / {values['unigram_entropy']:.4f} ({values['tokens']:,} tokens)"
                for name, values in (set_metrics or {}).items()},
+            **_pressure_rows(metrics["pressures"]),
             "facts": fact_note or "n/a",
             **({f"bottleneck reconstruction error, training (mean of the last {len(recent)} steps)":
                 f"{reconstruction:.4f}"} if reconstruction is not None else {}),

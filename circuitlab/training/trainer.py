@@ -75,6 +75,7 @@ from circuitlab.training.distributed import (
 )
 from circuitlab.training.guard import DivergenceError, DivergenceGuard
 from circuitlab.training.overfit import overfitting_warnings
+from circuitlab.training.pressure import LOG_PREFIX, TERMS, pressure_scale
 from circuitlab.training.schedule import wsd_lr
 
 LOG_FILE = "train_log.jsonl"
@@ -298,6 +299,8 @@ class Trainer:
         bottleneck = unwrap_model(model).config.bottleneck
         # the parity bottleneck's reconstruction term (architectures/feedforward/parity.py); None: no bottleneck
         self.lambda_recon = float(bottleneck.lambda_recon) if bottleneck is not None else None
+        self.pressures = model_config.selectivity
+        self._terms_seen: set[str] = set()
 
     # --- state -------------------------------------------------------------------------------------------
 
@@ -474,6 +477,9 @@ class Trainer:
         lm_total = torch.zeros((), device=self.device)
         selectivity_total = torch.zeros((), device=self.device)
         reconstruction_total = torch.zeros((), device=self.device)
+        scale_total = torch.zeros((), device=self.device)
+        pressures = self.pressures
+        term_totals = torch.zeros(len(TERMS), device=self.device)
         for micro in range(n_micro):
             batch = self.train_windows[local_rows[micro * per_micro : (micro + 1) * per_micro]].to(self.device).long()
             inputs_BxT, targets_BxT = batch[:, :-1], batch[:, 1:]
@@ -481,7 +487,9 @@ class Trainer:
                 with autocast_for(self.device):
                     logits_BxTxV, aux = self.forward_model(inputs_BxT, return_aux=True)
                 lm_loss = F.cross_entropy(logits_BxTxV.float().reshape(-1, logits_BxTxV.shape[-1]), targets_BxT.reshape(-1))
-                selectivity = aux["selectivity"].float()
+                # the pressure schedule (circuitlab.training.pressure): ramp, then a cap relative to the LM loss
+                scale = pressure_scale(step, lm_loss.detach(), aux["selectivity"].detach().float(), pressures)
+                selectivity = scale * aux["selectivity"].float()
                 loss = lm_loss + selectivity
                 if self.lambda_recon is not None:
                     reconstruction = aux["reconstruction"].float()
@@ -490,14 +498,31 @@ class Trainer:
                 (loss / n_micro).backward()
             lm_total += lm_loss.detach()
             selectivity_total += selectivity.detach()
+            scale_total += scale
+            terms = aux["selectivity_terms"]
+            term_totals += torch.stack([
+                scale * terms[name].detach().float() if name in terms else scale.new_zeros(()) for name in TERMS
+            ])
+            self._terms_seen.update(terms)
         grad_norm = torch.nn.utils.clip_grad_norm_(
             [p for group in self.optimizer.param_groups for p in group["params"]],
             config.grad_clip if config.grad_clip > 0 else math.inf,
         )
         if hasattr(grad_norm, "full_tensor"):
             grad_norm = grad_norm.full_tensor()
-        stats = all_reduce_mean(torch.stack([lm_total, selectivity_total, reconstruction_total]) / n_micro, self.context)
-        loss, selectivity_value, norm = float(stats[0]), float(stats[1]), float(grad_norm)
+        stats = all_reduce_mean(
+            torch.cat([torch.stack([lm_total, selectivity_total, scale_total, reconstruction_total]), term_totals])
+            / n_micro,
+            self.context,
+        ).tolist()
+        loss, selectivity_value, norm = stats[0], stats[1], float(grad_norm)
+        pressure_log = {}
+        if self._terms_seen:  # each pressure in nats/token, as added to the loss (after ramp and cap)
+            pressure_log = {f"{LOG_PREFIX}{name}": value for name, value in zip(TERMS, stats[4:]) if name in self._terms_seen}
+            pressure_log["pressure_scale"] = stats[2]
+        if self.lambda_recon is not None:
+            # relative reconstruction error of the FFN writes (mean over layers); loss holds the LM loss only
+            pressure_log["reconstruction"] = stats[3]
         if not (math.isfinite(loss) and math.isfinite(norm)):
             self.optimizer.zero_grad(set_to_none=True)
             raise DivergenceError(
@@ -507,11 +532,7 @@ class Trainer:
             )
         self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
-        record = {"loss": loss, "lr": lr, "grad_norm": norm, "selectivity": selectivity_value}
-        if self.lambda_recon is not None:
-            # relative reconstruction error of the FFN writes (mean over layers); loss holds the LM loss only
-            record["reconstruction"] = float(stats[2])
-        return record
+        return {"loss": loss, "lr": lr, "grad_norm": norm, "selectivity": selectivity_value, **pressure_log}
 
     def fit(self, resume: bool = False, stop_at: int | None = None) -> TrainResult:
         """Train until `config.steps` (or the time limit); returns the final held-out loss and bookkeeping.

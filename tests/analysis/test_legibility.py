@@ -177,7 +177,14 @@ def test_channel_inventory_of_a_legible_model_and_combined_values():
     assert row["variance"].item() == pytest.approx(float(ffn_and.var(unbiased=False)), abs=1e-6)
 
     summary = legibility_summary(stats, "tiny-legible")
-    assert list(summary["design"]) == ["boolean head-100", "NC-FFN 50% operators"]
+    assert list(summary["design"]) == ["boolean head-100", "NC-FFN 50% operators", "NC-FFN quantifiers"]
+    # seed 002, Table 5 reads the FFN's A and B only: the quantifiers' memberships are a row of their own
+    ffn = stats[stats["surface"] == "ffn"]
+    ab = ffn[ffn["role"].isin(["operand_a", "operand_b"])]
+    memberships = ffn[ffn["role"] == "quant_in"]
+    assert summary.iloc[1]["on_percent"] == pytest.approx(round(100 * ab["on_fraction"].mean(), 2))
+    assert summary.iloc[1]["n_operands"] == len(ab) and summary.iloc[2]["n_operands"] == len(memberships)
+    assert summary.iloc[2]["atom_crisp"] == pytest.approx(round(100 * memberships["crispness"].mean(), 2))
     attention = stats[stats["surface"] == "attention"]
     operands, combined = attention[attention["operand"]], attention[attention["combined"]]
     first = summary.iloc[0]
@@ -186,7 +193,7 @@ def test_channel_inventory_of_a_legible_model_and_combined_values():
     assert first["selective"] == pytest.approx(round(100 * (combined["regime"] == "SELECTIVE").mean(), 2))
     assert first["constant"] + first["selective"] + first["fuzzy"] == pytest.approx(100, abs=0.02)
     table = legibility_table({"a": stats, "b": stats})
-    assert list(table["model"]) == ["a", "a", "b", "b"]
+    assert list(table["model"]) == ["a", "a", "a", "b", "b", "b"]
 
     by_layer = legibility_by_layer(stats)
     figure = regimes_by_layer_figure(stats)

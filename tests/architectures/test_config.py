@@ -87,6 +87,9 @@ def first_format(config: ModelConfig) -> dict:
     data["feedforward"] = dict(dict(type="mlp", d_ffw=1024, n_channels=8, k=8, d_key=128, rho=0.75,
                                     n_quantifiers=32, code_k=32), **data["feedforward"])
     data["attention"] = dict(dict(value_mode="standard", n_special=0, qk_norm=True), **data["attention"])
+    # its selectivity section held the four lambdas only (normalization, ramp and cap came later)
+    data["selectivity"] = {key: data["selectivity"][key]
+                           for key in ("attn_sparsity", "attn_crispness", "ffn_sparsity", "ffn_crispness")}
     return data
 
 

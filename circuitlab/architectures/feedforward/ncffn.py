@@ -76,7 +76,7 @@ class NCFFN(HiddenUnitFFN):
         """Tokens until a quantifier's memory halves: ln(1/2) / ln(decay)."""
         return math.log(0.5) / torch.log(self.decay.detach())
 
-    def forward(self, z_BxTxD: Float[Tensor, "batch pos d_model"]) -> tuple[Tensor, Tensor | None]:
+    def forward(self, z_BxTxD: Float[Tensor, "batch pos d_model"]) -> tuple[Tensor, dict[str, Tensor] | None]:
         pre_BxTxF = self.hook_pre(z_BxTxD @ self.W_in)
         g, p, u = self.n_gelu, self.n_pairs, self.n_quant
         gelu = self.hook_gelu(F.gelu(pre_BxTxF[..., :g]))
@@ -93,8 +93,7 @@ class NCFFN(HiddenUnitFFN):
             proportion = self.hook_proportion(kernels.proportion_scan(membership_BxTxU[..., half:], decay_U[half:]))
             parts += [exists.to(pre_BxTxF.dtype), proportion.to(pre_BxTxF.dtype)]
         post_BxTxF = self.hook_post(torch.cat(parts, dim=-1))
-        selectivity = self.config.selectivity
-        penalty = selectivity_penalty([a_BxTxP, b_BxTxP], selectivity.ffn_sparsity, selectivity.ffn_crispness)
+        penalty = selectivity_penalty([a_BxTxP, b_BxTxP], "ffn", self.config.selectivity, self.config.n_layers)
         return post_BxTxF @ self.W_out, penalty
 
     def unit_kinds(self) -> list[str]:
