@@ -181,7 +181,7 @@ def test_non_finite_loss_aborts_and_saves_the_state_before_the_bad_step(tmp_path
             return output * float("nan")
         return output
 
-    trainer.base_model.blocks[1].register_forward_hook(lambda m, i, o: (poison(m, i, o[0]), o[1]))
+    trainer.base_model.blocks[1].register_forward_hook(lambda m, i, o: (poison(m, i, o[0]), *o[1:]))
     with pytest.raises(DivergenceError, match="non-finite loss at step 4") as caught:
         trainer.fit()
     saved = tmp_path / "checkpoints" / "diverged_step_00000004"
