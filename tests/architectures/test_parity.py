@@ -325,3 +325,28 @@ def test_torch_compile_traces_the_bottleneck_in_one_graph():
     (grad,) = torch.autograd.grad(out.sum(), x)
     (ref_grad,) = torch.autograd.grad(ref.sum(), x)
     torch.testing.assert_close(grad, ref_grad)
+
+
+def test_training_adds_and_logs_the_reconstruction_term(tmp_path):
+    """One step of two runs that differ only in lambda_recon: same forward (LM loss and reconstruction
+    logged equal), different update (the term's gradient), and the logged value is aux['reconstruction']."""
+    from circuitlab.training.trainer import TrainConfig, Trainer
+
+    windows = torch.randint(0, 512, (12, 17), generator=torch.Generator().manual_seed(12)).to(torch.int32)
+    runs = {}
+    for lambda_recon in (0.0, 1.0):
+        config = ModelConfig.preset("tiny-parity")
+        config = config.replace(bottleneck={**config.bottleneck.model_dump(), "lambda_recon": lambda_recon})
+        model = CircuitTransformer(config)
+        model.reset_parameters(seed=0)
+        trainer = Trainer(model, TrainConfig(steps=1, batch_size=4, seq_len=16, warmup=0, eval_every=0, ckpt_every=0),
+                          windows[:8], windows[8:], tmp_path / str(lambda_recon), progress=False)
+        first = trainer.sampler.batch_indices(0)
+        _, aux = model(windows[first, :-1].long(), return_aux=True)
+        record = trainer._train_step(0)
+        runs[lambda_recon] = (record, aux["reconstruction"].item(), model.blocks[0].mlp.W_out.detach().clone())
+    (plain, plain_aux, plain_w), (recon, recon_aux, recon_w) = runs[0.0], runs[1.0]
+    assert plain["loss"] == pytest.approx(recon["loss"], rel=1e-6)
+    assert plain["reconstruction"] == pytest.approx(plain_aux, rel=1e-5)
+    assert recon["reconstruction"] == pytest.approx(recon_aux, rel=1e-5)
+    assert not torch.allclose(plain_w, recon_w)
