@@ -438,13 +438,14 @@ class Trainer:
                 smaller = self._smaller_micro_batch()
                 if not self.micro_batch_picked or self.context.enabled or smaller is None:
                     raise
-                self.optimizer.zero_grad(set_to_none=True)
-                torch.cuda.empty_cache()
-                if self.context.is_main:
-                    print(f"note: out of GPU memory at micro-batch {self.micro_batch}; retrying step {step + 1} with "
-                          f"{smaller} sequences per micro-batch ({self.config.batch_size // smaller} accumulated)",
-                          file=sys.stderr)
-                self.micro_batch = smaller
+            # outside the except block, where the failed step's tensors (held by its traceback) are released
+            self.optimizer.zero_grad(set_to_none=True)
+            torch.cuda.empty_cache()
+            if self.context.is_main:
+                print(f"note: out of GPU memory at micro-batch {self.micro_batch}; retrying step {step + 1} with "
+                      f"{smaller} sequences per micro-batch ({self.config.batch_size // smaller} accumulated)",
+                      file=sys.stderr)
+            self.micro_batch = smaller
 
     def _train_step_at(self, step: int) -> dict[str, Any]:
         config = self.config
