@@ -447,23 +447,26 @@ class Trainer:
                 smaller = self._smaller_micro_batch()
                 if not self.micro_batch_picked or self.context.enabled or smaller is None:
                     raise
-                self.optimizer.zero_grad(set_to_none=True)
-                torch.cuda.empty_cache()
-                if self.context.is_main:
-                    print(f"note: out of GPU memory at micro-batch {self.micro_batch}; retrying step {step + 1} with "
-                          f"{smaller} sequences per micro-batch ({self.config.batch_size // smaller} accumulated)",
-                          file=sys.stderr)
-                self.micro_batch = smaller
+                failure = None
             except Exception as error:  # noqa: BLE001 - a failed compilation falls back to eager, once
                 if not self.compiled or self.compile_proven:
                     raise
-                self.optimizer.zero_grad(set_to_none=True)
+                failure = (type(error).__name__, (str(error).strip().splitlines() or [""])[0][:300])
+            # outside the except block, where the failed step's tensors (held by its traceback) are released
+            self.optimizer.zero_grad(set_to_none=True)
+            if failure is not None:
                 if self.context.is_main:
-                    first_line = (str(error).strip().splitlines() or [type(error).__name__])[0][:300]
-                    print(f"warning: torch.compile failed on the first step ({type(error).__name__}: {first_line}); "
+                    print(f"warning: torch.compile failed on the first step ({failure[0]}: {failure[1]}); "
                           "training continues eager (pass --no-compile to skip compiling)", file=sys.stderr)
                 self.forward_model = self.model
                 self.compiled = False
+                continue
+            torch.cuda.empty_cache()
+            if self.context.is_main:
+                print(f"note: out of GPU memory at micro-batch {self.micro_batch}; retrying step {step + 1} with "
+                      f"{smaller} sequences per micro-batch ({self.config.batch_size // smaller} accumulated)",
+                      file=sys.stderr)
+            self.micro_batch = smaller
 
     def _train_step_at(self, step: int) -> dict[str, Any]:
         config = self.config
