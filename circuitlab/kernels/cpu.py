@@ -1,0 +1,80 @@
+"""CPU fast paths: the references' math rearranged for a CPU (flat gathers, one top-k call per step,
+embedding_bag for the weighted sum), differentiable by ordinary autograd, run on torch's threads.
+
+The references index experts with a [C, 1] channel tensor and a [B, T, C, K] index tensor, which PyTorch's
+CPU advanced indexing runs slowly (a generic strided gather), and contract the gathered [B, T, C, K, D]
+tensors with einsums that become many tiny matrix-vector products. Here every expert row is addressed by
+one flat id c * N + i, gathered with index_select a few thousand rows at a time (the gathered block stays
+in cache), and the output sum over the C*K chosen rows is one embedding_bag (no gathered w_out at all).
+
+Letters: B batch, T position, D d_model, C channels, K gates per channel, N neurons per channel, n subkeys
+per half, M tokens (B*T flattened).
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from jaxtyping import Float, Int
+from torch import Tensor
+
+GATHER_TOKENS = 32  # tokens per gathered block: 32 x C*K rows x D floats = 2 MiB at C*K = 64, D = 256 (cache-sized)
+
+
+def sgatlin_combine(
+    z_BxTxD: Float[Tensor, "batch pos d_model"],
+    indices_BxTxCxK: Int[Tensor, "batch pos channel k"],
+    gates_BxTxCxK: Float[Tensor, "batch pos channel k"],
+    experts_2xCxNxD: Float[Tensor, "2 channel neuron d_model"],
+) -> Float[Tensor, "batch pos d_model"]:
+    """sum_c sum_k g * (w_in . z) * w_out (seed 000, eq. 2), equal to `reference.sgatlin_combine`."""
+    d_model = z_BxTxD.shape[-1]
+    n_channels, n_neurons = experts_2xCxNxD.shape[1:3]
+    n_gates = n_channels * indices_BxTxCxK.shape[-1]
+    offsets_Cx1 = torch.arange(n_channels, device=indices_BxTxCxK.device)[:, None] * n_neurons
+    rows_MxCK = (indices_BxTxCxK.long() + offsets_Cx1).reshape(-1, n_gates)
+    z_MxD = z_BxTxD.reshape(-1, d_model)
+    w_in_RxD = experts_2xCxNxD[0].reshape(n_channels * n_neurons, d_model)
+    w_out_RxD = experts_2xCxNxD[1].reshape(n_channels * n_neurons, d_model)
+    neuron_pre_MxCK = torch.cat(
+        [
+            torch.bmm(
+                w_in_RxD.index_select(0, rows_MxCK[start : start + GATHER_TOKENS].reshape(-1)).view(-1, n_gates, d_model),
+                z_MxD[start : start + GATHER_TOKENS, :, None],
+            )[..., 0]
+            for start in range(0, z_MxD.shape[0], GATHER_TOKENS)
+        ]
+    ) if z_MxD.shape[0] else z_MxD.new_zeros(0, n_gates)
+    neuron_post_MxCK = neuron_pre_MxCK * gates_BxTxCxK.reshape(-1, n_gates).to(neuron_pre_MxCK.dtype)
+    out_MxD = F.embedding_bag(rows_MxCK, w_out_RxD, per_sample_weights=neuron_post_MxCK, mode="sum")
+    return out_MxD.view(z_BxTxD.shape)
+
+
+def sgatlin_route(
+    subkey_scores_BxTx2xCxn: Float[Tensor, "batch pos 2 channel n_subkeys"], k: int
+) -> tuple[Int[Tensor, "batch pos channel k"], Float[Tensor, "batch pos channel k"]]:
+    """Product top-k, equal to `reference.sgatlin_route`: one top-k over both halves of every (token,
+    channel) at once, then one top-k over the k*k pair sums."""
+    n_subkeys = subkey_scores_BxTx2xCxn.shape[-1]
+    if k > n_subkeys:
+        raise ValueError(f"product top-k needs k <= subkeys per half, got k={k} > n={n_subkeys}")
+    half_top_BxTx2xCxK, half_idx_BxTx2xCxK = subkey_scores_BxTx2xCxn.topk(k, dim=-1)
+    first_top, second_top = half_top_BxTx2xCxK.unbind(-3)
+    pair_sums_BxTxCxKK = (first_top[..., :, None] + second_top[..., None, :]).flatten(-2)
+    gates_BxTxCxK, pair_BxTxCxK = pair_sums_BxTxCxKK.topk(k, dim=-1)
+    first_idx, second_idx = half_idx_BxTx2xCxK.unbind(-3)
+    first_BxTxCxK = first_idx.gather(-1, pair_BxTxCxK // k)
+    second_BxTxCxK = second_idx.gather(-1, pair_BxTxCxK % k)
+    return first_BxTxCxK * n_subkeys + second_BxTxCxK, gates_BxTxCxK
+
+
+def takes(*tensors: Tensor) -> bool:
+    """True when a call on these tensors runs here: backend "auto", every tensor on the CPU, no CPU
+    autocast (under autocast the references' einsums set the precision; this path reads float32)."""
+    from circuitlab.kernels.dispatch import requested_backend
+
+    return (
+        requested_backend() == "auto"
+        and all(t.device.type == "cpu" for t in tensors)
+        and not torch.is_autocast_enabled("cpu")
+    )
