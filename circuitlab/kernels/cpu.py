@@ -4,8 +4,11 @@ embedding_bag for the weighted sum), differentiable by ordinary autograd, run on
 The references index experts with a [C, 1] channel tensor and a [B, T, C, K] index tensor, which PyTorch's
 CPU advanced indexing runs slowly (a generic strided gather), and contract the gathered [B, T, C, K, D]
 tensors with einsums that become many tiny matrix-vector products. Here every expert row is addressed by
-one flat id c * N + i, gathered with index_select a few thousand rows at a time (the gathered block stays
-in cache), and the output sum over the C*K chosen rows is one embedding_bag (no gathered w_out at all).
+one flat id c * N + i. Without gradients (inference, collection) the products w_in . z come from one
+sampled dense-dense product (a CSR pattern of C*K entries per token: nothing gathered, one parallel op,
+which also holds up when other processes share the cores); with gradients, the rows are gathered with
+index_select a block of tokens at a time and contracted with bmm. The output sum over the C*K chosen rows
+is one embedding_bag (no gathered w_out at all).
 
 Letters: B batch, T position, D d_model, C channels, K gates per channel, N neurons per channel, n subkeys
 per half, M tokens (B*T flattened).
@@ -18,7 +21,7 @@ import torch.nn.functional as F
 from jaxtyping import Float, Int
 from torch import Tensor
 
-GATHER_TOKENS = 32  # tokens per gathered block: 32 x C*K rows x D floats = 2 MiB at C*K = 64, D = 256 (cache-sized)
+GATHER_TOKENS = 128  # tokens per gathered block (training): 128 x C*K rows x D floats = 8 MiB at C*K = 64, D = 256
 
 
 def sgatlin_combine(
@@ -36,18 +39,49 @@ def sgatlin_combine(
     z_MxD = z_BxTxD.reshape(-1, d_model)
     w_in_RxD = experts_2xCxNxD[0].reshape(n_channels * n_neurons, d_model)
     w_out_RxD = experts_2xCxNxD[1].reshape(n_channels * n_neurons, d_model)
-    neuron_pre_MxCK = torch.cat(
-        [
-            torch.bmm(
-                w_in_RxD.index_select(0, rows_MxCK[start : start + GATHER_TOKENS].reshape(-1)).view(-1, n_gates, d_model),
-                z_MxD[start : start + GATHER_TOKENS, :, None],
-            )[..., 0]
-            for start in range(0, z_MxD.shape[0], GATHER_TOKENS)
-        ]
-    ) if z_MxD.shape[0] else z_MxD.new_zeros(0, n_gates)
+    needs_grad = torch.is_grad_enabled() and any(t.requires_grad for t in (z_BxTxD, gates_BxTxCxK, experts_2xCxNxD))
+    if z_MxD.shape[0] == 0:
+        neuron_pre_MxCK = z_MxD.new_zeros(0, n_gates)
+    elif needs_grad or _has_repeats(rows_MxCK):
+        neuron_pre_MxCK = torch.cat(
+            [
+                torch.bmm(
+                    w_in_RxD.index_select(0, rows_MxCK[start : start + GATHER_TOKENS].reshape(-1)).view(-1, n_gates, d_model),
+                    z_MxD[start : start + GATHER_TOKENS, :, None],
+                )[..., 0]
+                for start in range(0, z_MxD.shape[0], GATHER_TOKENS)
+            ]
+        )
+    else:
+        neuron_pre_MxCK = _sampled_products(z_MxD, w_in_RxD, rows_MxCK)
     neuron_post_MxCK = neuron_pre_MxCK * gates_BxTxCxK.reshape(-1, n_gates).to(neuron_pre_MxCK.dtype)
     out_MxD = F.embedding_bag(rows_MxCK, w_out_RxD, per_sample_weights=neuron_post_MxCK, mode="sum")
     return out_MxD.view(z_BxTxD.shape)
+
+
+def _has_repeats(rows_MxCK: Int[Tensor, "tokens gates"]) -> bool:
+    """True when a token names one expert row twice (a CSR pattern cannot hold that; the router never does)."""
+    return bool((rows_MxCK.sort(dim=-1).values.diff(dim=-1) == 0).any())
+
+
+def _sampled_products(
+    z_MxD: Float[Tensor, "tokens d_model"], w_in_RxD: Float[Tensor, "rows d_model"], rows_MxCK: Int[Tensor, "tokens gates"]
+) -> Float[Tensor, "tokens gates"]:
+    """w_in[rows[m, a]] . z[m] for every (token, gate) in one sampled dense-dense product (torch.sparse
+    sampled_addmm over a CSR pattern with C*K entries per token): one parallel op reading each chosen row
+    once, with nothing gathered; inference only (no autograd through the CSR pattern), distinct rows per token."""
+    import warnings
+
+    n_tokens, n_gates = rows_MxCK.shape
+    row_offsets = torch.arange(0, n_tokens * n_gates + 1, n_gates, device=rows_MxCK.device)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)  # "sparse CSR support is in beta"
+        pattern = torch.sparse_csr_tensor(
+            row_offsets, rows_MxCK.reshape(-1), z_MxD.new_zeros(n_tokens * n_gates),
+            size=(n_tokens, w_in_RxD.shape[0]), check_invariants=False,
+        )
+        products = torch.sparse.sampled_addmm(pattern, z_MxD, w_in_RxD.T, beta=0.0)
+    return products.values().view(n_tokens, n_gates)
 
 
 def sgatlin_route(

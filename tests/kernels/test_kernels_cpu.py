@@ -42,6 +42,28 @@ def test_cpu_combine_equals_reference_with_gradients(shape, dtype):
         torch.testing.assert_close(fast, slow, rtol=tol, atol=tol, msg=name)
 
 
+@pytest.mark.parametrize("shape", COMBINE_SHAPES)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_cpu_combine_in_inference_equals_reference(shape, dtype):
+    """Without gradients the products come from one sampled product (repeated rows included)."""
+    batch, pos, channels, k, neurons, d_model = shape
+    gen = torch.Generator().manual_seed(sum(shape) + 1)
+    indices = torch.randint(0, neurons, (batch, pos, channels, k), generator=gen)
+    indices[0, 0, 0, -1] = indices[0, 0, 0, 0]
+    z = torch.randn(batch, pos, d_model, generator=gen, dtype=dtype)
+    gates = torch.randn(batch, pos, channels, k, generator=gen, dtype=dtype)
+    experts = torch.randn(2, channels, neurons, d_model, generator=gen, dtype=dtype) / d_model**0.5
+    ref = reference.sgatlin_combine(z, indices, gates, experts)
+    tol = {torch.float32: 1e-5, torch.float64: 1e-12}[dtype]
+    with torch.inference_mode():
+        torch.testing.assert_close(cpu.sgatlin_combine(z, indices, gates, experts), ref, rtol=tol, atol=tol)
+    with torch.no_grad():
+        torch.testing.assert_close(cpu.sgatlin_combine(z, indices, gates, experts), ref, rtol=tol, atol=tol)
+    with torch.inference_mode():
+        empty = cpu.sgatlin_combine(z[:, :0], indices[:, :0], gates[:, :0], experts)
+    assert empty.shape == (batch, 0, d_model)
+
+
 def test_cpu_combine_gathers_across_blocks(monkeypatch):
     """A block size that does not divide the token count still covers every token once."""
     monkeypatch.setattr(cpu, "GATHER_TOKENS", 3)
