@@ -130,9 +130,9 @@ class CircuitDB:
         """Collect the circuits of `texts` (strings or labelled stories) at `layers` (None = every layer).
 
         index: "auto" builds an approximate index per layer and measures its recall@10 against exact search:
-        posting lists of active units (kind "postings", needs numba), else FAISS sketches when faiss is
-        installed (flat below 20k circuits, IVF above); "postings", "flat", "ivf" or "hnsw" force a kind;
-        None builds none (exact search only; `build_index` adds one later).
+        FAISS sketches when faiss is installed (flat below 20k circuits, IVF above), else pruned posting
+        lists of active units (kind "postings", needs numba); "postings", "flat", "ivf" or "hnsw" force a
+        kind; None builds none (exact search only; `build_index` adds one later).
         workdir: where shards and consolidated arrays go while the database lives (default: a temporary
         folder removed with the database object); `save` copies what it needs.
         """
@@ -159,9 +159,11 @@ class CircuitDB:
                 from circuitlab.analysis import postings
 
                 try:
-                    if not postings.available():
-                        import faiss  # noqa: F401
+                    import faiss  # noqa: F401
                 except ImportError:
+                    if postings.available():
+                        db.build_index(kind="postings", progress=progress)
+                        return db
                     warnings.warn("neither numba nor faiss is installed: building the database without approximate indexes")
                     return db
             db.build_index(kind=index, sketch=sketch, progress=progress)

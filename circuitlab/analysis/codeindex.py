@@ -457,6 +457,12 @@ def sketch(codes: CodeMatrix, spec: SketchSpec, matrix=None) -> Float[np.ndarray
     return out
 
 
+def _faiss_missing() -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec("faiss") is None
+
+
 class ApproximateIndex:
     """Sketches of one layer's codes in a FAISS inner-product index, proposing candidates for exact re-ranking.
 
@@ -501,7 +507,7 @@ class ApproximateIndex:
         spec = spec or SketchSpec()
         n_rows = len(codes)
         if kind == "auto":
-            kind = "postings" if postings.available() else "flat" if n_rows < 20_000 else "ivf"
+            kind = "postings" if _faiss_missing() and postings.available() else "flat" if n_rows < 20_000 else "ivf"
         if kind == "postings":
             if not postings.available():
                 raise ImportError("the 'postings' index needs numba: pip install 'circuitlab[search]'")

@@ -92,6 +92,25 @@ def test_save_load_round_trip(tmp_path):
     pd.testing.assert_frame_equal(answers(CircuitDB.load(folder)), answers(db))
 
 
+def test_postings_index_round_trip_rebuilds_from_the_codes(tmp_path):
+    pytest.importorskip("numba")
+    db = make_db(0)
+    db.build_index([1], kind="postings", progress=False, n_recall_queries=50, terms=20, candidates=64)
+    folder = db.save(tmp_path / "db")
+    manifest = json.loads((folder / "manifest.json").read_text())
+    assert "layer1.sketch.faiss" not in manifest["files"] and "layer0.sketch.faiss" in manifest["files"]
+    assert manifest["layer_info"]["1"]["index"]["kind"] == "postings"
+    assert manifest["layer_info"]["1"]["index"]["params"] == {"terms": 20, "candidates": 64}
+    loaded = CircuitDB.load(folder)
+    assert loaded.indexes[1].kind == "postings" and loaded.indexes[1].params == {"terms": 20, "candidates": 64}
+    query = db.code(1, [3, 40])
+    pd.testing.assert_frame_equal(
+        loaded.search(query, 1, k=5, exact=False)[["circuit_id", "distance"]],
+        db.search(query, 1, k=5, exact=False)[["circuit_id", "distance"]],
+    )
+    pd.testing.assert_frame_equal(answers(loaded), answers(db))
+
+
 def test_crash_mid_save_leaves_previous_database_readable(tmp_path, monkeypatch):
     folder = tmp_path / "db"
     old = make_db(0)
