@@ -104,11 +104,13 @@ def sgatlin_route(
 
 def takes(*tensors: Tensor) -> bool:
     """True when a call on these tensors runs here: backend "auto", every tensor on the CPU, no CPU
-    autocast (under autocast the references' einsums set the precision; this path reads float32)."""
+    autocast (under autocast the references' einsums set the precision; this path reads float32), and not
+    inside torch.compile (which traces the references whole; this path's sparse pattern would break the graph)."""
     from circuitlab.kernels.dispatch import requested_backend
 
     return (
-        requested_backend() == "auto"
+        not torch.compiler.is_compiling()
+        and requested_backend() == "auto"
         and all(t.device.type == "cpu" for t in tensors)
         and not torch.is_autocast_enabled("cpu")
     )

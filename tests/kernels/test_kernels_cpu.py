@@ -113,6 +113,14 @@ def test_dispatch_takes_the_cpu_path_on_cpu_under_auto_only():
         )
     with torch.autocast("cpu", dtype=torch.bfloat16):
         assert not cpu.takes(z)
+    seen_while_compiling = []
+
+    def probe(x):
+        seen_while_compiling.append(cpu.takes(z))
+        return x + 1
+
+    torch.compile(probe, backend="eager")(z)
+    assert seen_while_compiling == [False]  # torch.compile traces the references
 
 
 def test_sgatlin_model_forward_is_unchanged_by_the_cpu_path():
