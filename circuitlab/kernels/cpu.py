@@ -34,6 +34,8 @@ def sgatlin_combine(
     d_model = z_BxTxD.shape[-1]
     n_channels, n_neurons = experts_2xCxNxD.shape[1:3]
     n_gates = n_channels * indices_BxTxCxK.shape[-1]
+    if indices_BxTxCxK.numel() and (int(indices_BxTxCxK.min()) < 0 or int(indices_BxTxCxK.max()) >= n_neurons):
+        raise IndexError(f"sgatlin expert indices must lie in [0, {n_neurons}) (neurons per channel)")
     offsets_Cx1 = torch.arange(n_channels, device=indices_BxTxCxK.device)[:, None] * n_neurons
     rows_MxCK = (indices_BxTxCxK.long() + offsets_Cx1).reshape(-1, n_gates)
     z_MxD = z_BxTxD.reshape(-1, d_model)
@@ -42,7 +44,7 @@ def sgatlin_combine(
     needs_grad = torch.is_grad_enabled() and any(t.requires_grad for t in (z_BxTxD, gates_BxTxCxK, experts_2xCxNxD))
     if z_MxD.shape[0] == 0:
         neuron_pre_MxCK = z_MxD.new_zeros(0, n_gates)
-    elif needs_grad or _has_repeats(rows_MxCK):
+    elif needs_grad or _has_repeats(indices_BxTxCxK):
         neuron_pre_MxCK = torch.cat(
             [
                 torch.bmm(
@@ -59,9 +61,11 @@ def sgatlin_combine(
     return out_MxD.view(z_BxTxD.shape)
 
 
-def _has_repeats(rows_MxCK: Int[Tensor, "tokens gates"]) -> bool:
-    """True when a token names one expert row twice (a CSR pattern cannot hold that; the router never does)."""
-    return bool((rows_MxCK.sort(dim=-1).values.diff(dim=-1) == 0).any())
+def _has_repeats(indices_BxTxCxK: Int[Tensor, "batch pos channel k"]) -> bool:
+    """True when a token names one expert row twice within a channel (a CSR pattern cannot hold that; the
+    router never does). Rows of different channels differ once every index lies in [0, N)."""
+    sorted_BxTxCxK = indices_BxTxCxK.sort(dim=-1).values
+    return bool((sorted_BxTxCxK[..., 1:] == sorted_BxTxCxK[..., :-1]).any())
 
 
 def _sampled_products(

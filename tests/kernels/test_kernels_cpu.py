@@ -64,6 +64,15 @@ def test_cpu_combine_in_inference_equals_reference(shape, dtype):
     assert empty.shape == (batch, 0, d_model)
 
 
+def test_cpu_combine_refuses_indices_outside_a_channel():
+    z, gates, experts = torch.randn(1, 2, 8), torch.randn(1, 2, 2, 3), torch.randn(2, 2, 4, 8)
+    for bad in (4, -1):
+        indices = torch.zeros(1, 2, 2, 3, dtype=torch.long)
+        indices[0, 1, 0, 2] = bad  # would silently name a row of the next (or previous) channel
+        with pytest.raises(IndexError, match=r"\[0, 4\)"):
+            cpu.sgatlin_combine(z, indices, gates, experts)
+
+
 def test_cpu_combine_gathers_across_blocks(monkeypatch):
     """A block size that does not divide the token count still covers every token once."""
     monkeypatch.setattr(cpu, "GATHER_TOKENS", 3)
