@@ -42,7 +42,6 @@ from circuitlab.analysis.codeindex import (
     SketchSpec,
     exact_search,
     recall_at_k,
-    rerank,
 )
 from circuitlab.analysis.dberrors import CircuitDBError, CorruptDatabaseError, DatabaseMismatchError
 from circuitlab.analysis.dbstore import FORMAT_NAME, FORMAT_VERSION, LOCK, MANIFEST, sha256_file
@@ -130,9 +129,10 @@ class CircuitDB:
     ) -> "CircuitDB":
         """Collect the circuits of `texts` (strings or labelled stories) at `layers` (None = every layer).
 
-        index: "auto" builds an approximate FAISS index per layer when faiss is installed (flat below 20k
-        circuits, IVF above) and measures its recall@10 against exact search; "flat", "ivf" or "hnsw" force
-        a kind; None builds none (exact search only; `build_index` adds one later).
+        index: "auto" builds an approximate index per layer and measures its recall@10 against exact search:
+        FAISS sketches when faiss is installed (flat below 20k circuits, IVF above), else pruned posting
+        lists of active units (kind "postings", needs numba); "postings", "flat", "ivf" or "hnsw" force a
+        kind; None builds none (exact search only; `build_index` adds one later).
         workdir: where shards and consolidated arrays go while the database lives (default: a temporary
         folder removed with the database object); `save` copies what it needs.
         """
@@ -156,10 +156,15 @@ class CircuitDB:
         db.tokenizer = tokenizer if tokenizer is not None else getattr(model, "tokenizer", None)
         if index is not None:
             if index == "auto":
+                from circuitlab.analysis import postings
+
                 try:
                     import faiss  # noqa: F401
                 except ImportError:
-                    warnings.warn("faiss is not installed: building the database without approximate indexes")
+                    if postings.available():
+                        db.build_index(kind="postings", progress=progress)
+                        return db
+                    warnings.warn("neither numba nor faiss is installed: building the database without approximate indexes")
                     return db
             db.build_index(kind=index, sketch=sketch, progress=progress)
         return db
@@ -315,7 +320,10 @@ class CircuitDB:
         reports = {}
         for layer in self.layers if layers is None else [self.require_layer(layer) for layer in layers]:
             started = time.perf_counter()
-            index = ApproximateIndex.build(self.codes[layer], sketch, kind, progress=progress, **index_options)
+            options = dict(index_options)
+            if kind in ("auto", "postings") and self.exact_index(layer).postings is not None:
+                options["posting_lists"] = self.exact_index(layer).postings  # one copy serves both searches
+            index = ApproximateIndex.build(self.codes[layer], sketch, kind, progress=progress, **options)
             self.indexes[layer] = index
             report = {
                 "kind": index.kind, "params": index.params, "sketch": index.spec.to_dict(),
@@ -377,9 +385,7 @@ class CircuitDB:
         if layer not in self.indexes:
             warnings.warn(f"layer {layer} has no approximate index yet: building one now (db.build_index)")
             self.build_index([layer], progress=False)
-        n_candidates = n_candidates or max(512, 50 * k)
-        candidates = self.indexes[layer].candidates(queries, n_candidates + (0 if exclude is None else 1))
-        return rerank(codes, queries, candidates, k, exclude)
+        return self.indexes[layer].search(codes, queries, k, exclude, n_candidates)
 
     def search(
         self,
@@ -503,8 +509,7 @@ class CircuitDB:
         else:
             spec = self.indexes[layer].spec if layer in self.indexes else SketchSpec()
             index = ApproximateIndex.build(subset, spec, "auto")
-            wanted = n_candidates or max(512, 50 * k)
-            local_ids, distances = rerank(subset, queries, index.candidates(queries, wanted + 1), k, exclude)
+            local_ids, distances = index.search(subset, queries, k, exclude, n_candidates)
         return np.where(local_ids >= 0, within[np.maximum(local_ids, 0)], -1), distances
 
     # --- analyses that live elsewhere ----------------------------------------------------------------

@@ -175,19 +175,34 @@ def _canonicalise(
 
 
 class ExactIndex:
-    """One layer's codes as row blocks of a scipy CSR matrix [R, size] in float64, for blocked exact products.
+    """One layer's codes prepared for exact search, by one of two engines that give the same answer:
 
-    A block of queries becomes a CSR matrix [Q, size]; `rows @ queries.T` [rows, Q] holds the dot product of
-    every stored row with every query that shares a neuron with it, and every pair it leaves out has cosine
-    0 exactly. The product streams the stored rows once per query block with an accumulator of Q entries
-    (cache-resident); row blocks bound the memory of one product.
+    - "postings" (when numba is installed): per unit, the rows active on it (`postings.PostingLists`); a
+      compiled loop walks a query's lists into an accumulator, one query per thread at a time.
+    - "scipy": row blocks of a scipy CSR matrix [R, size] in float64. A block of queries becomes a CSR
+      matrix [Q, size]; `rows @ queries.T` [rows, Q] holds the dot product of every stored row with every
+      query that shares a neuron with it, and every pair it leaves out has cosine 0 exactly. Row blocks
+      bound the memory of one product.
+    engine "auto" takes postings when numba imports, scipy otherwise.
     """
 
-    def __init__(self, codes: CodeMatrix, block_rows: int = 1 << 18) -> None:
+    def __init__(self, codes: CodeMatrix, block_rows: int = 1 << 18, engine: str = "auto") -> None:
+        from circuitlab.analysis import postings
+
+        if engine not in ("auto", "postings", "scipy"):
+            raise ValueError(f"unknown exact search engine {engine!r}; expected 'auto', 'postings' or 'scipy'")
+        if engine == "auto":
+            engine = "postings" if postings.available() else "scipy"
+        self.engine = engine
         self.n_rows = len(codes)
         self.size = codes.size
         self.norms = codes.norms
         self.blocks = []
+        self.postings = None
+        if engine == "postings":
+            self.postings = postings.PostingLists(codes)
+            self.posting_lengths = self.postings.posting_lengths
+            return
         for start in range(0, max(len(codes), 1), block_rows):
             part = codes.rows(np.arange(start, min(start + block_rows, len(codes))))
             self.blocks.append((start, part.to_csr(np.float64)))
@@ -286,6 +301,8 @@ def exact_search(
     distances = np.full((n_queries, k), np.inf, dtype=np.float64)
     if n_rows == 0 or k_out <= 0 or n_queries == 0:
         return ids, distances
+    if index.postings is not None:
+        return _exact_search_postings(index, queries, k, k_out, exclude, ids, distances)
     step = _query_block_size(index, queries)
     with ThreadPoolExecutor(max_workers=max(1, min(threads, len(index.blocks)))) as pool:
         for start in range(0, n_queries, step):
@@ -322,12 +339,38 @@ def exact_search(
     return ids, distances
 
 
+def _exact_search_postings(index, queries, k, k_out, exclude, ids, distances):
+    from circuitlab.analysis.postings import exact_top_k
+
+    found_ids, found_distances, counts = exact_top_k(index.postings, queries, k_out, exclude)
+    ids[:, :k_out] = found_ids
+    distances[:, :k_out] = found_distances
+    for query in np.flatnonzero(counts < k_out):
+        # Fewer than k rows share a neuron with this query at cosine > 0: rows at distance 1 fill the rest.
+        row_distances = _all_distances(index, queries, query)
+        if exclude is not None and exclude[query] >= 0:
+            row_distances[exclude[query]] = np.inf
+        nearest = smallest_k(row_distances, k_out)
+        ids[query, : nearest.size] = nearest
+        distances[query, : nearest.size] = row_distances[nearest]
+    return ids, distances
+
+
 def _all_distances(index: ExactIndex, queries: CodeMatrix, slot: int) -> Float[np.ndarray, " R"]:
     """Cosine distances of one query to every stored row (1 where they share no neuron)."""
     row_distances = np.ones(index.n_rows, dtype=np.float64)
     query_norm = queries.norms[slot]
     if query_norm == 0:
         return row_distances
+    if index.postings is not None:
+        lists = index.postings
+        dots = np.zeros(index.n_rows, dtype=np.float64)
+        for unit, weight in zip(queries.indices[slot].tolist(), queries.values[slot].astype(np.float64).tolist()):
+            lo, hi = lists.indptr[unit], lists.indptr[unit + 1]
+            dots += np.bincount(lists.rows[lo:hi], weights=weight * lists.values[lo:hi], minlength=index.n_rows)
+        denominator = query_norm * index.norms
+        cosine = np.divide(dots, denominator, out=np.zeros_like(dots), where=denominator > 0)
+        return np.clip(1.0 - cosine, 0.0, 2.0)
     query = queries.rows([slot]).to_csr(np.float64)
     for start, rows in index.blocks:
         dots = np.asarray((rows @ query.T).todense()).ravel()
@@ -414,6 +457,12 @@ def sketch(codes: CodeMatrix, spec: SketchSpec, matrix=None) -> Float[np.ndarray
     return out
 
 
+def _faiss_missing() -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec("faiss") is None
+
+
 class ApproximateIndex:
     """Sketches of one layer's codes in a FAISS inner-product index, proposing candidates for exact re-ranking.
 
@@ -424,11 +473,12 @@ class ApproximateIndex:
     clustering). Measured on 10^6 structured sgatlin-shape codes: benchmarks/bench_circuitdb.py.
     """
 
-    def __init__(self, faiss_index, spec: SketchSpec, kind: str, params: dict) -> None:
+    def __init__(self, faiss_index, spec: SketchSpec, kind: str, params: dict, postings=None) -> None:
         self.faiss_index = faiss_index
         self.spec = spec
         self.kind = kind
         self.params = dict(params)
+        self.postings = postings  # kind "postings": the layer's posting lists (no FAISS index)
         self._projection = None
         self._apply_search_params()
 
@@ -445,16 +495,28 @@ class ApproximateIndex:
         hnsw_m: int = 32,
         ef_search: int = 256,
         seed: int = 0,
+        terms: int = 24,
+        candidates: int = 256,
+        posting_lists=None,
         progress: bool = False,
     ) -> "ApproximateIndex":
-        import faiss
         from tqdm.auto import tqdm
+
+        from circuitlab.analysis import postings
 
         spec = spec or SketchSpec()
         n_rows = len(codes)
-        matrix = projection(codes.size, spec)
         if kind == "auto":
-            kind = "flat" if n_rows < 20_000 else "ivf"
+            kind = "postings" if _faiss_missing() and postings.available() else "flat" if n_rows < 20_000 else "ivf"
+        if kind == "postings":
+            if not postings.available():
+                raise ImportError("the 'postings' index needs numba: pip install 'circuitlab[search]'")
+            params = {"terms": int(terms), "candidates": int(candidates)}
+            lists = posting_lists if posting_lists is not None else postings.PostingLists(codes)
+            return cls(None, spec, kind, params, postings=lists)
+        import faiss
+
+        matrix = projection(codes.size, spec)
         if kind == "flat":
             index = faiss.IndexFlatIP(spec.dim)
             params: dict = {}
@@ -478,6 +540,32 @@ class ApproximateIndex:
         built._projection = matrix
         return built
 
+    def search(
+        self,
+        codes: CodeMatrix,
+        queries: CodeMatrix,
+        k: int,
+        exclude: Int[np.ndarray, " Q"] | None = None,
+        n_candidates: int | None = None,
+    ) -> tuple[Int[np.ndarray, "Q k"], Float[np.ndarray, "Q k"]]:
+        """The k nearest stored rows of each query among `n_candidates` proposed ones, re-ranked by exact
+        cosine distance: (ids [Q, k], distances [Q, k]), -1 / inf where fewer were proposed.
+
+        postings: candidates by partial cosine over each query's `terms` largest units (default
+        `params["candidates"]` of them); FAISS kinds: by sketch inner product (default max(512, 50 k))."""
+        if self.kind == "postings":
+            from circuitlab.analysis.postings import pruned_top_k
+
+            wanted = n_candidates or self.params["candidates"]
+            return pruned_top_k(self.postings, queries, k, self.params["terms"], wanted, exclude)
+        wanted = n_candidates or max(512, 50 * k)
+        return rerank(codes, queries, self.candidates(queries, wanted + (0 if exclude is None else 1)), k, exclude)
+
+    @property
+    def has_file(self) -> bool:
+        """False for "postings", which is rebuilt from the codes on load (nothing to save)."""
+        return self.kind != "postings"
+
     def _apply_search_params(self) -> None:
         if self.kind == "ivf":
             self.faiss_index.nprobe = int(self.params["nprobe"])
@@ -485,7 +573,7 @@ class ApproximateIndex:
             self.faiss_index.hnsw.efSearch = int(self.params["ef_search"])
 
     def __len__(self) -> int:
-        return int(self.faiss_index.ntotal)
+        return self.postings.n_rows if self.kind == "postings" else int(self.faiss_index.ntotal)
 
     def candidates(self, queries: CodeMatrix, n_candidates: int) -> Int[np.ndarray, "Q M"]:
         """Row ids whose sketches have the largest inner product with each query's sketch (-1 = none)."""
@@ -503,7 +591,10 @@ class ApproximateIndex:
         faiss.write_index(self.faiss_index, str(path))
 
     @classmethod
-    def load(cls, path: str | Path, spec: SketchSpec, kind: str, params: dict) -> "ApproximateIndex":
+    def load(cls, path: str | Path, spec: SketchSpec, kind: str, params: dict, codes: CodeMatrix | None = None) -> "ApproximateIndex":
+        """A saved FAISS index; for kind "postings", the posting lists rebuilt from `codes`."""
+        if kind == "postings":
+            return cls.build(codes, spec, kind, **params)
         import faiss
 
         return cls(faiss.read_index(str(path)), spec, kind, params)

@@ -25,7 +25,6 @@ from typing import Any
 import numpy as np
 import torch
 from jaxtyping import Int
-from torch import Tensor
 
 from circuitlab.analysis.codeindex import CodeMatrix
 from circuitlab.atomic import atomic_write_text
@@ -200,10 +199,25 @@ class _Window:
 
 @dataclass
 class _Document:
-    text: str
-    token_ids: list[int]
-    offsets: list[tuple[int, int]]
-    categories: list[str | None]
+    clean_text: str  # newlines as spaces (same length), so an excerpt prints on one line and spans stay valid
+    offsets_Tx2: np.ndarray  # int64 character (start, end) of each token
+    categories_T: np.ndarray  # object: the word's label per token, or None
+
+
+class _TokenStrings:
+    """Readable token strings by id, looked up once per id and then gathered with numpy."""
+
+    def __init__(self, tokenizer: Any, size: int) -> None:
+        self.tokenizer = tokenizer
+        self.strings = np.empty(size, dtype=object)
+        self.known = np.zeros(size, dtype=bool)
+
+    def __call__(self, ids: np.ndarray) -> np.ndarray:
+        needed = np.unique(ids)
+        for token_id in needed[~self.known[needed]].tolist():
+            self.strings[token_id] = self.tokenizer.token_str(token_id)
+        self.known[needed] = True
+        return self.strings[ids]
 
 
 class _ShardWriter:
@@ -217,13 +231,13 @@ class _ShardWriter:
         self._reset()
 
     def _reset(self) -> None:
-        self.columns: dict[str, list] = {name: [] for name in METADATA_COLUMNS}
+        self.columns: dict[str, list[np.ndarray]] = {name: [] for name in METADATA_COLUMNS if name != "circuit_id"}
         self.codes: dict[int, list[CodeMatrix]] = {layer: [] for layer in self.layers}
         self.pending = 0
 
-    def add(self, columns: dict[str, list], codes: dict[int, CodeMatrix]) -> None:
+    def add(self, columns: dict[str, np.ndarray], codes: dict[int, CodeMatrix]) -> None:
         for name, values in columns.items():
-            self.columns[name].extend(values)
+            self.columns[name].append(values)
         for layer, matrix in codes.items():
             self.codes[layer].append(matrix)
         self.pending += len(columns["token_id"])
@@ -235,20 +249,26 @@ class _ShardWriter:
         import pyarrow.parquet as pq
 
         name = f"shard-{len(self.shards):05d}"
-        self.columns["circuit_id"] = list(range(self.n_written, self.n_written + self.pending))
+        column = {key: np.concatenate(parts) for key, parts in self.columns.items()}
+
+        def lists(values_NxP: np.ndarray, kind) -> "pa.ListArray":
+            n_rows, width = values_NxP.shape
+            offsets = pa.array(np.arange(n_rows + 1, dtype=np.int32) * width)
+            return pa.ListArray.from_arrays(offsets, pa.array(values_NxP.reshape(-1), kind))
+
         table = pa.table(
             {
-                "circuit_id": pa.array(self.columns["circuit_id"], pa.int64()),
-                "sequence_id": pa.array(self.columns["sequence_id"], pa.int64()),
-                "position": pa.array(self.columns["position"], pa.int32()),
-                "token_id": pa.array(self.columns["token_id"], pa.int32()),
-                "token": pa.array(self.columns["token"], pa.string()),
-                "category": pa.array(self.columns["category"], pa.string()),
-                "context": pa.array(self.columns["context"], pa.string()),
-                "token_start": pa.array(self.columns["token_start"], pa.int32()),
-                "token_end": pa.array(self.columns["token_end"], pa.int32()),
-                "top_prediction_ids": pa.array(self.columns["top_prediction_ids"], pa.list_(pa.int32())),
-                "top_predictions": pa.array(self.columns["top_predictions"], pa.list_(pa.string())),
+                "circuit_id": pa.array(np.arange(self.n_written, self.n_written + self.pending), pa.int64()),
+                "sequence_id": pa.array(column["sequence_id"], pa.int64()),
+                "position": pa.array(column["position"], pa.int32()),
+                "token_id": pa.array(column["token_id"], pa.int32()),
+                "token": pa.array(column["token"], pa.string()),
+                "category": pa.array(column["category"], pa.string()),
+                "context": pa.array(column["context"], pa.string()),
+                "token_start": pa.array(column["token_start"], pa.int32()),
+                "token_end": pa.array(column["token_end"], pa.int32()),
+                "top_prediction_ids": lists(column["top_prediction_ids"], pa.int32()),
+                "top_predictions": lists(column["top_predictions"], pa.string()),
             }
         )
         pq.write_table(table, self.folder / f"{name}.parquet")
@@ -316,12 +336,7 @@ def collect(
     hooks = model.sparse_code_hooks(layers)
     device = next(model.parameters()).device
     pad_id = int(getattr(tokenizer, "eos_id", 0) or 0)
-    token_text_cache: dict[int, str] = {}
-
-    def token_text(token_id: int) -> str:
-        if token_id not in token_text_cache:
-            token_text_cache[token_id] = tokenizer.token_str(token_id)
-        return token_text_cache[token_id]
+    token_strings = _TokenStrings(tokenizer, model.config.d_vocab)
 
     writer = _ShardWriter(folder, layers, value_dtype)
     code_sizes: dict[int, int] = {}
@@ -331,16 +346,16 @@ def collect(
     started = time.perf_counter()
 
     def run_batch(batch: list[_Window]) -> None:
-        width = max(len(w.token_ids) for w in batch)
-        tokens = torch.full((len(batch), width), pad_id, dtype=torch.long)
-        for row, piece in enumerate(batch):
-            tokens[row, : len(piece.token_ids)] = torch.tensor(piece.token_ids, dtype=torch.long)
+        lengths = np.array([len(w.token_ids) for w in batch])
+        width = int(lengths.max())
+        tokens_np = np.full((len(batch), width), pad_id, dtype=np.int64)
+        valid_np = np.arange(width)[None, :] < lengths[:, None]
+        tokens_np[valid_np] = np.concatenate([w.token_ids for w in batch])
         with torch.inference_mode():
-            logits, cache = model.run_with_cache(tokens.to(device), names_filter=hooks)
+            logits, cache = model.run_with_cache(torch.from_numpy(tokens_np).to(device), names_filter=hooks)
             codes = model.sparse_codes(cache, layers)
             top_ids = logits.topk(n_predictions, dim=-1).indices.to("cpu")
-        lengths = torch.tensor([len(w.token_ids) for w in batch])
-        valid = torch.arange(width)[None, :] < lengths[:, None]
+        valid = torch.from_numpy(valid_np)
         batch_codes = {}
         for layer, code in codes.items():
             code_sizes[layer] = code.size
@@ -348,7 +363,10 @@ def collect(
                 code.indices.to("cpu")[valid].numpy(), code.values.to("cpu").float()[valid].numpy(), code.size,
                 value_dtype=value_dtype,
             )
-        writer.add(_metadata_columns(batch, documents, top_ids, token_text, context_before, context_after), batch_codes)
+        columns = _metadata_columns(
+            batch, documents, tokens_np[valid_np], top_ids[valid].numpy(), token_strings, context_before, context_after
+        )
+        writer.add(columns, batch_codes)
         stats.n_tokens += int(lengths.sum())
 
     from tqdm.auto import tqdm
@@ -359,7 +377,11 @@ def collect(
         token_ids, offsets = tokenizer.encode_with_offsets(text)
         if not token_ids:
             continue
-        documents[document_id] = _Document(text, list(token_ids), list(offsets), _token_categories(text, offsets, spans))
+        documents[document_id] = _Document(
+            text.replace("\n", " ").replace("\r", " "),
+            np.asarray(offsets, dtype=np.int64).reshape(-1, 2),
+            np.array(_token_categories(text, offsets, spans) + [None], dtype=object)[:-1],
+        )
         stats.n_sequences += 1
         for piece in _windows(document_id, list(token_ids), window):
             pending.append(piece)
@@ -407,31 +429,40 @@ def _code_sizes_without_data(model: Any, layers: list[int]) -> dict[int, int]:
 def _metadata_columns(
     batch: list[_Window],
     documents: dict[int, _Document],
-    top_ids: Int[Tensor, "batch pos n_predictions"],
-    token_text,
+    token_ids_N: Int[np.ndarray, " n"],
+    top_ids_NxP: Int[np.ndarray, "n n_predictions"],
+    token_strings: _TokenStrings,
     context_before: int,
     context_after: int,
-) -> dict[str, list]:
-    columns: dict[str, list] = {name: [] for name in METADATA_COLUMNS if name != "circuit_id"}
-    for row, piece in enumerate(batch):
+) -> dict[str, np.ndarray]:
+    """The metadata of a batch's tokens (N of them, windows in order), as numpy columns: positions, excerpt
+    bounds and spans by array arithmetic per window; strings gathered from a per-id table; the excerpts cut
+    by one comprehension of slices per window."""
+    sequence_ids, positions, categories, contexts, token_starts, token_ends = [], [], [], [], [], []
+    for piece in batch:
         document = documents[piece.sequence_id]
-        n_tokens = len(document.token_ids)
-        for local, token_id in enumerate(piece.token_ids):
-            position = piece.start + local
-            first = max(0, position - context_before)
-            last = min(n_tokens - 1, position + context_after)
-            excerpt_start = document.offsets[first][0]
-            excerpt = document.text[excerpt_start : document.offsets[last][1]]
-            predictions = top_ids[row, local].tolist()
-            columns["sequence_id"].append(piece.sequence_id)
-            columns["position"].append(position)
-            columns["token_id"].append(token_id)
-            columns["token"].append(token_text(token_id))
-            columns["category"].append(document.categories[position])
-            # Newlines become spaces (same length) so the excerpt prints on one line and the span stays valid.
-            columns["context"].append(excerpt.replace("\n", " ").replace("\r", " "))
-            columns["token_start"].append(document.offsets[position][0] - excerpt_start)
-            columns["token_end"].append(document.offsets[position][1] - excerpt_start)
-            columns["top_prediction_ids"].append(predictions)
-            columns["top_predictions"].append([token_text(p) for p in predictions])
-    return columns
+        n_tokens = len(document.offsets_Tx2)
+        position_T = np.arange(piece.start, piece.start + len(piece.token_ids))
+        excerpt_start_T = document.offsets_Tx2[np.maximum(position_T - context_before, 0), 0]
+        excerpt_end_T = document.offsets_Tx2[np.minimum(position_T + context_after, n_tokens - 1), 1]
+        text = document.clean_text
+        contexts.append([text[a:b] for a, b in zip(excerpt_start_T.tolist(), excerpt_end_T.tolist())])
+        sequence_ids.append(np.full(len(position_T), piece.sequence_id, dtype=np.int64))
+        positions.append(position_T)
+        categories.append(document.categories_T[position_T])
+        token_starts.append(document.offsets_Tx2[position_T, 0] - excerpt_start_T)
+        token_ends.append(document.offsets_Tx2[position_T, 1] - excerpt_start_T)
+    context_N = np.empty(len(token_ids_N), dtype=object)
+    context_N[:] = [excerpt for window in contexts for excerpt in window]
+    return {
+        "sequence_id": np.concatenate(sequence_ids),
+        "position": np.concatenate(positions),
+        "token_id": token_ids_N,
+        "token": token_strings(token_ids_N),
+        "category": np.concatenate(categories),
+        "context": context_N,
+        "token_start": np.concatenate(token_starts),
+        "token_end": np.concatenate(token_ends),
+        "top_prediction_ids": top_ids_NxP,
+        "top_predictions": token_strings(top_ids_NxP),
+    }

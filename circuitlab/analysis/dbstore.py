@@ -244,7 +244,7 @@ def _write_data(db: "CircuitDB", data_dir: Path) -> dict[str, dict]:
             name = f"layer{layer}.{part}.npy"
             _save_array(data_dir / name, getattr(matrix, part))
             names.append(name)
-        if layer in db.indexes:
+        if layer in db.indexes and db.indexes[layer].has_file:
             name = f"layer{layer}.sketch.faiss"
             db.indexes[layer].save(data_dir / name)
             names.append(name)
@@ -307,10 +307,15 @@ def load_database(
         layouts[layer] = info.layout
         if info.index:
             report = info.index
-            indexes[layer] = _read_or_raise(
-                data_dir / f"layer{layer}.sketch.faiss",
-                lambda p: ApproximateIndex.load(p, SketchSpec(**report["sketch"]), report["kind"], report["params"]),
-            )
+            if report["kind"] == "postings":  # no file: rebuilt from the codes
+                indexes[layer] = ApproximateIndex.load(
+                    None, SketchSpec(**report["sketch"]), report["kind"], report["params"], codes[layer]
+                )
+            else:
+                indexes[layer] = _read_or_raise(
+                    data_dir / f"layer{layer}.sketch.faiss",
+                    lambda p: ApproximateIndex.load(p, SketchSpec(**report["sketch"]), report["kind"], report["params"]),
+                )
             reports[layer] = report
     db = cls(
         metadata,

@@ -13,7 +13,7 @@ import torch
 from jaxtyping import Float, Int
 from torch import Tensor
 
-from circuitlab.kernels import ops, reference
+from circuitlab.kernels import cpu, ops, reference
 from circuitlab.kernels.dispatch import (
     BACKENDS,
     ENV_VAR,
@@ -45,6 +45,8 @@ def sgatlin_combine(
     tensors = (z_BxTxD, indices_BxTxCxK, gates_BxTxCxK, experts_2xCxNxD)
     if backend_for(*tensors) == "triton" and fast_ready("sgatlin_triton"):
         return ops.sgatlin_combine(*tensors)
+    if cpu.takes(*tensors):
+        return cpu.sgatlin_combine(*tensors)
     return reference.sgatlin_combine(*tensors)
 
 
@@ -64,6 +66,8 @@ def sgatlin_route(
     if backend_for(subkey_scores_BxTx2xCxn, unsupported=unsupported) == "triton":
         if fast_ready("sgatlin_triton"):
             return ops.sgatlin_route(subkey_scores_BxTx2xCxn, k)
+    if cpu.takes(subkey_scores_BxTx2xCxn):
+        return cpu.sgatlin_route(subkey_scores_BxTx2xCxn, k)
     return reference.sgatlin_route(subkey_scores_BxTx2xCxn, k)
 
 

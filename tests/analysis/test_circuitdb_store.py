@@ -70,9 +70,9 @@ def test_save_load_round_trip(tmp_path):
     folder = db.save(tmp_path / "db")
     manifest = json.loads((folder / "manifest.json").read_text())
     data_dir = folder / manifest["data_dir"]
-    expected_files = {"metadata.parquet"} | {
-        f"layer{layer}.{part}" for layer in (0, 1) for part in ("indices.npy", "values.npy", "sketch.faiss")
-    }
+    # a FAISS index is saved as a file; posting lists (the default with numba) are rebuilt from the codes
+    parts = ("indices.npy", "values.npy") + (("sketch.faiss",) if db.indexes[0].has_file else ())
+    expected_files = {"metadata.parquet"} | {f"layer{layer}.{part}" for layer in (0, 1) for part in parts}
     assert set(manifest["files"]) == expected_files
     for name, record in manifest["files"].items():
         assert record["sha256"] == sha256_file(data_dir / name)
@@ -90,6 +90,25 @@ def test_save_load_round_trip(tmp_path):
     loaded.save(folder)
     assert len([p for p in folder.iterdir() if p.name.startswith("data-")]) == 1
     pd.testing.assert_frame_equal(answers(CircuitDB.load(folder)), answers(db))
+
+
+def test_postings_index_round_trip_rebuilds_from_the_codes(tmp_path):
+    pytest.importorskip("numba")
+    db = make_db(0)
+    db.build_index([1], kind="postings", progress=False, n_recall_queries=50, terms=20, candidates=64)
+    folder = db.save(tmp_path / "db")
+    manifest = json.loads((folder / "manifest.json").read_text())
+    assert "layer1.sketch.faiss" not in manifest["files"] and "layer0.sketch.faiss" in manifest["files"]
+    assert manifest["layer_info"]["1"]["index"]["kind"] == "postings"
+    assert manifest["layer_info"]["1"]["index"]["params"] == {"terms": 20, "candidates": 64}
+    loaded = CircuitDB.load(folder)
+    assert loaded.indexes[1].kind == "postings" and loaded.indexes[1].params == {"terms": 20, "candidates": 64}
+    query = db.code(1, [3, 40])
+    pd.testing.assert_frame_equal(
+        loaded.search(query, 1, k=5, exact=False)[["circuit_id", "distance"]],
+        db.search(query, 1, k=5, exact=False)[["circuit_id", "distance"]],
+    )
+    pd.testing.assert_frame_equal(answers(loaded), answers(db))
 
 
 def test_crash_mid_save_leaves_previous_database_readable(tmp_path, monkeypatch):

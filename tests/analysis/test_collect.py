@@ -118,3 +118,46 @@ def test_collect_refuses_bad_requests(tmp_path):
     bare.tokenizer = None
     with pytest.raises(ValueError, match="needs a tokenizer"):
         collect(bare, ["hello"], out_dir=tmp_path, progress=False)
+
+
+def per_token_metadata(model, corpus, window, context_before=6, context_after=5):
+    """The metadata as the earlier per-token loop built it: one token at a time, one window per forward
+    pass, excerpts cut from the whole text with newlines shown as spaces."""
+    tok = model.tokenizer
+    rows = []
+    for sequence_id, item in enumerate(corpus):
+        text = getattr(item, "text", item)
+        ids, offsets = tok.encode_with_offsets(text)
+        for start in range(0, len(ids), window):
+            piece = ids[start : start + window]
+            with torch.inference_mode():
+                top = model(torch.tensor([piece]))[0].topk(5).indices.tolist()
+            for local, token_id in enumerate(piece):
+                position = start + local
+                first, last = max(0, position - context_before), min(len(ids) - 1, position + context_after)
+                excerpt_start = offsets[first][0]
+                rows.append({
+                    "sequence_id": sequence_id, "position": position, "token_id": token_id,
+                    "token": tok.token_str(token_id),
+                    "context": text[excerpt_start : offsets[last][1]].replace("\n", " ").replace("\r", " "),
+                    "token_start": offsets[position][0] - excerpt_start,
+                    "token_end": offsets[position][1] - excerpt_start,
+                    "top_prediction_ids": top[local], "top_predictions": [tok.token_str(p) for p in top[local]],
+                })
+    return rows
+
+
+def test_batched_metadata_equals_the_per_token_loop(tmp_path):
+    model = tiny_model("tiny-sgatlin")
+    corpus = [" ".join(story.text for story in stories(4)), "Line one\nline two\r\nthree.", *stories(3)]
+    collection = collect(model, corpus, out_dir=tmp_path, window=24, batch_size=3, shard_rows=50, progress=False)
+    metadata = collection.metadata()
+    expected = per_token_metadata(model, corpus, window=24)
+    assert len(metadata) == len(expected) and len(collection.shards) > 1
+    for name in ("sequence_id", "position", "token_id", "token", "context", "token_start", "token_end"):
+        assert metadata[name].tolist() == [row[name] for row in expected], name
+    assert [list(p) for p in metadata["top_prediction_ids"]] == [row["top_prediction_ids"] for row in expected]
+    assert [list(p) for p in metadata["top_predictions"]] == [row["top_predictions"] for row in expected]
+    plain = metadata["sequence_id"] < 2
+    assert metadata["category"][plain].isna().all() and metadata["category"][~plain].notna().all()
+    assert str(metadata["position"].dtype) == "int32" and str(metadata["sequence_id"].dtype) == "int64"
