@@ -121,11 +121,12 @@ report_device="$DEVICE"; [ "$DEVICE" = cuda ] || report_device=cpu
 "$PYTHON" - "${folders[@]}" <<'PY'
 import json, sys
 from pathlib import Path
-print("run | stopped | steps | held-out loss | pressure step 1 / LM loss | pressure final / LM loss | model MB")
+print("run | stopped | steps | held-out loss | pressure step 1 (full strength) / LM loss | pressure final / LM loss | model MB")
 for folder in map(Path, sys.argv[1:]):
     m = json.loads((folder / "metrics.json").read_text())
     p = m.get("pressures", {})
-    first = f"{p['first']['total']:.4f} / {p['first']['lm_loss']:.4f}" if "first" in p else "none"
+    start = p.get("first_unscaled", p.get("first"))
+    first = f"{start['total']:.4f} / {start['lm_loss']:.4f}" if start else "none"
     final = f"{p['final']['total']:.4f} / {p['final']['lm_loss']:.4f}" if "final" in p else "none"
     size = (folder / "model.safetensors").stat().st_size / 1e6
     print(f"{folder.name} | {m['stopped']} | {m['steps']} | {m['held_out_loss']:.4f} | {first} | {final} | {size:.1f}")
