@@ -37,15 +37,14 @@ def _report(path: str, mtime: float) -> dict:
     return load_report(path)
 
 
-try:
-    report = _report(str(path), path.stat().st_mtime if path.exists() else 0.0)
-except UserError as error:
-    st.warning(str(error))
-    st.markdown("Train the regimes and write the report with:")
+if not path.is_file():
+    st.info(f"No legibility report at `{display_path(path)}` yet. Train the regimes and write it with:")
     st.code("RESULTS=runs/legible-sweep bash scripts/gpu_legible_sweep.sh\n"
             f"python scripts/legibility_report.py runs/legible-sweep/legible-* --json {display_path(path)}", language="bash")
     st.stop()
-except (OSError, ValueError, KeyError) as error:  # unreadable or not a report
+try:
+    report = _report(str(path), path.stat().st_mtime)
+except (UserError, OSError, ValueError, KeyError) as error:  # unreadable, outdated, or not a report
     st.error(f"`{display_path(path)}` cannot be read as a legibility report ({type(error).__name__}: {error}).")
     st.stop()
 

@@ -281,7 +281,11 @@ def test_regimes_page_reads_a_report_and_says_how_to_make_a_missing_one(demo_run
 
     monkeypatch.setenv("CIRCUITLAB_REGIMES_REPORT", str(tmp_path / "absent.json"))
     app = open_page(runs["tiny-legible"], "Pressure regimes")
-    assert "does not exist" in texts(app.warning) and "gpu_legible_sweep.sh" in texts(app.code)
+    assert "No legibility report at" in texts(app.info) and "gpu_legible_sweep.sh" in texts(app.code)
+    (tmp_path / "broken.json").write_text('{"version": 0}')
+    monkeypatch.setenv("CIRCUITLAB_REGIMES_REPORT", str(tmp_path / "broken.json"))
+    app = open_page(runs["tiny-legible"], "Pressure regimes")
+    assert "cannot be read as a legibility report" in texts(app.error)
 
 
 def test_neurons_page_shows_usage_and_says_when_it_does_not_apply(demo_runs):
