@@ -22,8 +22,8 @@
 # TOKENIZER, DEVICE, MAX_MINUTES, STRONG, STAGE (all | prepare | train | report), REPORT_WINDOWS (held-out windows the report reads; empty = all),
 # SHIP (1: copy the crispness-alone model into MODELS_DIR/legible-stories and the report into analyses/, where
 # the notebook analyses/06_legibility_regimes.ipynb and the dashboard's Regimes page read it), MODELS_DIR, PYTHON.
-# Calling the script again skips finished runs and resumes killed ones (a run stopped by MAX_MINUTES saves
-# its model and says "time limit" in metrics.json).
+# Calling the script again skips finished runs and resumes killed ones and those stopped by MAX_MINUTES (such
+# a run saves its model and says "time limit" in metrics.json; STAGE=train again carries it on to STEPS).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 RESULTS="${RESULTS:-runs/legible-sweep}"
@@ -89,7 +89,8 @@ for entry in "${REGIMES_TO_TRAIN[@]}"; do
   regime="${entry%%:*}"
   preset="${entry##*:}"
   folder="$RESULTS/legible-$regime"
-  [ -f "$folder/metrics.json" ] && continue  # finished in an earlier call
+  # finished in an earlier call; a run that stopped at MAX_MINUTES resumes from its last checkpoint
+  if [ -f "$folder/metrics.json" ] && ! grep -q '"stopped": "time limit"' "$folder/metrics.json"; then continue; fi
   resume=(); [ -d "$folder/checkpoints" ] && resume=(--resume)
   { cat "$RESULTS/notes/$regime.md"; echo; cat "$RESULTS/notes/common.md"; } > "$RESULTS/notes/$regime.card.md"
   circuitlab train --preset "$preset" --steps "$STEPS" --batch-size "$BATCH" --seq-len "$SEQ_LEN" --lr 1e-3 \
