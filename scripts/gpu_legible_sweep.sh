@@ -2,7 +2,9 @@
 # The pressure regimes of seed 002 (sections 4 and 5.3) on the 6-layer legible model, trained concurrently on
 # one GPU, then measured by scripts/legibility_report.py on the natural stories' held-out split.
 #
-#   RESULTS=runs/legible-sweep bash scripts/gpu_legible_sweep.sh                  # one H200, ~10 min
+#   RESULTS=runs/legible-sweep bash scripts/gpu_legible_sweep.sh                  # one H200, ~11 min
+#   STAGE=prepare ...; STAGE=train ...; STAGE=report ...                           # the same in three calls
+#                                                     (~2 + ~8 + ~2 min, for a 10-minute limit per command)
 #   RESULTS=/tmp/sweep DEVICE=cpu STEPS=3 BATCH=4 SEQ_LEN=32 N_STORIES=200 HELD_OUT_STORIES=20 \
 #     REPORT_WINDOWS=2 bash scripts/gpu_legible_sweep.sh                          # CPU smoke test
 #
@@ -17,10 +19,11 @@
 #     --grad-clip 2.0 --natural data/natural --natural-upsample 3 --n-stories 60000 --held-out-stories 2000 \
 #     --tokenizer models/sgatlin-stories/tokenizer.json --save-dtype bf16 --out runs/legible-crisp
 # Settings (environment): RESULTS, STEPS, BATCH, SEQ_LEN, N_STORIES, HELD_OUT_STORIES, NATURAL, NATURAL_UPSAMPLE,
-# TOKENIZER, DEVICE, MAX_MINUTES, STRONG, REPORT_WINDOWS (held-out windows the report reads; empty = all),
-# SHIP (1: copy the crispness-alone model into MODELS_DIR/legible-stories), MODELS_DIR, PYTHON.
-# Calling the script again skips finished runs and resumes killed ones (a run stopped by MAX_MINUTES saves
-# its model and says "time limit" in metrics.json).
+# TOKENIZER, DEVICE, MAX_MINUTES, STRONG, STAGE (all | prepare | train | report), REPORT_WINDOWS (held-out windows the report reads; empty = all),
+# SHIP (1: copy the crispness-alone model into MODELS_DIR/legible-stories and the report into analyses/, where
+# the notebook analyses/06_legibility_regimes.ipynb and the dashboard's Regimes page read it), MODELS_DIR, PYTHON.
+# Calling the script again skips finished runs and resumes killed ones and those stopped by MAX_MINUTES (such
+# a run saves its model and says "time limit" in metrics.json; STAGE=train again carries it on to STEPS).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 RESULTS="${RESULTS:-runs/legible-sweep}"
@@ -38,6 +41,8 @@ MAX_MINUTES="${MAX_MINUTES:-7}"
 STRONG="${STRONG:-1}"
 REPORT_WINDOWS="${REPORT_WINDOWS:-}"
 SHIP="${SHIP:-0}"
+STAGE="${STAGE:-all}"
+case "$STAGE" in all|prepare|train|report) ;; *) echo "STAGE must be all, prepare, train or report, got $STAGE" >&2; exit 2;; esac
 MODELS_DIR="${MODELS_DIR:-models}"
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
 circuitlab() { "$PYTHON" -m circuitlab.cli "$@"; }
@@ -47,8 +52,11 @@ REGIMES=(none:legible-stories-none sparse:legible-stories-sparse crisp:legible-s
 mkdir -p "$RESULTS/notes"
 
 # 1. the shared corpus cache (tokenized and packed once; every run reads it)
-circuitlab train --preset legible-stories --out "$RESULTS/prepare" --tokenizer "$TOKENIZER" --data-dir "$RESULTS/data" \
-  "${MIX[@]}" --seq-len "$SEQ_LEN" --prepare-only --quiet
+if [ "$STAGE" = all ] || [ "$STAGE" = prepare ]; then
+  circuitlab train --preset legible-stories --out "$RESULTS/prepare" --tokenizer "$TOKENIZER" --data-dir "$RESULTS/data" \
+    "${MIX[@]}" --seq-len "$SEQ_LEN" --prepare-only --quiet
+fi
+[ "$STAGE" = prepare ] && exit 0
 
 # 2. card notes
 cat > "$RESULTS/notes/common.md" <<NOTES
@@ -76,11 +84,13 @@ echo "Crispness alone at five times the rule's lambda (lambda_c = 1.0, at most 0
 
 # 3. the runs, concurrently on one device
 pids=()
-for entry in "${REGIMES[@]}"; do
+[ "$STAGE" = report ] && REGIMES_TO_TRAIN=() || REGIMES_TO_TRAIN=("${REGIMES[@]}")
+for entry in "${REGIMES_TO_TRAIN[@]}"; do
   regime="${entry%%:*}"
   preset="${entry##*:}"
   folder="$RESULTS/legible-$regime"
-  [ -f "$folder/metrics.json" ] && continue  # finished in an earlier call
+  # finished in an earlier call; a run that stopped at MAX_MINUTES resumes from its last checkpoint
+  if [ -f "$folder/metrics.json" ] && ! grep -q '"stopped": "time limit"' "$folder/metrics.json"; then continue; fi
   resume=(); [ -d "$folder/checkpoints" ] && resume=(--resume)
   { cat "$RESULTS/notes/$regime.md"; echo; cat "$RESULTS/notes/common.md"; } > "$RESULTS/notes/$regime.card.md"
   circuitlab train --preset "$preset" --steps "$STEPS" --batch-size "$BATCH" --seq-len "$SEQ_LEN" --lr 1e-3 \
@@ -97,6 +107,7 @@ if [ "$status" != 0 ]; then
   echo "a training run failed (exit $status); see $RESULTS/*.log" >&2
   exit "$status"
 fi
+[ "$STAGE" = train ] && exit 0
 
 # 4. the legibility report on every regime
 folders=()
@@ -111,18 +122,21 @@ report_device="$DEVICE"; [ "$DEVICE" = cuda ] || report_device=cpu
 "$PYTHON" - "${folders[@]}" <<'PY'
 import json, sys
 from pathlib import Path
-print("run | stopped | steps | held-out loss | pressure step 1 / LM loss | pressure final / LM loss | model MB")
+print("run | stopped | steps | held-out loss | pressure step 1 (full strength) / LM loss | pressure final / LM loss | model MB")
 for folder in map(Path, sys.argv[1:]):
     m = json.loads((folder / "metrics.json").read_text())
     p = m.get("pressures", {})
-    first = f"{p['first']['total']:.4f} / {p['first']['lm_loss']:.4f}" if "first" in p else "none"
+    start = p.get("first_unscaled", p.get("first"))
+    first = f"{start['total']:.4f} / {start['lm_loss']:.4f}" if start else "none"
     final = f"{p['final']['total']:.4f} / {p['final']['lm_loss']:.4f}" if "final" in p else "none"
     size = (folder / "model.safetensors").stat().st_size / 1e6
     print(f"{folder.name} | {m['stopped']} | {m['steps']} | {m['held_out_loss']:.4f} | {first} | {final} | {size:.1f}")
 PY
 if [ "$SHIP" = 1 ]; then
-  mkdir -p "$MODELS_DIR/legible-stories"
+  mkdir -p "$MODELS_DIR/legible-stories" analyses/figures
   cp "$RESULTS/legible-crisp/"{config.json,model.safetensors,tokenizer.json,card.md,metrics.json,train_log.jsonl} \
      "$MODELS_DIR/legible-stories/"
-  echo "copied $RESULTS/legible-crisp into $MODELS_DIR/legible-stories"
+  cp "$RESULTS/legibility_regimes.json" "$RESULTS/legibility_regimes.md" analyses/
+  [ -f "$RESULTS/legibility_regimes.png" ] && cp "$RESULTS/legibility_regimes.png" analyses/figures/06_legibility_regimes.png
+  echo "copied $RESULTS/legible-crisp into $MODELS_DIR/legible-stories and the report into analyses/"
 fi

@@ -18,8 +18,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
 LEGIBILITY_MODEL = "legible-stories"
-HEADER = ("| design | surface | channels | atom crisp | ON % | SELECTIVE | CONSTANT | FUZZY |\n"
-          "| --- | --- | --- | --- | --- | --- | --- | --- |\n")
+HEADER = ("| design | surface | channels | atom crisp | ON % | alive operands | SELECTIVE | CONSTANT | FUZZY |\n"
+          "| --- | --- | --- | --- | --- | --- | --- | --- | --- |\n")
 
 
 def legibility_summary(model_name: str = LEGIBILITY_MODEL):
@@ -44,7 +44,8 @@ def legibility_table(summary) -> str:
     rows = []
     for row in summary.itertuples(index=False):
         rows.append(f"| {row.design} | {row.surface} | {int(row.n_channels)} | {row.atom_crisp:.1f}% | "
-                    f"{row.on_percent:.1f} | {row.selective:.1f}% | {row.constant:.1f}% | {row.fuzzy:.1f}% |\n")
+                    f"{row.on_percent:.1f} | {row.alive:.1f}% | {row.selective:.1f}% | {row.constant:.1f}% | "
+                    f"{row.fuzzy:.1f}% |\n")
     return HEADER + "".join(rows)
 
 

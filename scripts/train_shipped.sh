@@ -75,9 +75,12 @@ The same skeleton with a dense GELU MLP of width 1024: the dense baseline of see
 comparison, for side-by-side loss and fact accuracy.
 EOF
 cat > "$RUN/notes/legible-stories.md" <<'EOF'
-Boolean attention values on all 4 heads (no unbounded minority: seed 002, appendix A, finds small
+6 layers; Boolean attention values on all 4 heads (no unbounded minority: seed 002, appendix A, finds small
 unbounded minorities diverge) and an NC-FFN of width 1024 with GELU fraction rho 0.75 and 32 sequence
-quantifiers; crispness pressure alone (3e-3 on both surfaces), seed 002's recommended readable setting.
+quantifiers; crispness pressure alone on both surfaces, seed 002's recommended readable setting, under the
+calibration rule of circuitlab.training.pressure (lambda_c 0.2 on a mean over tokens, operand channels and
+layers, ramped in over 200 steps, capped at 0.25 x the LM loss). scripts/gpu_legible_sweep.sh trains it
+beside seed 002's other pressure regimes.
 The divergence guard keys on the running (median) loss, so isolated spikes from binarised operators
 (seed 002, appendix A.3) do not stop the run.
 EOF

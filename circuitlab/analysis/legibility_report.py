@@ -144,6 +144,7 @@ def measure_model(model_dir: str | os.PathLike, windows: Tensor | None = None, s
         legibility_summary,
     )
     from circuitlab.architectures.checkpoint import load_model, resolve_model_folder
+    from circuitlab.training.pressure import describe as describe_pressures
 
     folder = resolve_model_folder(model_dir)
     model = load_model(folder, device=device)
@@ -174,7 +175,8 @@ def measure_model(model_dir: str | os.PathLike, windows: Tensor | None = None, s
         "meets_alive_target": (ffn_alive is not None and attention_alive is not None
                                and ffn_alive >= TARGET_ALIVE and attention_alive >= TARGET_ALIVE),
         "training": {key: metrics.get(key) for key in ("steps", "stopped", "tokens_seen", "held_out_loss", "train_seconds")},
-        "pressures": metrics.get("pressures", {}),
+        # models trained before pressures were logged: the rule their config states, no measured sizes
+        "pressures": metrics.get("pressures") or {"rule": describe_pressures(selectivity)},
     }
 
 

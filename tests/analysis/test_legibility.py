@@ -15,9 +15,11 @@ from circuitlab import CircuitTransformer, ModelConfig
 from circuitlab.analysis.legibility import (
     ChannelAccumulator,
     NoBoundedChannelsError,
+    channel_family,
     channel_statistics,
     classify_regime,
     head_selectivity_heatmap,
+    is_alive,
     legibility_by_head,
     legibility_by_layer,
     legibility_stats,
@@ -29,6 +31,7 @@ from circuitlab.analysis.legibility import (
     regimes_by_layer_figure,
 )
 from circuitlab.cli import main
+from circuitlab.errors import UserError
 
 FIRING = set(range(10, 30))  # the tokens the hand-built channel detects
 
@@ -250,3 +253,146 @@ def test_cli_legibility_on_text_with_a_tokenizer(tmp_path, capsys):
                  "--batches", "2", "--batch-size", "4", "--quiet"])
     assert code == 0
     assert "legibility over 512 held-out tokens" in capsys.readouterr().out
+
+
+# --- ON rate, alive, families and shares on constructed activations ---------------------------------------------
+
+
+def test_on_rate_and_alive_on_channels_with_known_firing_counts():
+    """Channel j is decisively on (0.95) for exactly counts[j] of 1000 tokens and 0.02 otherwise."""
+    counts = [0, 9, 10, 500, 990, 991, 1000]
+    values = torch.full((1000, len(counts)), 0.02)
+    for j, count in enumerate(counts):
+        values[:count, j] = 0.95
+    stats = channel_statistics(values)
+    assert list(stats["on_fraction"]) == pytest.approx([c / 1000 for c in counts], abs=1e-12)
+    assert list(stats["crispness"]) == [1.0] * len(counts)  # both 0.95 and 0.02 lie within 0.1 of a rail
+    # alive: ON for 1% to 99% of tokens, bounds included; 0.9% is dead, 99.1% is stuck on
+    assert list(stats["alive"]) == [False, False, True, True, True, False, False]
+    assert is_alive([0.0099999, 0.01, 0.99, 0.9900001]) == [False, True, True, False]
+    # on at exactly 0.9 is not decisive (v > 0.9), and a rail distance of exactly 0.1 is not crisp (< 0.1)
+    edge = channel_statistics(torch.tensor([[0.9], [0.1], [0.0]]))
+    assert edge["on_fraction"][0] == 0.0 and edge["crispness"][0] == pytest.approx(1 / 3)
+
+
+def constructed_stats() -> pd.DataFrame:
+    """A statistics table with known answers: 2 layers; attention 2 heads x 4 operand channels (ON fractions
+    below) and 4 combined channels per head; FFN 4 operand channels and 2 quantifier memberships per layer."""
+    rows = []
+
+    def add(surface, layer, head, role, operand, combined, on, regime, crisp=0.9):
+        rows.append(dict(surface=surface, family=channel_family(role), layer=layer, head=head, channel=len(rows), role=role, operand=operand,
+                         combined=combined, hook="h", mean=0.5, variance=0.01, crispness=crisp, on_fraction=on,
+                         alive=is_alive(on)[0], regime=regime, n_tokens=100))
+
+    for layer in range(2):
+        for head in range(2):
+            # attention operands: layer 0 all dead (ON 0), layer 1 head 0: 3 of 4 alive, head 1: all stuck on
+            ons = [0.0] * 4 if layer == 0 else ([0.2, 0.3, 0.5, 0.005] if head == 0 else [1.0] * 4)
+            for on in ons:
+                add("attention", layer, head, "operand_a", True, False, on, "FUZZY")
+            regimes = ["CONSTANT"] * 4 if layer == 0 else (["SELECTIVE", "SELECTIVE", "SELECTIVE", "FUZZY"] if head == 0 else ["CONSTANT"] * 4)
+            for regime in regimes:
+                add("attention", layer, head, "and", False, True, 0.0, regime)
+        for on, regime in zip([0.5, 0.5, 0.0, 1.0], ["SELECTIVE", "SELECTIVE", "CONSTANT", "CONSTANT"]):
+            add("ffn", layer, None, "operand_b", True, False, on, regime)
+        add("ffn", layer, None, "and", False, True, 0.0, "CONSTANT")
+        for on in (0.4, 0.4):  # quantifier memberships: alive, and must not count as FFN operands
+            add("ffn", layer, None, "quant_in", True, False, on, "FUZZY", crisp=0.2)
+        add("ffn", layer, None, "exists", False, True, 0.0, "SELECTIVE")
+    table = pd.DataFrame(rows)
+    table["head"] = table["head"].astype("Int64")
+    return table
+
+
+def test_shares_per_layer_per_head_and_per_family_on_constructed_statistics():
+    stats = constructed_stats()
+    by_layer = legibility_by_layer(stats).set_index(["surface", "family", "layer"])
+    attention1 = by_layer.loc[("attention", "operator", 1)]
+    assert attention1["n_operands"] == 8 and attention1["alive"] == pytest.approx(3 / 8)
+    assert attention1["dead"] == pytest.approx(1 / 8) and attention1["stuck_on"] == pytest.approx(4 / 8)
+    assert attention1["selective"] == pytest.approx(3 / 8) and attention1["constant"] == pytest.approx(4 / 8)
+    assert attention1["fuzzy"] == pytest.approx(1 / 8)
+    assert by_layer.loc[("attention", "operator", 0), "alive"] == 0.0
+    assert by_layer.loc[("attention", "operator", 0), "constant"] == 1.0
+    ffn = by_layer.loc[("ffn", "operator", 0)]
+    assert ffn["n_operands"] == 4 and ffn["alive"] == pytest.approx(0.5)
+    assert ffn["on_fraction"] == pytest.approx(0.5) and ffn["atom_crisp"] == pytest.approx(0.9)
+    assert ffn["selective_operands"] == pytest.approx(0.5) and ffn["constant_operands"] == pytest.approx(0.5)
+    quantifiers = by_layer.loc[("ffn", "quantifier", 0)]
+    assert quantifiers["n_operands"] == 2 and quantifiers["alive"] == 1.0 and quantifiers["atom_crisp"] == pytest.approx(0.2)
+    assert quantifiers["selective"] == 1.0  # its one combined channel (exists)
+
+    by_head = legibility_by_head(stats).set_index(["layer", "head"])
+    assert by_head.loc[(1, 0), "alive"] == pytest.approx(3 / 4) and by_head.loc[(1, 0), "selective"] == pytest.approx(3 / 4)
+    assert by_head.loc[(1, 1), "stuck_on"] == 1.0 and by_head.loc[(1, 1), "constant"] == 1.0
+
+    summary = legibility_summary(stats).set_index("design")
+    assert list(summary.index) == ["attention", "ffn", "NC-FFN quantifiers"]  # no design labels in attrs here
+    assert summary.loc["attention", "alive"] == pytest.approx(100 * 3 / 16)
+    assert summary.loc["ffn", "alive"] == pytest.approx(50.0) and summary.loc["ffn", "n_operands"] == 8
+    assert summary.loc["NC-FFN quantifiers", "alive"] == 100.0
+    # a table saved before the family column existed gets it from the roles
+    assert legibility_by_layer(stats.drop(columns=["family"])).equals(legibility_by_layer(stats))
+
+
+def test_legible_share_of_the_attribution_equals_the_per_prediction_readout():
+    """legible_attribution_share over windows = the mean, over positions, of direct_logit_attribution's
+    bounded-head + named-unit magnitude share (the notebook 05 reading), computed one prediction at a time."""
+    from circuitlab.analysis.attribution import direct_logit_attribution, legible_attribution_share
+
+    model = CircuitTransformer(ModelConfig.preset("tiny-legible"))
+    model.reset_parameters(seed=0)
+    model.eval()
+    tokens = held_out_tokens(2, 5, seed=4)
+    got = legible_attribution_share(model, tokens, batch_size=1, progress=False)
+    shares, pooled = [], np.zeros(2)
+    for b in range(tokens.shape[0]):
+        for t in range(tokens.shape[1]):
+            table = direct_logit_attribution(model, tokens[b, : t + 1])
+            components, units = table[table["level"] == "component"], table[table["level"] == "unit"]
+            heads = components[components["kind"] == "attn_head"]
+            embedding = components[components["kind"].isin(["embedding", "positional"])]
+            legible = heads.loc[heads["operation"] != "standard", "value"].abs().sum() + \
+                units.loc[~units["operation"].isin(["gelu"]), "value"].abs().sum()
+            total = heads["value"].abs().sum() + units["value"].abs().sum() + embedding["value"].abs().sum()
+            shares.append(legible / total)
+            pooled += [legible, total]
+    assert got["n_positions"] == tokens.numel()
+    assert got["share_mean"] == pytest.approx(np.mean(shares), rel=1e-6)
+    assert got["share_pooled"] == pytest.approx(pooled[0] / pooled[1], rel=1e-6)
+    assert sum(got["parts_mean"].values()) == pytest.approx(1.0)
+    assert got["parts_mean"]["standard_heads"] == 0.0  # every head of tiny-legible is Boolean
+    # a GELU model has no legible part at all
+    gelu = CircuitTransformer(ModelConfig.preset("tiny-gelu"))
+    gelu.reset_parameters(seed=0)
+    assert legible_attribution_share(gelu.eval(), tokens, progress=False)["share_mean"] == 0.0
+
+
+def test_promote_signatures_for_named_and_requested_units():
+    from circuitlab.analysis.attribution import direct_logit_attribution
+
+    model = CircuitTransformer(ModelConfig.preset("tiny-legible"))
+    model.reset_parameters(seed=0)
+    model.eval()
+    prompt = held_out_tokens(1, 6, seed=5)[0]
+    table = direct_logit_attribution(model, prompt, promote_units_per_layer=2)
+    units = table[table["level"] == "unit"]
+    named = units[units["operation"] != "gelu"]
+    assert named["promote_tokens"].map(lambda tokens: isinstance(tokens, list)).all()
+    gelu_with_signature = units[(units["operation"] == "gelu") & units["promote_tokens"].notna()]
+    assert len(gelu_with_signature) <= 2 * model.cfg.n_layers  # only the top units per layer among the opaque ones
+    # a requested GELU unit gets one; its rank agrees with a brute-force readout of its write
+    quiet = units[(units["operation"] == "gelu") & units["promote_tokens"].isna()].iloc[0]
+    again = direct_logit_attribution(model, prompt, promote_units_per_layer=2, promote_units=[(int(quiet["layer"]), int(quiet["unit"]))])
+    row = again[(again["level"] == "unit") & (again["layer"] == quiet["layer"]) & (again["unit"] == quiet["unit"])].iloc[0]
+    assert isinstance(row["promote_tokens"], list) and len(row["promote_tokens"]) == 10
+    names = {"blocks.{}.mlp.hook_post".format(int(quiet["layer"])), "ln_final.hook_scale"}
+    _, cache = model.run_with_cache(prompt[None], names_filter=lambda name: name in names)
+    post = cache[f"blocks.{int(quiet['layer'])}.mlp.hook_post"][0, -1, int(quiet["unit"])].double()
+    write = post * model.blocks[int(quiet["layer"])].mlp.W_out[int(quiet["unit"])].detach().double()
+    logits = (write / cache["ln_final.hook_scale"][0, -1].double().reshape(())) * model.ln_final.w.detach().double() @ model.W_U.detach().double()
+    target = again.attrs["target_id"]
+    assert row["target_rank"] == 1 + int((logits > logits[target]).sum())
+    with pytest.raises(UserError, match="no unit"):
+        direct_logit_attribution(model, prompt, promote_units=[(0, 10**6)])

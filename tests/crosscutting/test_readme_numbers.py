@@ -21,9 +21,9 @@ def _script():
 def test_the_table_renders_the_summary_and_replaces_only_its_block():
     numbers = _script()
     summary = pd.DataFrame([{"design": "Boolean head-100", "surface": "attention", "n_channels": 1024, "atom_crisp": 99.94,
-                             "on_percent": 41.86, "selective": 39.36, "constant": 60.64, "fuzzy": 0.0}])
+                             "on_percent": 41.86, "alive": 30.64, "selective": 39.36, "constant": 60.64, "fuzzy": 0.0}])
     table = numbers.legibility_table(summary)
-    assert table.splitlines()[-1] == "| Boolean head-100 | attention | 1024 | 99.9% | 41.9 | 39.4% | 60.6% | 0.0% |"
+    assert table.splitlines()[-1] == "| Boolean head-100 | attention | 1024 | 99.9% | 41.9 | 30.6% | 39.4% | 60.6% | 0.0% |"
     text = "before\n<!-- numbers:legibility -->\nold\n<!-- /numbers:legibility -->\nafter\n"
     assert numbers.replace_block(text, "legibility", table) == (
         "before\n<!-- numbers:legibility -->\n" + table + "<!-- /numbers:legibility -->\nafter\n")

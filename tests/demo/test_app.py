@@ -21,6 +21,7 @@ PAGES = {
     "Circuit map": "views/circuit_map.py",
     "Patching": "views/patching.py",
     "Legibility": "views/legibility.py",
+    "Pressure regimes": "views/regimes.py",
     "Attribution": "views/attribution.py",
     "Neurons": "views/neurons.py",
 }
@@ -243,6 +244,48 @@ def test_legibility_page_figures_and_channel_contexts(demo_runs):
     regime.set_value("any")
     app.run()
     assert not app.exception
+
+
+def test_regimes_page_reads_a_report_and_says_how_to_make_a_missing_one(demo_runs, tmp_path, monkeypatch):
+    import json
+
+    import torch
+
+    from circuitlab import CircuitTransformer, ModelConfig
+    from circuitlab.analysis.legibility_report import build_report, measure_model
+    from circuitlab.architectures.weights import save_model
+
+    _, _, runs = demo_runs
+    models = []
+    for preset in ("tiny-legible", "tiny-membership"):
+        model = CircuitTransformer(ModelConfig.preset(preset))
+        model.reset_parameters(seed=0)
+        save_model(model, tmp_path / preset)
+        windows = torch.randint(0, 512, (2, 16), generator=torch.Generator().manual_seed(0))
+        models.append(measure_model(tmp_path / preset, windows=windows, progress=False))
+    report = build_report(models)
+    (tmp_path / "report.json").write_text(json.dumps(report))
+
+    monkeypatch.setenv("CIRCUITLAB_REGIMES_REPORT", str(tmp_path / "report.json"))
+    app = open_page(runs["tiny-legible"], "Pressure regimes")
+    assert not app.error and not app.warning
+    table = app.dataframe[0].value
+    assert list(table["model"].unique()) == ["tiny-legible", "tiny-membership"]
+    assert len(plotly_charts(app)) == 1
+    comparison = app.dataframe[1].value
+    assert len(comparison) == len(report["comparison"]) and "seed 002, Table" in " ".join(comparison["source"])
+    choice = next(box for box in app.selectbox if box.label == "Model")
+    choice.set_value("tiny-membership")
+    app.run()
+    assert not app.exception
+
+    monkeypatch.setenv("CIRCUITLAB_REGIMES_REPORT", str(tmp_path / "absent.json"))
+    app = open_page(runs["tiny-legible"], "Pressure regimes")
+    assert "No legibility report at" in texts(app.info) and "gpu_legible_sweep.sh" in texts(app.code)
+    (tmp_path / "broken.json").write_text('{"version": 0}')
+    monkeypatch.setenv("CIRCUITLAB_REGIMES_REPORT", str(tmp_path / "broken.json"))
+    app = open_page(runs["tiny-legible"], "Pressure regimes")
+    assert "cannot be read as a legibility report" in texts(app.error)
 
 
 def test_neurons_page_shows_usage_and_says_when_it_does_not_apply(demo_runs):
