@@ -309,6 +309,7 @@ def _execute(todo: list[PlannedRun], settings: LadderSettings, out: Path, tokeni
     python_path = os.pathsep.join(filter(None, (package_root, os.environ.get("PYTHONPATH"))))
     pending = list(todo)
     active: dict[str, tuple[subprocess.Popen, PlannedRun, str | None, Any]] = {}
+    shown = ""
     try:
         while pending or active:
             for gpu in gpus:
@@ -323,7 +324,10 @@ def _execute(todo: list[PlannedRun], settings: LadderSettings, out: Path, tokeni
                                                stdout=log, stderr=subprocess.STDOUT, env=env)
                     active[run.name] = (process, run, gpu, log)
                     slots[gpu] -= 1
-            bar.set_postfix_str(f"running {len(active)}, waiting {len(pending)}")
+            state = f"running {len(active)}, waiting {len(pending)}"
+            if state != shown:  # only on changes: logs of the sweep stay short
+                bar.set_postfix_str(state)
+                shown = state
             time.sleep(0.5)
             for name, (process, run, gpu, log) in list(active.items()):
                 if process.poll() is None:
