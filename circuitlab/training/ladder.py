@@ -39,7 +39,24 @@ BASE_BUDGET = 6e13  # training FLOPs of scale 1 at --budget-scale 1; x4 per scal
 RESULTS_FILE = "ladder_results.json"
 TABLE_FILE = "ladder_table.md"
 FIGURE_FILE = "ladder_loss_vs_flops.html"
-ARCH_LABELS = {"mlp": "GELU MLP", "swiglu": "SwiGLU", "sgatlin": "sgatlin", "peer": "PEER", "moe": "MoE (top-2 of 16)"}
+ARCH_LABELS = {"mlp": "GELU MLP", "swiglu": "SwiGLU", "sgatlin": "sgatlin", "peer": "PEER", "moe": "MoE (top-2 of 16)",
+               "sgatlin-gelu": "sgatlin + GELU (ablation)"}
+# seed 000's Table 1 ablation: sgatlin with a GELU on each neuron (run at the smallest scale, every seed)
+ABLATIONS = {"sgatlin-gelu": ("sgatlin", {"activation": "gelu"})}
+ALL_ARCHS = (*LADDER_FFN_TYPES, *ABLATIONS)
+
+
+def arch_config(scale: int, arch: str, **overrides: Any) -> ModelConfig:
+    """The ladder config of a design (`ladder_config`) or of an ablation (a ladder design with changes)."""
+    if arch not in ABLATIONS:
+        return ladder_config(scale, arch, **overrides)
+    base, changes = ABLATIONS[arch]
+    config = ladder_config(scale, base, **overrides)
+    return config.replace(feedforward={**config.feedforward.model_dump(), **changes}, name=f"ladder-{arch}-{scale}")
+
+
+def base_arch(arch: str) -> str:
+    return ABLATIONS[arch][0] if arch in ABLATIONS else arch
 
 
 @dataclass
@@ -48,6 +65,7 @@ class LadderSettings:
 
     scales: tuple[int, ...] = (1, 2, 3)
     archs: tuple[str, ...] = LADDER_FFN_TYPES
+    ablations: tuple[str, ...] = tuple(ABLATIONS)  # at the smallest scale only, every seed
     seeds: tuple[int, ...] = (0, 1)
     budget_scale: float = 1.0
     seq_len: int = 256
@@ -75,6 +93,8 @@ class LadderSettings:
         unknown = [arch for arch in self.archs if arch not in LADDER_FFN_TYPES]
         if not self.archs or unknown:
             raise UserError(f"--archs must name ladder designs ({', '.join(LADDER_FFN_TYPES)}), got {list(self.archs)}")
+        if any(arch not in ABLATIONS for arch in self.ablations):
+            raise UserError(f"--ablations must name ablations ({', '.join(ABLATIONS)}), got {list(self.ablations)}")
         if not self.seeds:
             raise UserError("--seeds needs at least one seed")
         if not self.budget_scale > 0:
@@ -120,9 +140,10 @@ def plan_runs(settings: LadderSettings, d_vocab: int) -> list[PlannedRun]:
     runs = []
     for scale in sorted(set(settings.scales), reverse=True):
         seeds = settings.seeds if scale == smallest else settings.seeds[:1]
+        archs = list(settings.archs) + (list(settings.ablations) if scale == smallest else [])
         for seed in seeds:
-            for arch in settings.archs:
-                config = ladder_config(scale, arch, d_vocab=d_vocab, n_ctx=settings.seq_len)
+            for arch in archs:
+                config = arch_config(scale, arch, d_vocab=d_vocab, n_ctx=settings.seq_len)
                 count = count_flops(config, settings.seq_len)
                 budget = budget_for(scale, settings.budget_scale)
                 tokens_per_step = settings.batch_size * settings.seq_len
@@ -209,7 +230,7 @@ def _visible_gpus(settings: LadderSettings) -> list[str | None]:
 
 
 def _record(run: PlannedRun, metrics: dict[str, Any] | None, status: str) -> dict[str, Any]:
-    d_model, n_layers, d_ffw = scaling_ladder(run.scale, run.arch)
+    d_model, n_layers, d_ffw = scaling_ladder(run.scale, base_arch(run.arch))
     record: dict[str, Any] = {
         "arch": run.arch, "scale": run.scale, "seed": run.seed, "name": run.name, "status": status,
         "d_model": d_model, "n_layers": n_layers, "d_ffw": d_ffw, "budget_flops": run.budget_flops,
@@ -242,7 +263,7 @@ def run_ladder(out: str | os.PathLike, settings: LadderSettings, progress: bool 
     for run in runs:
         ModelConfig.from_dict(run.config).to_json(out / "configs" / f"{run.name}.json")
     say(f"ladder: {len(runs)} runs ({', '.join(settings.archs)} at scales {sorted(set(settings.scales))}, seeds "
-        f"{list(settings.seeds)} at the smallest); budgets " + ", ".join(
+        f"{list(settings.seeds)} and the ablations {list(settings.ablations)} at the smallest); budgets " + ", ".join(
             f"scale {s}: {budget_for(s, settings.budget_scale):.2g} FLOPs" for s in sorted(set(settings.scales))))
 
     for run in runs:
@@ -447,9 +468,13 @@ def verdicts(results: dict[str, Any], metric: str | None = None) -> list[Verdict
     peer = _compare(results, "PEER's router does not beat sgatlin's gating (here: the whole PEER layer vs sgatlin at "
                     "equal FLOPs, not seed 000's single router swap)", "peer", ["sgatlin"], False, metric)
     out.append(peer)
+    claim = "adding a nonlinearity to sgatlin's neurons makes it worse (sgatlin vs sgatlin + GELU, same gates)"
+    if "sgatlin-gelu" in found:
+        out.append(_compare(results, claim, "sgatlin", ["sgatlin-gelu"], True, metric))
+        return out
     nonlinear = Verdict(
-        "adding a nonlinearity to the experts does not help sgatlin", "not measured",
-        "the ladder has no sgatlin-with-activation ablation; the designs with nonlinear experts (PEER, MoE) also "
+        claim, "not measured",
+        "the sweep ran no sgatlin + GELU ablation; the designs with nonlinear experts (PEER, MoE) also "
         "differ in routing, so they do not isolate the nonlinearity")
     if "peer" in found and "sgatlin" in found:
         indirect = _compare(results, "", "peer", ["sgatlin"], False, metric)
@@ -505,7 +530,7 @@ def loss_vs_flops_figure(results: dict[str, Any]) -> Any:
     from circuitlab.figures import color_map
 
     runs = [run for run in results["runs"] if run.get("status") == "done"]
-    archs = [arch for arch in LADDER_FFN_TYPES if any(run["arch"] == arch for run in runs)]
+    archs = [arch for arch in ALL_ARCHS if any(run["arch"] == arch for run in runs)]
     colors = color_map(archs)
     figure = make_subplots(rows=1, cols=2, subplot_titles=("natural held-out stories", "generated held-out stories"))
     for col, metric in ((1, "natural_loss"), (2, "generated_loss")):
