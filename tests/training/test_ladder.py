@@ -8,17 +8,8 @@ import pytest
 from circuitlab import count_flops, ladder_config
 from circuitlab.cli import main
 from circuitlab.errors import UserError
-from circuitlab.training.ladder import (
-    RESULTS_FILE,
-    TABLE_FILE,
-    LadderSettings,
-    arch_config,
-    budget_for,
-    markdown_table,
-    plan_runs,
-    seed_spread,
-    verdicts,
-)
+from circuitlab.training.ladder import RESULTS_FILE, TABLE_FILE, LadderSettings, arch_config, budget_for, plan_runs
+from circuitlab.training.ladder_report import load_results, markdown_table, seed_spread, verdicts
 
 ROOT = Path(__file__).resolve().parents[2]
 TOKENIZER = str(ROOT / "models" / "sgatlin-stories" / "tokenizer.json")
@@ -86,6 +77,14 @@ def test_verdicts_follow_the_numbers():
     assert by_claim(fake_results(helped))[2].verdict == "contradicted"
 
 
+def test_a_file_that_is_not_ladder_results_is_a_user_error(tmp_path):
+    (tmp_path / "other.json").write_text(json.dumps({"steps": 3}))
+    with pytest.raises(UserError, match="not a ladder results file"):
+        load_results(tmp_path / "other.json")
+    with pytest.raises(UserError, match="cannot read ladder results"):
+        load_results(tmp_path / "missing.json")
+
+
 def test_runs_stopped_by_the_time_limit_are_not_compared():
     results = fake_results({("mlp", 1, 0): 3.0, ("sgatlin", 1, 0): 2.0})
     results["runs"][1]["stopped"] = "time limit"
@@ -93,7 +92,7 @@ def test_runs_stopped_by_the_time_limit_are_not_compared():
 
 
 def check_sweep(out, archs, seeds):
-    results = json.loads((out / RESULTS_FILE).read_text())
+    results = load_results(out)
     runs = results["runs"]
     assert sorted((run["arch"], run["seed"]) for run in runs) == sorted((a, s) for a in archs for s in seeds)
     for run in runs:
