@@ -226,3 +226,29 @@ def test_ladder_configs_follow_seed_000():
         ModelConfig.preset("tiny-peer", feedforward=dict(type="peer", d_ffw=60))
     with pytest.raises(ConfigError, match="k=5 must satisfy"):
         ModelConfig.preset("tiny-moe", feedforward=dict(type="moe", n_experts=4, k=5))
+
+
+@pytest.mark.parametrize("preset", ["tiny-peer", "tiny-moe"])
+def test_circuit_database_usage_and_dla_run_on_the_baselines(preset):
+    from pathlib import Path
+
+    from circuitlab import CircuitDB
+    from circuitlab.analysis.attribution import direct_logit_attribution
+    from circuitlab.analysis.usage import database_usage
+    from circuitlab.data.tokenizer import CircuitTokenizer
+
+    tokenizer = CircuitTokenizer.from_file(Path(__file__).resolve().parents[2] / "models/sgatlin-stories/tokenizer.json")
+    torch.manual_seed(0)
+    model = CircuitTransformer(ModelConfig.preset(preset, d_vocab=tokenizer.vocab_size), tokenizer=tokenizer).eval()
+    texts = ["Once upon a time there was a dog named Max.", "The turtle was slow and the cat was fast."]
+    db = CircuitDB.build(model, texts, index=None, progress=False)
+    n_tokens = sum(len(tokenizer.encode(text)) for text in texts)
+    assert sorted(database_usage(db)) == [0, 1]
+    table = direct_logit_attribution(model, "The turtle was")
+    units = table[table.level == "unit"]
+    ffn = table[(table.level == "component") & (table.kind == "ffn")].set_index("layer").value
+    # the units of each layer sum to that layer's FFN component
+    for layer, value in units.groupby("layer").value.sum().items():
+        assert value == pytest.approx(ffn[layer], abs=1e-4)
+    assert set(units.kind) == {"neuron" if preset == "tiny-peer" else "ffn_unit"}
+    assert n_tokens > 10 and "circuits" in repr(db)
