@@ -102,6 +102,8 @@ class SgatlinConfig(ConfigPart):
     n_channels: PositiveInt = 8
     k: PositiveInt = 8
     d_key: PositiveInt = 128
+    # seed 000's Table 1 ablation: a nonlinearity on each neuron, g * sigma(w_in . z) * w_out ("none": sgatlin)
+    activation: Literal["none", "relu", "gelu", "silu"] = "none"
 
     @model_validator(mode="after")
     def _product_keys(self) -> SgatlinConfig:
@@ -359,7 +361,10 @@ class ModelConfig(ConfigPart):
     # --- serialisation ----------------------------------------------------------------------------------
 
     def to_dict(self) -> dict[str, Any]:
-        return self.model_dump(mode="json")
+        data = self.model_dump(mode="json")
+        if data["feedforward"]["type"] == "sgatlin" and data["feedforward"].get("activation") == "none":
+            del data["feedforward"]["activation"]  # plain sgatlin is written (and hashed) as before the ablation field
+        return data
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> ModelConfig:

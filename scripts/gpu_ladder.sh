@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
 # The iso-FLOP ladder of seed 000 (Figure 3) at small scale: mlp, swiglu, sgatlin, peer and moe at ladder
 # scales 1, 2, 3 (d_model 128 to 384, 2 to 6 layers), each scale one training FLOP budget shared by the five
-# designs (6e13, 2.4e14, 9.6e14 FLOPs), plus a second seed of all five at scale 1: 20 runs, ten at a time on
-# one GPU by default. These budgets are 100 to 100000 times below seed 000's (1e17 to 6e18 FLOPs).
+# designs (6e13, 2.4e14, 9.6e14 FLOPs), plus a second seed of all five at scale 1 and seed 000's nonlinearity
+# ablation (sgatlin with a GELU on each neuron) at scale 1 with both seeds: 22 runs, ten at a time on one GPU
+# by default (set ABLATIONS="" to skip the ablation). These budgets are 100 to 100000 times below seed 000's (1e17 to 6e18 FLOPs).
 #
 #   RESULTS=results/ladder bash scripts/gpu_ladder.sh                  # one H200, about 7 minutes (estimate)
 #   RESULTS=results/ladder BUDGET_SCALE=2 bash scripts/gpu_ladder.sh   # twice the FLOPs per run
 #   DEVICE=cpu SMOKE=1 RESULTS=/tmp/ladder bash scripts/gpu_ladder.sh   # CPU check of every code path
-# Settings (environment): RESULTS, DEVICE, BUDGET_SCALE, SCALES, ARCHS, SEEDS, JOBS (runs per GPU),
+# Settings (environment): RESULTS, DEVICE, BUDGET_SCALE, SCALES, ARCHS, SEEDS, ABLATIONS, JOBS (runs per GPU),
 # MAX_MINUTES (per run), N_STORIES, NATURAL, TOKENIZER, SMOKE, PYTHON.
 #
 # Writes into RESULTS: ladder_results.json (one record per run: sizes, FLOPs per token, budget, tokens,
@@ -23,6 +24,7 @@ BUDGET_SCALE="${BUDGET_SCALE:-1}"
 SCALES="${SCALES:-1 2 3}"
 ARCHS="${ARCHS:-mlp swiglu sgatlin peer moe}"
 SEEDS="${SEEDS:-0 1}"
+ABLATIONS="${ABLATIONS-sgatlin-gelu}"
 JOBS="${JOBS:-10}"
 MAX_MINUTES="${MAX_MINUTES:-5}"
 N_STORIES="${N_STORIES:-40000}"
@@ -35,7 +37,7 @@ if [ "${SMOKE:-0}" = 1 ]; then  # --smoke picks its own tiny sizes (scale 1, 2 s
 else
   # shellcheck disable=SC2086
   sweep=(--budget-scale "$BUDGET_SCALE" --scales $SCALES --archs $ARCHS --seeds $SEEDS --jobs "$JOBS"
-         --max-minutes "$MAX_MINUTES" --n-stories "$N_STORIES")
+         --max-minutes "$MAX_MINUTES" --n-stories "$N_STORIES" --ablations $ABLATIONS)
 fi
 "$PYTHON" -m circuitlab.cli ladder --out "$RESULTS" --device "$DEVICE" --natural "$NATURAL" --tokenizer "$TOKENIZER" \
   "${sweep[@]}" 2>&1 | tee -a "$RESULTS/ladder.log"

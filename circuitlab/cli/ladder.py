@@ -23,7 +23,7 @@ SMOKE = dict(budget_scale=1e-6, seq_len=32, batch_size=2, n_stories=40, held_out
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    from circuitlab.training.ladder import BASE_BUDGET, LadderSettings
+    from circuitlab.training.ladder import ABLATIONS, BASE_BUDGET, LadderSettings
 
     defaults = LadderSettings()
     parser = subparsers.add_parser(
@@ -37,6 +37,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--out", default="runs/ladder", help="results folder (default runs/ladder)")
     parser.add_argument("--archs", nargs="+", default=list(defaults.archs), choices=LADDER_FFN_TYPES,
                         help="FFN designs (default: all five)")
+    parser.add_argument("--ablations", nargs="*", default=list(defaults.ablations), choices=sorted(ABLATIONS),
+                        help="ablations run at the smallest scale with every seed (default sgatlin-gelu: seed 000's "
+                        "nonlinearity ablation, a GELU on each sgatlin neuron); --ablations alone runs none")
     parser.add_argument("--scales", nargs="+", type=int, default=list(defaults.scales),
                         help="ladder scales (seed 000, appendix B.2: d_model 128 x scale, 2 x scale layers; default 1 2 3)")
     parser.add_argument("--seeds", nargs="+", type=int, default=list(defaults.seeds),
@@ -75,6 +78,7 @@ def settings_from(args: argparse.Namespace):
 
     settings = dict(
         scales=tuple(args.scales), archs=tuple(dict.fromkeys(args.archs)), seeds=tuple(dict.fromkeys(args.seeds)),
+        ablations=tuple(dict.fromkeys(args.ablations)),
         budget_scale=args.budget_scale, seq_len=args.seq_len, batch_size=args.batch_size, lr=args.lr,
         device=args.device, jobs_per_gpu=args.jobs, gpus=tuple(args.gpus or ()), max_minutes=args.max_minutes,
         natural=None if args.no_natural else args.natural, natural_upsample=args.natural_upsample,

@@ -13,16 +13,15 @@ budgets of 6e13 to 1e15 FLOPs, so that the whole sweep takes minutes on one GPU.
 
 Runs are `circuitlab train` processes (several at once on each GPU, round robin over the GPUs); finished runs
 (metrics.json present with the planned step count) are skipped when the sweep is run again. The results
-JSON holds one record per run; `verdicts(results)` words seed 000's comparative claims from it.
+JSON holds one record per run; circuitlab.training.ladder_report words seed 000's comparative claims from it
+(`verdicts(results)`) and writes the table and the figure.
 """
 
 from __future__ import annotations
 
 import json
-import math
 import os
 import shutil
-import statistics
 import subprocess
 import sys
 import time
@@ -30,7 +29,6 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from circuitlab.atomic import atomic_write_text
 from circuitlab.config import LADDER_FFN_TYPES, ModelConfig, ladder_config, scaling_ladder
 from circuitlab.errors import UserError
 from circuitlab.flops import count_flops
@@ -39,7 +37,24 @@ BASE_BUDGET = 6e13  # training FLOPs of scale 1 at --budget-scale 1; x4 per scal
 RESULTS_FILE = "ladder_results.json"
 TABLE_FILE = "ladder_table.md"
 FIGURE_FILE = "ladder_loss_vs_flops.html"
-ARCH_LABELS = {"mlp": "GELU MLP", "swiglu": "SwiGLU", "sgatlin": "sgatlin", "peer": "PEER", "moe": "MoE (top-2 of 16)"}
+ARCH_LABELS = {"mlp": "GELU MLP", "swiglu": "SwiGLU", "sgatlin": "sgatlin", "peer": "PEER", "moe": "MoE (top-2 of 16)",
+               "sgatlin-gelu": "sgatlin + GELU (ablation)"}
+# seed 000's Table 1 ablation: sgatlin with a GELU on each neuron (run at the smallest scale, every seed)
+ABLATIONS = {"sgatlin-gelu": ("sgatlin", {"activation": "gelu"})}
+ALL_ARCHS = (*LADDER_FFN_TYPES, *ABLATIONS)
+
+
+def arch_config(scale: int, arch: str, **overrides: Any) -> ModelConfig:
+    """The ladder config of a design (`ladder_config`) or of an ablation (a ladder design with changes)."""
+    if arch not in ABLATIONS:
+        return ladder_config(scale, arch, **overrides)
+    base, changes = ABLATIONS[arch]
+    config = ladder_config(scale, base, **overrides)
+    return config.replace(feedforward={**config.feedforward.model_dump(), **changes}, name=f"ladder-{arch}-{scale}")
+
+
+def base_arch(arch: str) -> str:
+    return ABLATIONS[arch][0] if arch in ABLATIONS else arch
 
 
 @dataclass
@@ -48,6 +63,7 @@ class LadderSettings:
 
     scales: tuple[int, ...] = (1, 2, 3)
     archs: tuple[str, ...] = LADDER_FFN_TYPES
+    ablations: tuple[str, ...] = tuple(ABLATIONS)  # at the smallest scale only, every seed
     seeds: tuple[int, ...] = (0, 1)
     budget_scale: float = 1.0
     seq_len: int = 256
@@ -75,6 +91,8 @@ class LadderSettings:
         unknown = [arch for arch in self.archs if arch not in LADDER_FFN_TYPES]
         if not self.archs or unknown:
             raise UserError(f"--archs must name ladder designs ({', '.join(LADDER_FFN_TYPES)}), got {list(self.archs)}")
+        if any(arch not in ABLATIONS for arch in self.ablations):
+            raise UserError(f"--ablations must name ablations ({', '.join(ABLATIONS)}), got {list(self.ablations)}")
         if not self.seeds:
             raise UserError("--seeds needs at least one seed")
         if not self.budget_scale > 0:
@@ -120,9 +138,10 @@ def plan_runs(settings: LadderSettings, d_vocab: int) -> list[PlannedRun]:
     runs = []
     for scale in sorted(set(settings.scales), reverse=True):
         seeds = settings.seeds if scale == smallest else settings.seeds[:1]
+        archs = list(settings.archs) + (list(settings.ablations) if scale == smallest else [])
         for seed in seeds:
-            for arch in settings.archs:
-                config = ladder_config(scale, arch, d_vocab=d_vocab, n_ctx=settings.seq_len)
+            for arch in archs:
+                config = arch_config(scale, arch, d_vocab=d_vocab, n_ctx=settings.seq_len)
                 count = count_flops(config, settings.seq_len)
                 budget = budget_for(scale, settings.budget_scale)
                 tokens_per_step = settings.batch_size * settings.seq_len
@@ -209,7 +228,7 @@ def _visible_gpus(settings: LadderSettings) -> list[str | None]:
 
 
 def _record(run: PlannedRun, metrics: dict[str, Any] | None, status: str) -> dict[str, Any]:
-    d_model, n_layers, d_ffw = scaling_ladder(run.scale, run.arch)
+    d_model, n_layers, d_ffw = scaling_ladder(run.scale, base_arch(run.arch))
     record: dict[str, Any] = {
         "arch": run.arch, "scale": run.scale, "seed": run.seed, "name": run.name, "status": status,
         "d_model": d_model, "n_layers": n_layers, "d_ffw": d_ffw, "budget_flops": run.budget_flops,
@@ -242,7 +261,7 @@ def run_ladder(out: str | os.PathLike, settings: LadderSettings, progress: bool 
     for run in runs:
         ModelConfig.from_dict(run.config).to_json(out / "configs" / f"{run.name}.json")
     say(f"ladder: {len(runs)} runs ({', '.join(settings.archs)} at scales {sorted(set(settings.scales))}, seeds "
-        f"{list(settings.seeds)} at the smallest); budgets " + ", ".join(
+        f"{list(settings.seeds)} and the ablations {list(settings.ablations)} at the smallest); budgets " + ", ".join(
             f"scale {s}: {budget_for(s, settings.budget_scale):.2g} FLOPs" for s in sorted(set(settings.scales))))
 
     for run in runs:
@@ -270,6 +289,8 @@ def run_ladder(out: str | os.PathLike, settings: LadderSettings, progress: bool 
         "runs": records,
         "sweep_seconds": time.monotonic() - started,
     }
+    from circuitlab.training.ladder_report import verdicts, write_outputs
+
     results["verdicts"] = [asdict(v) for v in verdicts(results)]
     write_outputs(out, results)
     say(f"ladder: {sum(r['status'] == 'done' for r in records)} of {len(records)} runs done in "
@@ -309,6 +330,7 @@ def _execute(todo: list[PlannedRun], settings: LadderSettings, out: Path, tokeni
     python_path = os.pathsep.join(filter(None, (package_root, os.environ.get("PYTHONPATH"))))
     pending = list(todo)
     active: dict[str, tuple[subprocess.Popen, PlannedRun, str | None, Any]] = {}
+    shown = ""
     try:
         while pending or active:
             for gpu in gpus:
@@ -323,7 +345,10 @@ def _execute(todo: list[PlannedRun], settings: LadderSettings, out: Path, tokeni
                                                stdout=log, stderr=subprocess.STDOUT, env=env)
                     active[run.name] = (process, run, gpu, log)
                     slots[gpu] -= 1
-            bar.set_postfix_str(f"running {len(active)}, waiting {len(pending)}")
+            state = f"running {len(active)}, waiting {len(pending)}"
+            if state != shown:  # only on changes: logs of the sweep stay short
+                bar.set_postfix_str(state)
+                shown = state
             time.sleep(0.5)
             for name, (process, run, gpu, log) in list(active.items()):
                 if process.poll() is None:
@@ -359,170 +384,3 @@ def _collect(run: PlannedRun, out: Path, settings: LadderSettings, done: dict[st
 
 def _fmt(value: float | None, digits: int = 3) -> str:
     return "n/a" if value is None else f"{value:.{digits}f}"
-
-
-# --- verdicts ------------------------------------------------------------------------------------------------
-
-
-@dataclass
-class Verdict:
-    claim: str  # seed 000's claim, in a few words
-    verdict: str  # "supported" | "contradicted" | "mixed" | "within noise" | "not measured"
-    detail: str  # the numbers behind it
-
-
-def _loss(run: dict[str, Any], metric: str) -> float | None:
-    value = run.get(metric)
-    return None if value is None or not math.isfinite(value) else float(value)
-
-
-def default_metric(results: dict[str, Any]) -> str:
-    """natural_loss when the sweep had the natural held-out stories, else generated_loss."""
-    return "natural_loss" if any(_loss(run, "natural_loss") is not None for run in results["runs"]) else "generated_loss"
-
-
-def losses_by(results: dict[str, Any], metric: str | None = None) -> dict[tuple[str, int], list[float]]:
-    """{(arch, scale): [loss of each seed that finished its whole FLOP budget]} (runs stopped by the time
-    limit spent less than the budget: they are left out of iso-FLOP comparisons)."""
-    metric = metric or default_metric(results)
-    table: dict[tuple[str, int], list[float]] = {}
-    for run in results["runs"]:
-        value = _loss(run, metric)
-        if run.get("status") == "done" and run.get("stopped") == "completed" and value is not None:
-            table.setdefault((run["arch"], run["scale"]), []).append(value)
-    return table
-
-
-def seed_spread(results: dict[str, Any], metric: str | None = None) -> dict[str, float]:
-    """Per design, the standard deviation of the loss over seeds at the smallest scale (designs with 2+ seeds)."""
-    table = losses_by(results, metric)
-    if not table:
-        return {}
-    smallest = min(scale for _, scale in table)
-    return {arch: statistics.stdev(values) for (arch, scale), values in table.items()
-            if scale == smallest and len(values) >= 2}
-
-
-def _compare(results: dict[str, Any], claim: str, ours: str, others: list[str], expect_lower: bool,
-             metric: str) -> Verdict:
-    """Does `ours` reach a lower (expect_lower) or not-lower loss than the best of `others` at each scale?
-    A gap smaller than twice the largest seed standard deviation at the smallest scale counts as a tie."""
-    table = losses_by(results, metric)
-    spread = seed_spread(results, metric)
-    noise = 2 * max(spread.values()) if spread else 0.0
-    scales = sorted({scale for arch, scale in table if arch == ours}
-                    & {scale for arch, scale in table if arch in others})
-    if not scales:
-        return Verdict(claim, "not measured", f"no finished runs of {ours} and of {' / '.join(others)} at a common scale")
-    gaps = []
-    for scale in scales:
-        mine = statistics.mean(table[(ours, scale)])
-        best_arch = min((arch for arch in others if (arch, scale) in table),
-                        key=lambda arch: statistics.mean(table[(arch, scale)]))
-        gaps.append((scale, mine - statistics.mean(table[(best_arch, scale)]), best_arch))
-    lower = [gap < -noise for _, gap, _ in gaps]
-    higher = [gap > noise for _, gap, _ in gaps]
-    detail = "; ".join(f"scale {s}: {ours} {'-' if g < 0 else '+'}{abs(g):.3f} nats vs {a}" for s, g, a in gaps)
-    detail += f" ({metric.replace('_', ' ')}, iso-FLOP per scale; ties within {noise:.3f} nats = 2 x the largest seed sd)"
-    if expect_lower:
-        verdict = ("supported" if all(lower) else "contradicted" if all(higher) else
-                   "within noise" if not any(lower) and not any(higher) else "mixed")
-    else:  # the claim: `ours` does not beat the others (e.g. PEER's router does not help)
-        verdict = ("supported" if not any(lower) else "contradicted" if all(lower) else "mixed")
-    return Verdict(claim, verdict, detail)
-
-
-def verdicts(results: dict[str, Any], metric: str | None = None) -> list[Verdict]:
-    """Seed 000's comparative claims checked against the ladder's results (one Verdict each), on the natural
-    held-out loss when the sweep had it (else the generated one)."""
-    metric = metric or default_metric(results)
-    found = {arch for arch, _ in losses_by(results, metric)}
-    dense = [arch for arch in ("mlp", "swiglu") if arch in found]
-    out = [_compare(results, "sgatlin reaches a lower loss than dense FFNs (GELU MLP, SwiGLU) at equal training FLOPs",
-                    "sgatlin", dense or ["mlp", "swiglu"], True, metric)]
-    peer = _compare(results, "PEER's router does not beat sgatlin's gating (here: the whole PEER layer vs sgatlin at "
-                    "equal FLOPs, not seed 000's single router swap)", "peer", ["sgatlin"], False, metric)
-    out.append(peer)
-    nonlinear = Verdict(
-        "adding a nonlinearity to the experts does not help sgatlin", "not measured",
-        "the ladder has no sgatlin-with-activation ablation; the designs with nonlinear experts (PEER, MoE) also "
-        "differ in routing, so they do not isolate the nonlinearity")
-    if "peer" in found and "sgatlin" in found:
-        indirect = _compare(results, "", "peer", ["sgatlin"], False, metric)
-        nonlinear.detail += f"; indirect evidence, PEER (GELU experts) vs sgatlin (linear): {indirect.detail}"
-    out.append(nonlinear)
-    return out
-
-
-# --- outputs -------------------------------------------------------------------------------------------------
-
-
-def write_outputs(out: Path, results: dict[str, Any]) -> None:
-    atomic_write_text(out / RESULTS_FILE, json.dumps(results, indent=1) + "\n")
-    atomic_write_text(out / TABLE_FILE, markdown_table(results))
-    try:
-        from circuitlab.figures import write_figure
-
-        write_figure(loss_vs_flops_figure(results), out / FIGURE_FILE)
-    except ModuleNotFoundError as error:  # plotly is optional for the sweep itself
-        print(f"ladder: no figure ({error})", file=sys.stderr)
-
-
-def markdown_table(results: dict[str, Any]) -> str:
-    lines = [
-        "| design | scale | d_model x layers | FFN width | parameters | active / token | train FLOPs / token | "
-        "budget | tokens | seed | natural loss | generated loss | stopped |",
-        "|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|",
-    ]
-    for run in sorted(results["runs"], key=lambda r: (r["scale"], r["arch"], r["seed"])):
-        flops = run["flops"]
-        lines.append(
-            f"| {ARCH_LABELS.get(run['arch'], run['arch'])} | {run['scale']} | {run['d_model']} x {run['n_layers']} | "
-            f"{run['d_ffw']:,} | {flops['total_parameters'] / 1e6:.1f}M | {flops['active_parameters'] / 1e6:.2f}M | "
-            f"{flops['training_per_token'] / 1e6:.1f}M | {run['budget_flops']:.2g} | "
-            f"{run.get('tokens', 0) / 1e6:.2f}M | {run['seed']} | {_fmt(run.get('natural_loss'))} | "
-            f"{_fmt(run.get('generated_loss'))} | {run.get('stopped', run['status'])} |"
-        )
-    spread = seed_spread(results)
-    if spread:
-        lines += ["", f"Seed standard deviation of the {default_metric(results).replace('_', ' ')} at the smallest scale: " + ", ".join(
-            f"{ARCH_LABELS.get(arch, arch)} {value:.3f}" for arch, value in sorted(spread.items())) + "."]
-    lines += ["", "| claim (seed 000) | verdict | numbers |", "|---|---|---|"]
-    lines += [f"| {v['claim']} | {v['verdict']} | {v['detail']} |" for v in results.get("verdicts", [])]
-    return "\n".join(lines) + "\n"
-
-
-def loss_vs_flops_figure(results: dict[str, Any]) -> Any:
-    """Seed 000 Figure 3's axes for this ladder: held-out loss against training FLOPs, one line per design
-    through its scales (mean over seeds), every seed's run as a marker; natural and generated held-out sets."""
-    import plotly.graph_objects as go
-    from plotly.subplots import make_subplots
-
-    from circuitlab.figures import color_map
-
-    runs = [run for run in results["runs"] if run.get("status") == "done"]
-    archs = [arch for arch in LADDER_FFN_TYPES if any(run["arch"] == arch for run in runs)]
-    colors = color_map(archs)
-    figure = make_subplots(rows=1, cols=2, subplot_titles=("natural held-out stories", "generated held-out stories"))
-    for col, metric in ((1, "natural_loss"), (2, "generated_loss")):
-        for arch in archs:
-            mine = [run for run in runs if run["arch"] == arch and _loss(run, metric) is not None]
-            scales = sorted({run["scale"] for run in mine})
-            mean_x = [statistics.mean(r["training_flops"] for r in mine if r["scale"] == s) for s in scales]
-            mean_y = [statistics.mean(_loss(r, metric) for r in mine if r["scale"] == s) for s in scales]
-            label = ARCH_LABELS.get(arch, arch)
-            figure.add_trace(go.Scatter(
-                x=mean_x, y=mean_y, mode="lines", name=label, legendgroup=arch, showlegend=col == 1,
-                line=dict(color=colors[arch]), hoverinfo="skip"), row=1, col=col)
-            figure.add_trace(go.Scatter(
-                x=[r["training_flops"] for r in mine], y=[_loss(r, metric) for r in mine], mode="markers",
-                name=label, legendgroup=arch, showlegend=False, marker=dict(color=colors[arch], size=8),
-                text=[f"{label}, scale {r['scale']} ({r['d_model']} x {r['n_layers']}), seed {r['seed']}<br>"
-                      f"{r['tokens'] / 1e6:.2f}M tokens, {r['flops']['active_parameters'] / 1e6:.2f}M active params"
-                      for r in mine],
-                hovertemplate="%{text}<br>%{x:.3g} FLOPs, loss %{y:.3f}<extra></extra>"), row=1, col=col)
-        figure.update_xaxes(type="log", title_text="training FLOPs", row=1, col=col)
-        figure.update_yaxes(title_text="held-out loss (nats / token)", row=1, col=col)
-    figure.update_layout(title="Iso-FLOP ladder: loss vs training FLOPs per FFN design (one budget per scale)",
-                         template="plotly_white", legend_title_text="FFN")
-    return figure

@@ -192,6 +192,29 @@ def test_a_tiny_model_learns_a_repeating_sequence(preset):
     assert losses[-1] < 0.3 * losses[0], losses[::5]
 
 
+def test_sgatlin_nonlinearity_ablation_applies_the_activation_to_each_neuron():
+    config = ModelConfig.preset("tiny-sgatlin")
+    torch.manual_seed(5)
+    ablated = CircuitTransformer(config.replace(feedforward={**config.feedforward.model_dump(), "activation": "gelu"}))
+    layer = ablated.blocks[0].mlp
+    z = torch.randn(B, T, ablated.config.d_model)
+    with torch.no_grad():
+        out, _ = layer(z)
+        _, cache = ablated.run_with_cache(torch.randint(0, 512, (B, T)))
+    channel = torch.arange(layer.n_channels)[:, None]
+    from circuitlab.kernels.reference import sgatlin_route
+
+    indices, gates = sgatlin_route(torch.einsum("btq,qscn->btscn", z @ layer.W_query, layer.W_key), layer.k)
+    w_in, w_out = layer.experts[0][channel, indices], layer.experts[1][channel, indices]
+    expected = torch.einsum("btck,btckd->btd", gates * F.gelu(torch.einsum("btd,btckd->btck", z, w_in)), w_out)
+    torch.testing.assert_close(out, expected.detach(), rtol=1e-5, atol=1e-6)
+    post, pre = cache["blocks.0.mlp.hook_neuron_post"], cache["blocks.0.mlp.hook_neuron_pre"]
+    torch.testing.assert_close(post, F.gelu(pre) * cache["blocks.0.mlp.hook_gate_values"])
+    with pytest.raises(ValueError, match="no linear circuit matrix"):
+        layer.circuit_matrix(indices[0, 0], gates[0, 0])
+    assert layer.layout()["activation"] == "gelu" and "activation" not in CircuitTransformer(config).blocks[0].mlp.layout()
+
+
 def test_ladder_configs_follow_seed_000():
     peer, moe = ladder_config(2, "peer"), ladder_config(2, "moe")
     assert (peer.d_model, peer.n_layers, peer.feedforward.d_ffw) == (256, 4, (32 + 48) ** 2)
@@ -203,3 +226,29 @@ def test_ladder_configs_follow_seed_000():
         ModelConfig.preset("tiny-peer", feedforward=dict(type="peer", d_ffw=60))
     with pytest.raises(ConfigError, match="k=5 must satisfy"):
         ModelConfig.preset("tiny-moe", feedforward=dict(type="moe", n_experts=4, k=5))
+
+
+@pytest.mark.parametrize("preset", ["tiny-peer", "tiny-moe"])
+def test_circuit_database_usage_and_dla_run_on_the_baselines(preset):
+    from pathlib import Path
+
+    from circuitlab import CircuitDB
+    from circuitlab.analysis.attribution import direct_logit_attribution
+    from circuitlab.analysis.usage import database_usage
+    from circuitlab.data.tokenizer import CircuitTokenizer
+
+    tokenizer = CircuitTokenizer.from_file(Path(__file__).resolve().parents[2] / "models/sgatlin-stories/tokenizer.json")
+    torch.manual_seed(0)
+    model = CircuitTransformer(ModelConfig.preset(preset, d_vocab=tokenizer.vocab_size), tokenizer=tokenizer).eval()
+    texts = ["Once upon a time there was a dog named Max.", "The turtle was slow and the cat was fast."]
+    db = CircuitDB.build(model, texts, index=None, progress=False)
+    n_tokens = sum(len(tokenizer.encode(text)) for text in texts)
+    assert sorted(database_usage(db)) == [0, 1]
+    table = direct_logit_attribution(model, "The turtle was")
+    units = table[table.level == "unit"]
+    ffn = table[(table.level == "component") & (table.kind == "ffn")].set_index("layer").value
+    # the units of each layer sum to that layer's FFN component
+    for layer, value in units.groupby("layer").value.sum().items():
+        assert value == pytest.approx(ffn[layer], abs=1e-4)
+    assert set(units.kind) == {"neuron" if preset == "tiny-peer" else "ffn_unit"}
+    assert n_tokens > 10 and "circuits" in repr(db)

@@ -8,16 +8,8 @@ import pytest
 from circuitlab import count_flops, ladder_config
 from circuitlab.cli import main
 from circuitlab.errors import UserError
-from circuitlab.training.ladder import (
-    RESULTS_FILE,
-    TABLE_FILE,
-    LadderSettings,
-    budget_for,
-    markdown_table,
-    plan_runs,
-    seed_spread,
-    verdicts,
-)
+from circuitlab.training.ladder import RESULTS_FILE, TABLE_FILE, LadderSettings, arch_config, budget_for, plan_runs
+from circuitlab.training.ladder_report import load_results, markdown_table, seed_spread, verdicts
 
 ROOT = Path(__file__).resolve().parents[2]
 TOKENIZER = str(ROOT / "models" / "sgatlin-stories" / "tokenizer.json")
@@ -26,11 +18,14 @@ TOKENIZER = str(ROOT / "models" / "sgatlin-stories" / "tokenizer.json")
 def test_plan_gives_every_design_of_a_scale_the_same_budget():
     settings = LadderSettings(scales=(1, 2, 3), seeds=(0, 1), tokenizer=TOKENIZER, natural=None)
     runs = plan_runs(settings, d_vocab=8192)
-    assert len(runs) == 5 * 3 + 5  # the second seed at the smallest scale only
+    assert len(runs) == 5 * 3 + 5 + 2  # the second seed and the sgatlin + GELU ablation at the smallest scale only
+    assert {(run.arch, run.seed) for run in runs if run.arch == "sgatlin-gelu"} == {("sgatlin-gelu", 0), ("sgatlin-gelu", 1)}
+    assert all(run.scale == 1 and run.config["feedforward"]["activation"] == "gelu" for run in runs if run.arch == "sgatlin-gelu")
     assert [run.scale for run in runs] == sorted((run.scale for run in runs), reverse=True)  # longest first
-    assert {(run.arch, run.seed) for run in runs if run.scale == 1} == {(a, s) for a in settings.archs for s in (0, 1)}
+    assert {(run.arch, run.seed) for run in runs if run.scale == 1} == {
+        (a, s) for a in (*settings.archs, "sgatlin-gelu") for s in (0, 1)}
     for run in runs:
-        per_token = count_flops(ladder_config(run.scale, run.arch, d_vocab=8192, n_ctx=256), 256).training_per_token
+        per_token = count_flops(arch_config(run.scale, run.arch, d_vocab=8192, n_ctx=256), 256).training_per_token
         assert run.training_flops_per_token == per_token and run.budget_flops == budget_for(run.scale)
         spent = run.tokens * per_token
         # rounding to whole steps of batch x 256 tokens: within half a step of the budget
@@ -74,6 +69,20 @@ def test_verdicts_follow_the_numbers():
     assert by_claim(fake_results(mixed))[0].verdict == "mixed"
     peer_better = {**base, ("peer", 1, 0): 2.5, ("peer", 1, 1): 2.52, ("peer", 2, 0): 2.1}
     assert by_claim(fake_results(peer_better))[1].verdict == "contradicted"
+    # the nonlinearity ablation, when the sweep ran it, decides the third claim
+    ablated = {**base, ("sgatlin-gelu", 1, 0): 2.95, ("sgatlin-gelu", 1, 1): 2.97}
+    nonlinear = by_claim(fake_results(ablated))[2]
+    assert nonlinear.verdict == "supported" and "scale 1: sgatlin -0.150 nats vs sgatlin-gelu" in nonlinear.detail
+    helped = {**base, ("sgatlin-gelu", 1, 0): 2.60, ("sgatlin-gelu", 1, 1): 2.62}
+    assert by_claim(fake_results(helped))[2].verdict == "contradicted"
+
+
+def test_a_file_that_is_not_ladder_results_is_a_user_error(tmp_path):
+    (tmp_path / "other.json").write_text(json.dumps({"steps": 3}))
+    with pytest.raises(UserError, match="not a ladder results file"):
+        load_results(tmp_path / "other.json")
+    with pytest.raises(UserError, match="cannot read ladder results"):
+        load_results(tmp_path / "missing.json")
 
 
 def test_runs_stopped_by_the_time_limit_are_not_compared():
@@ -83,7 +92,7 @@ def test_runs_stopped_by_the_time_limit_are_not_compared():
 
 
 def check_sweep(out, archs, seeds):
-    results = json.loads((out / RESULTS_FILE).read_text())
+    results = load_results(out)
     runs = results["runs"]
     assert sorted((run["arch"], run["seed"]) for run in runs) == sorted((a, s) for a in archs for s in seeds)
     for run in runs:
@@ -97,7 +106,7 @@ def check_sweep(out, archs, seeds):
     return results
 
 
-SMOKE = ["--smoke", "--device", "cpu", "--no-natural", "--tokenizer", TOKENIZER, "--quiet"]
+SMOKE = ["--smoke", "--device", "cpu", "--no-natural", "--tokenizer", TOKENIZER, "--quiet", "--ablations"]
 
 
 def test_ladder_sweep_end_to_end_in_process(tmp_path):
@@ -117,7 +126,8 @@ def test_ladder_sweep_end_to_end_in_process(tmp_path):
 def test_ladder_sweep_end_to_end_as_concurrent_processes(tmp_path):
     """The GPU sweep's path: `circuitlab train` processes, two at a time."""
     out = tmp_path / "ladder"
-    assert main(["ladder", "--out", str(out), *SMOKE, "--archs", "sgatlin", "peer", "--seeds", "0", "--jobs", "2"]) == 0
-    results = check_sweep(out, ["sgatlin", "peer"], [0])
+    argv = ["ladder", "--out", str(out), *SMOKE, "sgatlin-gelu", "--archs", "peer", "--seeds", "0", "--jobs", "2"]
+    assert main(argv) == 0
+    results = check_sweep(out, ["peer", "sgatlin-gelu"], [0])
     assert all((out / "runs" / f"{run['name']}.log").exists() for run in results["runs"])
-    assert "| sgatlin | 1 | 128 x 2 | 784 |" in (out / TABLE_FILE).read_text()
+    assert "| sgatlin + GELU (ablation) | 1 | 128 x 2 | 784 |" in (out / TABLE_FILE).read_text()

@@ -27,6 +27,8 @@ from circuitlab.architectures.components import is_hooked
 from circuitlab.codes import SparseCode
 from circuitlab.config import ModelConfig
 
+ACTIVATIONS = {"relu": torch.nn.functional.relu, "gelu": torch.nn.functional.gelu, "silu": torch.nn.functional.silu}
+
 
 class Sgatlin(CodeLayer):
     kind = "sgatlin"
@@ -37,6 +39,7 @@ class Sgatlin(CodeLayer):
         ffn = config.feedforward
         self.n_channels, self.k, self.d_ffw = ffn.n_channels, ffn.k, ffn.d_ffw
         self.n_keys = math.isqrt(ffn.d_ffw)
+        self.activation = ffn.activation  # "none" (sgatlin); else seed 000's nonlinearity ablation
         self.W_query = nn.Parameter(torch.empty(config.d_model, ffn.d_key))
         self.W_key = nn.Parameter(torch.empty(ffn.d_key, 2, ffn.n_channels, self.n_keys))
         self.experts = nn.Parameter(torch.empty(2, ffn.n_channels, ffn.d_ffw, config.d_model))  # [w_in; w_out]
@@ -55,19 +58,25 @@ class Sgatlin(CodeLayer):
         indices_BxTxCxK, gates_BxTxCxK = kernels.sgatlin_route(subkey_BxTx2xCxn, self.k)
         indices_BxTxCxK = self.hook_gate_indices(indices_BxTxCxK)
         gates_BxTxCxK = self.hook_gate_values(gates_BxTxCxK)
-        if not is_hooked(self.hook_neuron_pre, self.hook_neuron_post):
+        if self.activation == "none" and not is_hooked(self.hook_neuron_pre, self.hook_neuron_post):
             return kernels.sgatlin_combine(z_BxTxD, indices_BxTxCxK, gates_BxTxCxK, self.experts), None
         channel_C = torch.arange(self.n_channels, device=z_BxTxD.device)[:, None]
         w_in_BxTxCxKxD = self.experts[0][channel_C, indices_BxTxCxK]
         w_out_BxTxCxKxD = self.experts[1][channel_C, indices_BxTxCxK]
         neuron_pre = self.hook_neuron_pre(torch.einsum("btd,btckd->btck", z_BxTxD, w_in_BxTxCxKxD))
-        neuron_post = self.hook_neuron_post(neuron_pre * gates_BxTxCxK)
+        if self.activation != "none":
+            neuron_pre_act = ACTIVATIONS[self.activation](neuron_pre)
+        else:
+            neuron_pre_act = neuron_pre
+        neuron_post = self.hook_neuron_post(neuron_pre_act * gates_BxTxCxK)
         return torch.einsum("btck,btckd->btd", neuron_post, w_out_BxTxCxKxD), None
 
     def circuit_matrix(
         self, indices_CxK: Int[Tensor, "channel k"], gates_CxK: Float[Tensor, "channel k"]
     ) -> Float[Tensor, "d_model d_model"]:
         """W_circuit = sum_c sum_i g_ci w_out_ci w_in_ci^T: the linear map one token's gates select."""
+        if self.activation != "none":
+            raise ValueError(f"this sgatlin has a {self.activation} on its neurons: no linear circuit matrix")
         channel_C = torch.arange(self.n_channels, device=indices_CxK.device)[:, None]
         w_in_CxKxD = self.experts[0][channel_C, indices_CxK]
         w_out_CxKxD = self.experts[1][channel_C, indices_CxK]
@@ -103,7 +112,7 @@ class Sgatlin(CodeLayer):
         return {
             "kind": self.kind, "n_channels": self.n_channels, "neurons_per_channel": self.d_ffw,
             "keys_per_half": self.n_keys, "k": self.k,
-        }
+        } | ({} if self.activation == "none" else {"activation": self.activation})
 
     def unit_kinds(self) -> list[str]:
         return ["neuron"] * (self.n_channels * self.d_ffw)
