@@ -283,8 +283,8 @@ def legible_attribution_share(
                   else f"blocks.{index}.hook_mlp_out")
     ln_final = model.ln_final
     centred = getattr(ln_final, "b", None) is not None
-    weight_D = ln_final.w.detach().double()
-    W_U_DxV = model.W_U.detach().double()
+    weight_D = ln_final.w.detach().double().cpu()  # the sums below run on the CPU, whatever the model's device
+    W_U_DxV = model.W_U.detach().double().cpu()
     share_sum, n_positions = 0.0, 0
     part_sums = {part: 0.0 for part in ATTRIBUTION_PARTS}
     pooled = {part: 0.0 for part in ATTRIBUTION_PARTS}
