@@ -125,6 +125,27 @@ def _records(frame: Any) -> list[dict[str, Any]]:
     return [{key: _jsonable(value) for key, value in row.items()} for row in frame.to_dict("records")]
 
 
+ON_RATE_BINS = (0.0, 0.01, 0.05, 0.2, 0.5, 0.8, 0.95, 0.99, 1.0)  # edges; the first and last bins are the constants
+
+
+def on_rate_histogram(stats: Any) -> dict[str, Any]:
+    """Operand channels per ON-fraction bin, per surface and family: {"edges": [...], "<surface> <family>":
+    counts}. Bin i holds edges[i] <= on < edges[i + 1]; the first bin is [0, 1%) (dead), the last (99%, 100%]
+    (stuck on), so the middle bins together are the alive channels."""
+    import numpy as np
+
+    edges = list(ON_RATE_BINS)
+    out: dict[str, Any] = {"edges": edges}
+    operands = stats[stats["operand"]]
+    for (surface, family), rows in operands.groupby(["surface", "family"], sort=True):
+        on = rows["on_fraction"].to_numpy(dtype=float)
+        dead, stuck = int((on < edges[1]).sum()), int((on > edges[-2]).sum())
+        alive = on[(on >= edges[1]) & (on <= edges[-2])]
+        middle = np.histogram(alive, bins=edges[1:-1])[0].tolist()  # the last middle bin includes 99%
+        out[f"{surface} {family}"] = [dead, *middle, stuck]
+    return out
+
+
 def _surface_alive(by_layer_rows: Sequence[dict[str, Any]], surface: str) -> float | None:
     """Alive share of the operator operands of one surface over all layers (weighted by channel count)."""
     rows = [r for r in by_layer_rows if r["surface"] == surface and r["family"] == "operator" and r["n_operands"]]
@@ -170,6 +191,7 @@ def measure_model(model_dir: str | os.PathLike, windows: Tensor | None = None, s
         "summary": _records(legibility_summary(stats, folder.name)),
         "by_layer": by_layer,
         "by_head": _records(legibility_by_head(stats)) if has_heads else [],
+        "on_rate_histogram": on_rate_histogram(stats),
         "attribution": legible_attribution_share(model, windows, batch_size=batch_size, progress=progress),
         "alive": {"ffn": ffn_alive, "attention": attention_alive},
         "meets_alive_target": (ffn_alive is not None and attention_alive is not None
@@ -293,6 +315,15 @@ def _markdown_table(rows: Sequence[dict[str, Any]], columns: Sequence[str], digi
     return lines
 
 
+def _bin_label(edges: Sequence[float], i: int) -> str:
+    low, high = 100 * edges[i], 100 * edges[i + 1]
+    if i == 0:
+        return f"< {high:g}%"
+    if i == len(edges) - 2:
+        return f"> {low:g}%"
+    return f"{low:g}-{high:g}%"
+
+
 def report_markdown(report: dict[str, Any]) -> str:
     lines = [
         "# Legibility of the pressure regimes (seed 002)",
@@ -315,6 +346,18 @@ def report_markdown(report: dict[str, Any]) -> str:
         lines.append(f"- {model['name']} ({model['regime']}): FFN operands alive {_fmt(None if alive['ffn'] is None else 100 * alive['ffn'])}%, "
                      f"attention operands alive {_fmt(None if alive['attention'] is None else 100 * alive['attention'])}%"
                      f" — target {'met' if model['meets_alive_target'] else 'not met'}")
+    histogram_rows = []
+    for model in report["models"]:
+        histogram = model.get("on_rate_histogram") or {}
+        edges = histogram.get("edges")
+        for key, counts in histogram.items():
+            if key != "edges":
+                histogram_rows.append({"model": model["name"], "operands": key,
+                                       **{_bin_label(edges, i): count for i, count in enumerate(counts)}})
+    if histogram_rows:
+        edges = report["models"][0]["on_rate_histogram"]["edges"]
+        lines += ["", "Operand channels by ON fraction (first column dead, last stuck on, the others alive):", "",
+                  *_markdown_table(histogram_rows, ["model", "operands", *(_bin_label(edges, i) for i in range(len(edges) - 1))]), ""]
     lines += ["", "## Beside seed 002", "",
               *_markdown_table(report["comparison"], ["model", "regime", "surface", "measure", "ours", "seed", "source"]), ""]
     for model in report["models"]:

@@ -332,6 +332,13 @@ def test_shares_per_layer_per_head_and_per_family_on_constructed_statistics():
     assert summary.loc["attention", "alive"] == pytest.approx(100 * 3 / 16)
     assert summary.loc["ffn", "alive"] == pytest.approx(50.0) and summary.loc["ffn", "n_operands"] == 8
     assert summary.loc["NC-FFN quantifiers", "alive"] == 100.0
+    from circuitlab.analysis.legibility_report import on_rate_histogram
+
+    histogram = on_rate_histogram(stats)
+    assert histogram["edges"][:2] == [0.0, 0.01] and len(histogram["attention operator"]) == len(histogram["edges"]) - 1
+    # attention operands ON: 8 x 0.0 and 0.005 (dead), 0.2, 0.3, 0.5 (alive), 4 x 1.0 (stuck on)
+    assert histogram["attention operator"] == [9, 0, 0, 2, 1, 0, 0, 4]
+    assert histogram["ffn quantifier"] == [0, 0, 0, 4, 0, 0, 0, 0]
     # a table saved before the family column existed gets it from the roles
     assert legibility_by_layer(stats.drop(columns=["family"])).equals(legibility_by_layer(stats))
 
