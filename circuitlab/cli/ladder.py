@@ -61,6 +61,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--tokenizer", default=None,
                         help="tokenizer.json shared by all runs (default models/sgatlin-stories/tokenizer.json)")
     parser.add_argument("--keep-models", action="store_true", help="keep each run's model.safetensors")
+    parser.add_argument("--compile", action="store_true",
+                        help="torch.compile each run (default off: short runs would spend much of their time compiling)")
     parser.add_argument("--in-process", action="store_true",
                         help="run the trainings one after the other in this process (debugging; no --jobs)")
     parser.add_argument("--smoke", action="store_true",
@@ -90,7 +92,7 @@ def settings_from(args: argparse.Namespace):
             settings[field] = tuple(dict.fromkeys(value)) if isinstance(value, list) else value
     if args.no_natural:
         settings["natural"] = None
-    settings.update(keep_models=args.keep_models, in_process=args.in_process)
+    settings.update(keep_models=args.keep_models, in_process=args.in_process, compile=args.compile)
     return LadderSettings(**settings)
 
 

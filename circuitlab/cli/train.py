@@ -75,7 +75,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     run.add_argument("--seed", type=int, default=0, help="seed of the model init and the data order (default 0)")
     run.add_argument("--device", default="auto", help="auto (CUDA when present; the default), cpu, cuda, cuda:N")
     run.add_argument("--threads", type=int, default=None, help="CPU threads for torch (default: torch's choice)")
-    run.add_argument("--compile", action="store_true", help="torch.compile the model")
+    run.add_argument("--compile", action=argparse.BooleanOptionalAction, default=None,
+                     help="torch.compile the model (default: on CUDA yes, on the CPU no)")
     run.add_argument("--fsdp", action="store_true", help="shard the model with FSDP2 (torchrun only)")
     run.add_argument("--max-minutes", type=float, default=None,
                      help="stop cleanly (checkpoint, evaluate, save) once this much wall time has passed")

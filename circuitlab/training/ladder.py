@@ -82,6 +82,9 @@ class LadderSettings:
     vocab_size: int = 8192  # used only when no tokenizer is given (one is trained on the mixture)
     keep_models: bool = False  # keep each run's model.safetensors (large for sgatlin and PEER)
     in_process: bool = False  # run each training in this process, one after the other (tests, debugging)
+    # torch.compile each run: off by default, since runs of a minute or two would spend a good part of it
+    # compiling (ten at once on the CPU cores), and the MoE's per-expert batch sizes change every step
+    compile: bool = False
     min_steps: int = 2
 
     def validate(self) -> None:
@@ -199,6 +202,7 @@ def _train_args(run: PlannedRun, settings: LadderSettings, out: Path, tokenizer:
         "--lr", str(settings.lr), "--warmup", str(run.warmup), "--grad-clip", str(settings.grad_clip),
         "--eval-every", "0", "--ckpt-every", "0", "--seed", str(run.seed), "--device", settings.device,
         "--data-dir", str(out / "data"), "--save-dtype", "bf16", "--quiet",
+        "--compile" if settings.compile else "--no-compile",
         *_mixture_args(settings, tokenizer),
     ]
     if settings.max_minutes is not None:
