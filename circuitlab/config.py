@@ -24,6 +24,8 @@ from circuitlab.errors import UserError
 VALUE_MODES = ("standard", "membership", "boolean")
 FFN_TYPES = ("mlp", "swiglu", "sgatlin", "ncffn", "peer", "moe")
 LADDER_FFN_TYPES = ("mlp", "swiglu", "sgatlin", "peer", "moe")
+# seed 000's Table 1 ablation on the ladder: sgatlin with a GELU on each neuron (base design, config changes)
+LADDER_ABLATIONS = {"sgatlin-gelu": ("sgatlin", {"activation": "gelu"})}
 POSITIONALS = ("rope", "learned")
 NORMS = ("rmsnorm", "layernorm")
 

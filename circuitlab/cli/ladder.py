@@ -15,56 +15,54 @@ from __future__ import annotations
 import argparse
 import sys
 
-from circuitlab.config import LADDER_FFN_TYPES
+from circuitlab.config import LADDER_ABLATIONS, LADDER_FFN_TYPES
 
-# --smoke: every code path of the sweep in seconds on a CPU (2 steps of batch 2 x 32 tokens per run)
+# --smoke: every code path of the sweep on a CPU (2 steps of batch 2 x 32 tokens per run; minutes, mostly start-up)
 SMOKE = dict(budget_scale=1e-6, seq_len=32, batch_size=2, n_stories=40, held_out_stories=8, natural_upsample=1,
              max_minutes=None, scales=(1,), seeds=(0, 1))
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    from circuitlab.training.ladder import ABLATIONS, BASE_BUDGET, LadderSettings
-
-    defaults = LadderSettings()
+    # defaults (None here) come from circuitlab.training.ladder.LadderSettings, imported only when the verb runs
     parser = subparsers.add_parser(
         "ladder",
         help="iso-FLOP ladder: train each FFN design at several scales to a FLOP budget (seed 000, Figure 3)",
         description="Train each FFN design at each ladder scale for that scale's training FLOP budget "
-        f"({BASE_BUDGET:.0e} x 4^(scale-1) x --budget-scale; count_flops convention), record held-out loss vs "
-        "FLOPs, and write a results JSON, a markdown table and the loss-vs-FLOPs figure. Far below seed 000's "
-        "budgets (1e17 to 6e18 FLOPs): a sweep of minutes on one GPU.",
+        "(6e13 x 4^(scale-1) x --budget-scale; count_flops convention), record held-out loss vs FLOPs, and "
+        "write a results JSON, a markdown table and the loss-vs-FLOPs figure. Far below seed 000's budgets "
+        "(1e17 to 6e18 FLOPs): a sweep of minutes on one GPU.",
     )
     parser.add_argument("--out", default="runs/ladder", help="results folder (default runs/ladder)")
-    parser.add_argument("--archs", nargs="+", default=list(defaults.archs), choices=LADDER_FFN_TYPES,
+    parser.add_argument("--archs", nargs="+", default=None, choices=LADDER_FFN_TYPES,
                         help="FFN designs (default: all five)")
-    parser.add_argument("--ablations", nargs="*", default=list(defaults.ablations), choices=sorted(ABLATIONS),
+    parser.add_argument("--ablations", nargs="*", default=None, choices=sorted(LADDER_ABLATIONS),
                         help="ablations run at the smallest scale with every seed (default sgatlin-gelu: seed 000's "
                         "nonlinearity ablation, a GELU on each sgatlin neuron); --ablations alone runs none")
-    parser.add_argument("--scales", nargs="+", type=int, default=list(defaults.scales),
+    parser.add_argument("--scales", nargs="+", type=int, default=None,
                         help="ladder scales (seed 000, appendix B.2: d_model 128 x scale, 2 x scale layers; default 1 2 3)")
-    parser.add_argument("--seeds", nargs="+", type=int, default=list(defaults.seeds),
+    parser.add_argument("--seeds", nargs="+", type=int, default=None,
                         help="seeds run at the smallest scale; the other scales run the first (default 0 1)")
-    parser.add_argument("--budget-scale", type=float, default=defaults.budget_scale,
-                        help="multiply every scale's FLOP budget (default 1)")
-    parser.add_argument("--device", default=defaults.device, help="auto (default), cpu, cuda")
-    parser.add_argument("--jobs", type=int, default=defaults.jobs_per_gpu, help="concurrent runs per GPU (default 10)")
+    parser.add_argument("--budget-scale", type=float, default=None, help="multiply every scale's FLOP budget (default 1)")
+    parser.add_argument("--device", default=None, help="auto (default), cpu, cuda")
+    parser.add_argument("--jobs", type=int, default=None, help="concurrent runs per GPU (default 10)")
     parser.add_argument("--gpus", nargs="+", default=None, help="CUDA device ids to use (default: every visible GPU)")
-    parser.add_argument("--max-minutes", type=float, default=defaults.max_minutes,
+    parser.add_argument("--max-minutes", type=float, default=None,
                         help="per run: stop cleanly after this long (recorded as 'time limit'; default 5)")
-    parser.add_argument("--seq-len", type=int, default=defaults.seq_len, help="tokens per sequence (default 256)")
-    parser.add_argument("--batch-size", type=int, default=defaults.batch_size, help="sequences per step (default 64)")
-    parser.add_argument("--lr", type=float, default=defaults.lr, help="peak learning rate (default 1e-3, seed 000)")
-    parser.add_argument("--natural", nargs="?", const="data/natural", default=defaults.natural, metavar="DIR",
+    parser.add_argument("--seq-len", type=int, default=None, help="tokens per sequence (default 256)")
+    parser.add_argument("--batch-size", type=int, default=None, help="sequences per step (default 64)")
+    parser.add_argument("--lr", type=float, default=None, help="peak learning rate (default 1e-3, seed 000)")
+    parser.add_argument("--natural", nargs="?", const="data/natural", default=None, metavar="DIR",
                         help="natural stories mixed into the generated ones (default data/natural)")
     parser.add_argument("--no-natural", action="store_true", help="generated stories only")
-    parser.add_argument("--natural-upsample", type=int, default=defaults.natural_upsample,
+    parser.add_argument("--natural-upsample", type=int, default=None,
                         help="copies of each natural training story (default 3)")
-    parser.add_argument("--n-stories", type=int, default=defaults.n_stories, help="generated training stories (default 40000)")
-    parser.add_argument("--held-out-stories", type=int, default=defaults.held_out_stories,
-                        help="generated held-out stories (default 1000)")
-    parser.add_argument("--tokenizer", default=defaults.tokenizer,
+    parser.add_argument("--n-stories", type=int, default=None, help="generated training stories (default 40000)")
+    parser.add_argument("--held-out-stories", type=int, default=None, help="generated held-out stories (default 1000)")
+    parser.add_argument("--tokenizer", default=None,
                         help="tokenizer.json shared by all runs (default models/sgatlin-stories/tokenizer.json)")
     parser.add_argument("--keep-models", action="store_true", help="keep each run's model.safetensors")
+    parser.add_argument("--compile", action="store_true",
+                        help="torch.compile each run (default off: short runs would spend much of their time compiling)")
     parser.add_argument("--in-process", action="store_true",
                         help="run the trainings one after the other in this process (debugging; no --jobs)")
     parser.add_argument("--smoke", action="store_true",
@@ -73,21 +71,28 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.set_defaults(func=run_ladder_command)
 
 
+# LadderSettings field <- command-line option (argparse dest)
+_OPTIONS = dict(
+    scales="scales", archs="archs", ablations="ablations", seeds="seeds", budget_scale="budget_scale", seq_len="seq_len",
+    batch_size="batch_size", lr="lr", device="device", jobs_per_gpu="jobs", gpus="gpus", max_minutes="max_minutes",
+    natural="natural", natural_upsample="natural_upsample", n_stories="n_stories",
+    held_out_stories="held_out_stories", tokenizer="tokenizer",
+)
+
+
 def settings_from(args: argparse.Namespace):
     from circuitlab.training.ladder import LadderSettings
 
-    settings = dict(
-        scales=tuple(args.scales), archs=tuple(dict.fromkeys(args.archs)), seeds=tuple(dict.fromkeys(args.seeds)),
-        ablations=tuple(dict.fromkeys(args.ablations)),
-        budget_scale=args.budget_scale, seq_len=args.seq_len, batch_size=args.batch_size, lr=args.lr,
-        device=args.device, jobs_per_gpu=args.jobs, gpus=tuple(args.gpus or ()), max_minutes=args.max_minutes,
-        natural=None if args.no_natural else args.natural, natural_upsample=args.natural_upsample,
-        n_stories=args.n_stories, held_out_stories=args.held_out_stories, tokenizer=args.tokenizer,
-        keep_models=args.keep_models, in_process=args.in_process,
-    )
+    settings: dict = {}
     if args.smoke:
-        typed = {arg.lstrip("-").replace("-", "_") for arg in getattr(args, "argv", []) if arg.startswith("--")}
-        settings.update({key: value for key, value in SMOKE.items() if key not in typed})
+        settings.update(SMOKE)
+    for field, option in _OPTIONS.items():
+        value = getattr(args, option)
+        if value is not None:
+            settings[field] = tuple(dict.fromkeys(value)) if isinstance(value, list) else value
+    if args.no_natural:
+        settings["natural"] = None
+    settings.update(keep_models=args.keep_models, in_process=args.in_process, compile=args.compile)
     return LadderSettings(**settings)
 
 

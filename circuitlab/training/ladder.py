@@ -29,7 +29,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from circuitlab.config import LADDER_FFN_TYPES, ModelConfig, ladder_config, scaling_ladder
+from circuitlab.config import LADDER_ABLATIONS, LADDER_FFN_TYPES, ModelConfig, ladder_config, scaling_ladder
 from circuitlab.errors import UserError
 from circuitlab.flops import count_flops
 
@@ -39,8 +39,7 @@ TABLE_FILE = "ladder_table.md"
 FIGURE_FILE = "ladder_loss_vs_flops.html"
 ARCH_LABELS = {"mlp": "GELU MLP", "swiglu": "SwiGLU", "sgatlin": "sgatlin", "peer": "PEER", "moe": "MoE (top-2 of 16)",
                "sgatlin-gelu": "sgatlin + GELU (ablation)"}
-# seed 000's Table 1 ablation: sgatlin with a GELU on each neuron (run at the smallest scale, every seed)
-ABLATIONS = {"sgatlin-gelu": ("sgatlin", {"activation": "gelu"})}
+ABLATIONS = LADDER_ABLATIONS  # run at the smallest scale, every seed
 ALL_ARCHS = (*LADDER_FFN_TYPES, *ABLATIONS)
 
 
@@ -83,6 +82,9 @@ class LadderSettings:
     vocab_size: int = 8192  # used only when no tokenizer is given (one is trained on the mixture)
     keep_models: bool = False  # keep each run's model.safetensors (large for sgatlin and PEER)
     in_process: bool = False  # run each training in this process, one after the other (tests, debugging)
+    # torch.compile each run: off by default, since runs of a minute or two would spend a good part of it
+    # compiling (ten at once on the CPU cores), and the MoE's per-expert batch sizes change every step
+    compile: bool = False
     min_steps: int = 2
 
     def validate(self) -> None:
@@ -95,8 +97,12 @@ class LadderSettings:
             raise UserError(f"--ablations must name ablations ({', '.join(ABLATIONS)}), got {list(self.ablations)}")
         if not self.seeds:
             raise UserError("--seeds needs at least one seed")
-        if not self.budget_scale > 0:
-            raise UserError(f"--budget-scale must be positive, got {self.budget_scale}")
+        if not 0 < self.budget_scale < float("inf"):
+            raise UserError(f"--budget-scale must be a positive number, got {self.budget_scale}")
+        if not 0 < self.lr < float("inf"):
+            raise UserError(f"--lr must be a positive number, got {self.lr}")
+        if self.max_minutes is not None and not self.max_minutes > 0:
+            raise UserError(f"--max-minutes must be positive, got {self.max_minutes}")
         if self.jobs_per_gpu < 1:
             raise UserError(f"--jobs must be positive, got {self.jobs_per_gpu}")
         for name in ("seq_len", "batch_size", "min_steps"):
@@ -196,6 +202,7 @@ def _train_args(run: PlannedRun, settings: LadderSettings, out: Path, tokenizer:
         "--lr", str(settings.lr), "--warmup", str(run.warmup), "--grad-clip", str(settings.grad_clip),
         "--eval-every", "0", "--ckpt-every", "0", "--seed", str(run.seed), "--device", settings.device,
         "--data-dir", str(out / "data"), "--save-dtype", "bf16", "--quiet",
+        "--compile" if settings.compile else "--no-compile",
         *_mixture_args(settings, tokenizer),
     ]
     if settings.max_minutes is not None:

@@ -36,6 +36,8 @@ def test_plan_gives_every_design_of_a_scale_the_same_budget():
 def test_bad_settings_are_user_errors():
     with pytest.raises(UserError, match="--archs"):
         plan_runs(LadderSettings(archs=("ncffn",), tokenizer=TOKENIZER, natural=None), 8192)
+    with pytest.raises(UserError, match="--budget-scale"):
+        plan_runs(LadderSettings(budget_scale=float("inf"), tokenizer=TOKENIZER, natural=None), 8192)
     with pytest.raises(UserError, match="--tokenizer"):
         plan_runs(LadderSettings(tokenizer="no/such/tokenizer.json", natural=None), 8192)
 
