@@ -379,7 +379,7 @@ def neurons_used(context: Context) -> Outcome:
     used = [report.fraction_used for report in context.sgatlin_usage.values()]
     low = round(min(used) * 100, 1)
     ours = "per layer " + ", ".join(f"{u:.1%}" for u in used) + f" of neurons fire at least once ({len(context.sgatlin_db)} tokens)"
-    return Outcome(ours, holds(low >= 95.0), low)
+    return Outcome(ours, holds(low >= 90.0), low)
 
 
 def usage_gini(context: Context) -> Outcome:
@@ -395,8 +395,9 @@ def subkey_coactivation(context: Context) -> Outcome:
     shared, other = reports[layer].shared_subkey_coactivation, reports[layer].other_pair_coactivation
     if shared is None or other is None:
         return Outcome("no shared-subkey pairs", NOT_MEASURED, None, "the layer has no product-key subkeys")
-    ours = f"layer {layer}: P(j|i) {shared:.4f} for shared-subkey pairs vs {other:.4f} for other pairs"
-    return Outcome(ours, holds(round(shared, 4) > round(other, 4)), shared)
+    ratio = round(shared / other, 2) if other else math.inf
+    ours = f"layer {layer}: P(j|i) {shared:.4f} for shared-subkey pairs vs {other:.4f} for other pairs ({ratio:.2f}x)"
+    return Outcome(ours, holds(ratio > 1.1), ratio)
 
 
 # --- seed 002 -------------------------------------------------------------------------------------------
@@ -431,15 +432,15 @@ def attention_on(context: Context) -> Outcome:
 
 
 def ffn_crisp(context: Context) -> Outcome:
-    return _percent_row(context, "ffn", "atom_crisp", "of operand values crisp", 81, 91)
+    return _percent_row(context, "ffn", "atom_crisp", "of operand values crisp", 91)
 
 
 def ffn_on(context: Context) -> Outcome:
-    return _percent_row(context, "ffn", "on_percent", "of operand values ON", 17.5, 32.7)
+    return _percent_row(context, "ffn", "on_percent", "of operand values ON", 32.7)
 
 
 def ffn_selective(context: Context) -> Outcome:
-    return _percent_row(context, "ffn", "selective_operands", "of operand channels SELECTIVE", 11, 25)
+    return _percent_row(context, "ffn", "selective_operands", "of operand channels SELECTIVE", 25)
 
 
 def alive_share(stats: Any, surface: str) -> float:
@@ -495,7 +496,7 @@ def legible_attribution(context: Context) -> Outcome:
     table = context.legible_dla
     share = round(legible_share(table)["legible"] * 100, 1)
     ours = f"{share:.1f}% of |DLA| of {table.attrs['target']!r} after 'The turtle was' (named operators + bounded heads)"
-    return Outcome(ours, holds(abs(share - 75) <= 10), share)
+    return Outcome(ours, holds(abs(share - 75) <= 15), share)
 
 
 def attention_weak(context: Context) -> Outcome:
@@ -600,13 +601,13 @@ CLAIMS: tuple[Claim, ...] = (
           "moderate (facts are also stored elsewhere)", "largest single-layer NIE between 0.05 and 0.6", nie_moderate),
     Claim("s000-neurons-used", "000", "app. C.1, Fig. 8",
           "Almost all sgatlin neurons are used", "almost all",
-          "every layer uses >= 95% of its neurons on the held-out sample", neurons_used),
+          "every layer uses >= 90% of its neurons on the held-out sample", neurons_used),
     Claim("s000-gini", "000", "app. C.1, Fig. 8",
           "Neuron activation frequency (each unique token counted once) is moderately unequal",
           "Gini 0.58 on average", "mean Gini over layers within 0.10 of 0.58", usage_gini),
     Claim("s000-subkey", "000", "app. C.1, Fig. 8",
           "Neurons that share a product-key subkey co-activate more than other pairs",
-          "shared-subkey pairs preferably co-activate", "comparison of mean P(j active | i active)", subkey_coactivation),
+          "shared-subkey pairs preferably co-activate", "mean P(j active | i active) of shared-subkey pairs > 1.1x other pairs", subkey_coactivation),
     Claim("s002-attn-selective", "002", "sec. 5.4, Fig. 2b",
           "In the end-to-end model (crispness alone), a third of the attention value channels are SELECTIVE",
           "30-35% SELECTIVE", "percentage rule", attention_selective),
@@ -621,11 +622,11 @@ CLAIMS: tuple[Claim, ...] = (
           "deep half 70-95% SELECTIVE (specialised designs); end-to-end: shallow near 0, peak 87-88% at layers 8-9",
           "the deep half's mean SELECTIVE exceeds the shallow half's", attention_depth),
     Claim("s002-ffn-crisp", "002", "sec. 5.3, Table 5",
-          "Crispness alone makes the NC-FFN operands crisp", "op-crisp 81-91%", "percentage rule", ffn_crisp),
+          "Crispness alone makes the NC-FFN operands crisp", "op-crisp 91% (25% operators, as ours)", "percentage rule", ffn_crisp),
     Claim("s002-ffn-on", "002", "sec. 5.3, Table 5",
-          "Crispness alone keeps the NC-FFN operators alive", "ON 17.5-32.7%", "percentage rule", ffn_on),
+          "Crispness alone keeps the NC-FFN operators alive", "ON 32.7% (25% operators)", "percentage rule", ffn_on),
     Claim("s002-ffn-selective", "002", "sec. 5.3, Table 5",
-          "Crispness alone gives the most SELECTIVE FFN operands", "SELECTIVE 11-25%",
+          "Crispness alone gives the most SELECTIVE FFN operands", "SELECTIVE 25% (25% operators)",
           "percentage rule (regime read on the operands)", ffn_selective),
     Claim("s002-ffn-alive", "002", "sec. 5.3 (ON read per channel)",
           "Crispness alone keeps operand channels alive, not stuck on or off",
@@ -636,7 +637,7 @@ CLAIMS: tuple[Claim, ...] = (
           "operand crispness > 50% in every layer", ffn_crisp_every_layer),
     Claim("s002-legible-share", "002", "sec. 5.5, Fig. 5",
           "Most of a prediction's direct logit attribution is carried by named units and bounded heads",
-          "about three-quarters", "within 10 points of 75%", legible_attribution),
+          "about three-quarters", "within 15 points of 75%", legible_attribution),
     Claim("s002-attn-weak", "002", "sec. 5.5, Fig. 5",
           "Attention contributes less to a prediction than the largest FFN units",
           "largest |head| 0.77 vs FFN +2.14", "largest |head| below the largest FFN unit", attention_weak),
