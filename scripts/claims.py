@@ -60,4 +60,10 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from circuitlab.errors import UserError
+
+    try:
+        sys.exit(main())
+    except UserError as error:  # a user's mistake (a missing model, a bad results file): one line, no traceback
+        print(f"error: {error}", file=sys.stderr)
+        sys.exit(2)
