@@ -8,7 +8,7 @@ Template items, separated by spaces:
     . , ! ?             punctuation
     Q< >Q               an opening and a closing double quote
     {A} {A:o} {A:p} {A:n}   the acting character as subject, object, possessive (bound to the subject: "her"),
-                        or by name; the first subject mention may be a name, later ones are mostly pronouns
+                        or by name; the first subject mention may be a name, later ones are pronouns where unambiguous
     {B} {B:o} {B:p} {B:n}   the other character (templates using it need a friend)
     {G}                 both characters ("they" or "Lily and Max"; needs a friend)
     {thing} {it}        the story's object, and "it" referring to it once it has been mentioned
@@ -329,7 +329,8 @@ def render_template(writer, frame: TemplateFrame) -> None:
             if head in ("A", "B"):
                 character = person(head)
                 if rest == "":
-                    pieces += writer.subj(character, p_pronoun=0.9 if subject_seen[head] else 0.55)
+                    # a second mention in one sentence is a pronoun whenever one is unambiguous ("Lily knew she ...")
+                    pieces += writer.subj(character, p_pronoun=1.0 if subject_seen[head] else 0.55)
                     subject_seen[head] = True
                 elif rest == "o":
                     pieces += writer.obj(character)
