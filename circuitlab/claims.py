@@ -48,7 +48,6 @@ pattern holds on these models, not that the paper's experiment was repeated."""
 PERCENT_TOLERANCE = 5.0
 CLUSTER_LIFT = 1.5
 PARITY_PPL_RATIO = 1.10
-ALIVE_LOW, ALIVE_HIGH = 0.01, 0.99  # an operand channel is alive when it is ON for 1%-99% of tokens (issue rule)
 
 TABLE_3_QUERY = "Once upon a time, there was a big dog named Max. Max had a red ball that he played with every day."
 
@@ -406,8 +405,9 @@ def subkey_coactivation(context: Context) -> Outcome:
 def _legible_summary(context: Context) -> dict[str, Any]:
     from circuitlab.analysis.legibility import legibility_summary
 
+    # the operator family: attention operands, NC-FFN operands A and B (Table 5 leaves the quantifiers out)
     summary = legibility_summary(context.legible_stats)
-    return {row["surface"]: row for row in summary.to_dict("records")}
+    return {row["surface"]: row for row in summary.to_dict("records") if row.get("family", "operator") == "operator"}
 
 
 def _percent_row(context: Context, surface: str, column: str, label: str, low: float, high: float | None = None) -> Outcome:
@@ -443,15 +443,10 @@ def ffn_selective(context: Context) -> Outcome:
     return _percent_row(context, "ffn", "selective_operands", "of operand channels SELECTIVE", 25)
 
 
-def alive_share(stats: Any, surface: str) -> float:
-    """Percent of the operand channels of `surface` that are alive (ON for ALIVE_LOW..ALIVE_HIGH of tokens)."""
-    operands = stats[(stats["surface"] == surface) & stats["operand"]]
-    alive = (operands["on_fraction"] >= ALIVE_LOW) & (operands["on_fraction"] <= ALIVE_HIGH)
-    return float(alive.mean() * 100) if len(operands) else math.nan
-
-
 def ffn_alive(context: Context) -> Outcome:
-    ffn, attention = alive_share(context.legible_stats, "ffn"), alive_share(context.legible_stats, "attention")
+    # circuitlab.analysis.legibility: an operand channel is alive when its ON-fraction lies in ALIVE_RANGE
+    summary = _legible_summary(context)
+    ffn, attention = float(summary["ffn"]["alive"]), float(summary["attention"]["alive"])
     ours = f"{ffn:.1f}% of FFN and {attention:.1f}% of attention operand channels alive (ON for 1-99% of tokens)"
     return Outcome(ours, holds(round(ffn, 1) >= 50 and round(attention, 1) >= 50), round(ffn, 1))
 
@@ -460,7 +455,8 @@ def attention_depth(context: Context) -> Outcome:
     from circuitlab.analysis.legibility import legibility_by_layer
 
     by_layer = legibility_by_layer(context.legible_stats)
-    selective = [round(v * 100) for v in by_layer[by_layer["surface"] == "attention"].sort_values("layer")["selective"]]
+    attention = by_layer[(by_layer["surface"] == "attention") & (by_layer["family"] == "operator")]
+    selective = [round(v * 100) for v in attention.sort_values("layer")["selective"]]
     middle = len(selective) // 2
     shallow, deep = sum(selective[:middle]) / max(middle, 1), sum(selective[middle:]) / max(len(selective) - middle, 1)
     ours = "SELECTIVE by layer " + ", ".join(f"{v}%" for v in selective) + f" (shallow half {shallow:.0f}%, deep half {deep:.0f}%)"
@@ -471,7 +467,8 @@ def ffn_crisp_every_layer(context: Context) -> Outcome:
     from circuitlab.analysis.legibility import legibility_by_layer
 
     by_layer = legibility_by_layer(context.legible_stats)
-    crisp = [round(v * 100, 1) for v in by_layer[by_layer["surface"] == "ffn"].sort_values("layer")["atom_crisp"]]
+    operands = by_layer[(by_layer["surface"] == "ffn") & (by_layer["family"] == "operator")]  # A and B, as Table 5
+    crisp = [round(v * 100, 1) for v in operands.sort_values("layer")["atom_crisp"]]
     return Outcome("operand crispness by layer " + ", ".join(f"{v:.1f}%" for v in crisp), holds(min(crisp) > 50), min(crisp))
 
 

@@ -24,7 +24,7 @@ import torch
 from circuitlab import claims as claims_module
 from circuitlab.claims import (
     CLAIMS, COLUMNS, NOT_MEASURED, NOT_REPRODUCED, REPRODUCED, VERDICT_RULES, VERDICTS, ClaimRow, Context, Sizes,
-    alive_share, claim_by_id, legible_share, max_coherence, measure_claim, percent_verdict, read_claims, render_claims,
+    claim_by_id, legible_share, max_coherence, measure_claim, percent_verdict, read_claims, render_claims,
 )
 from circuitlab.errors import UserError
 
@@ -174,17 +174,6 @@ def test_percent_rule_widens_the_paper_range_by_five_points():
     assert percent_verdict(40.1, 30, 35) == NOT_REPRODUCED
     assert percent_verdict(24.9, 30, 35) == NOT_REPRODUCED
     assert percent_verdict(17.0, 12) == REPRODUCED and percent_verdict(17.2, 12) == NOT_REPRODUCED
-
-
-def test_alive_share_counts_operand_channels_on_for_1_to_99_percent():
-    stats = pd.DataFrame({
-        "surface": ["ffn"] * 5 + ["attention"] * 2,
-        "operand": [True, True, True, True, False, True, True],
-        "on_fraction": [0.0, 0.005, 0.5, 0.99, 0.5, 1.0, 0.2],
-    })
-    assert alive_share(stats, "ffn") == pytest.approx(50.0)  # 0.5 and 0.99 of four operand channels
-    assert alive_share(stats, "attention") == pytest.approx(50.0)
-    assert math.isnan(alive_share(stats, "residual"))
 
 
 def test_max_coherence_of_known_vectors():
