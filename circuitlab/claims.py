@@ -140,6 +140,7 @@ class Context:
     fast: bool = False
     models_dir: Path | None = None
     results_dir: Path | None = None
+    ladder_results: Path | None = None  # results/ladder/ladder_results.json of `circuitlab ladder`, when run
     progress: bool = False
     _models: dict[str, Any] = field(default_factory=dict)
 
@@ -262,6 +263,36 @@ def holds(condition: bool) -> str:
 
 
 # --- seed 000 -------------------------------------------------------------------------------------------
+
+
+# circuitlab.training.ladder_report words its verdicts "supported" / "contradicted" / "mixed" / "not measured"
+_LADDER_VERDICTS = {"supported": REPRODUCED, "contradicted": NOT_REPRODUCED, "mixed": NOT_REPRODUCED,
+                    "not measured": NOT_MEASURED}
+
+
+def ladder_verdict(context: Context, index: int) -> Outcome | None:
+    """Verdict `index` of ladder_report.verdicts (0: sgatlin vs dense, 1: PEER, 2: nonlinearity) on the iso-FLOP
+    ladder's results, or None when no ladder has been run."""
+    if context.ladder_results is None or not Path(context.ladder_results).is_file():
+        return None
+    from circuitlab.training.ladder_report import load_results, verdicts
+
+    found = verdicts(load_results(context.ladder_results))[index]
+    verdict = _LADDER_VERDICTS.get(found.verdict, NOT_REPRODUCED)
+    return Outcome(f"{found.verdict}: {found.detail}", verdict, None,
+                   "ladder results of `circuitlab ladder`" if verdict != NOT_MEASURED else found.detail)
+
+
+def ladder_sgatlin_vs_dense(context: Context) -> Outcome:
+    return ladder_verdict(context, 0) or equal_token_losses(context)
+
+
+def ladder_peer(context: Context) -> Outcome:
+    return ladder_verdict(context, 1) or Outcome("-", NOT_MEASURED, None, "needs the iso-FLOP ladder with PEER")
+
+
+def ladder_nonlinearity(context: Context) -> Outcome:
+    return ladder_verdict(context, 2) or Outcome("-", NOT_MEASURED, None, "needs the ablation models at one ladder budget")
 
 
 def equal_token_losses(context: Context) -> Outcome:
@@ -555,17 +586,16 @@ CLAIMS: tuple[Claim, ...] = (
     Claim("s000-isoflop", "000", "sec. 3.1, Fig. 1 and 3",
           "At equal training FLOPs, sgatlin reaches a lower test perplexity than dense (GELU, SwiGLU) and MoE FFNs",
           "lower perplexity at all four budgets, 1e17-6e18 FLOPs (SlimPajama)",
-          "reproduced when sgatlin's best model per budget beats GELU's at every budget", equal_token_losses),
+          "reproduced when sgatlin's loss is lower than GELU's and SwiGLU's at every ladder scale, beyond the seed "
+          "spread (ladder_report.verdicts)", ladder_sgatlin_vs_dense),
     Claim("s000-nonlinearity", "000", "sec. 3.2, Table 1",
           "Adding a nonlinearity to the sgatlin neurons makes perplexity worse",
           "ReLU 21.09, GELU 20.84, Swish 20.64 vs sgatlin 18.19 (6e18 FLOPs, 1.2B)",
-          "reproduced when every nonlinear variant has the higher perplexity",
-          blocked="needs the ablation models trained at one ladder budget"),
+          "reproduced when every nonlinear variant has the higher loss (ladder_report.verdicts)", ladder_nonlinearity),
     Claim("s000-peer-router", "000", "sec. 3.2, Table 1",
           "sgatlin's gating network is as good as PEER's router",
           "PEER router 18.30 vs sgatlin 18.19",
-          "reproduced when the perplexities are within 1% of each other",
-          blocked="needs a PEER router and the ablation at one ladder budget"),
+          "reproduced when PEER does not beat sgatlin at any ladder scale (ladder_report.verdicts)", ladder_peer),
     Claim("s000-semantic-clusters", "000", "sec. 4.1, Fig. 5",
           "Circuits of the second layer cluster by the meaning of their tokens",
           "clusters partly explained by token semantics (by eye, no number)",

@@ -31,6 +31,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="a folder laid out like models/ (default: the shipped models)")
     parser.add_argument("--results", type=Path, default=ROOT / "analyses" / "results",
                         help="folder of results JSON files that fill rows the shipped models cannot measure")
+    parser.add_argument("--ladder", type=Path, default=ROOT / "results" / "ladder" / "ladder_results.json",
+                        help="results of `circuitlab ladder` (fills seed 000's iso-FLOP rows when present)")
     parser.add_argument("--only", nargs="+", metavar="ID", help="measure only these claim ids")
     parser.add_argument("--print", action="store_true", help="print the file instead of writing it")
     parser.add_argument("--quiet", action="store_true", help="no progress bars")
@@ -39,7 +41,8 @@ def main(argv: list[str] | None = None) -> int:
     import torch
 
     started = time.perf_counter()
-    context = Context(fast=args.fast, models_dir=args.models_dir, results_dir=args.results, progress=not args.quiet)
+    context = Context(fast=args.fast, models_dir=args.models_dir, results_dir=args.results, ladder_results=args.ladder,
+                      progress=not args.quiet)
     with torch.no_grad():
         rows = measure_claims(context, args.only)
     command = "python scripts/claims.py" + (" --fast" if args.fast else "")

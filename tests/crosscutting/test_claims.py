@@ -55,7 +55,8 @@ def fast_run(tmp_path_factory) -> tuple[Path, list[dict[str, str]]]:
     out = folder / "claims.md"
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     completed = subprocess.run(
-        [sys.executable, str(ROOT / "scripts" / "claims.py"), "--fast", "--quiet", "--out", str(out), "--results", str(results)],
+        [sys.executable, str(ROOT / "scripts" / "claims.py"), "--fast", "--quiet", "--out", str(out), "--results", str(results),
+         "--ladder", str(folder / "no-ladder.json")],
         capture_output=True, text=True, env=env, timeout=600,
     )
     assert completed.returncode == 0, completed.stderr[-3000:]
@@ -98,7 +99,7 @@ def test_a_results_json_fills_a_row_the_models_cannot_measure(fast_run):
     entry = FILLED["claims"]["s000-nonlinearity"]
     assert (row["ours"], row["verdict"]) == (entry["ours"], entry["verdict"])
     assert row["measured by"] == "`scripts/ablation.py (analyses/results/ablation.json)`"
-    blocked = next(r for r in rows if r["id"] == "s000-peer-router")
+    blocked = next(r for r in rows if r["id"] == "s003-probing")
     assert (blocked["ours"], blocked["verdict"]) == ("-", NOT_MEASURED)
 
 
