@@ -269,6 +269,32 @@ def comparison_table(rows: list[tuple[str, str, str, str]]) -> str:
     return "\n".join(lines)
 
 
+CLAIMS_FILE = Path(__file__).resolve().parent / "claims.md"
+
+
+def claims_verdicts(ids: list[str], path: Path | None = None) -> None:
+    """Show the rows `ids` of analyses/claims.md (the papers' claims measured on the shipped models by
+    scripts/claims.py) as a markdown table: claim, paper, ours, verdict. These verdicts, not the notebook's
+    own readings, are what the README quotes."""
+    from circuitlab.claims import read_claims
+
+    path = CLAIMS_FILE if path is None else Path(path)
+    if not path.is_file():
+        print(f"{path.name} is missing: write it with `python scripts/claims.py` (or --fast)")
+        return
+    rows = {row["id"]: row for row in read_claims(path)}
+    missing = [claim_id for claim_id in ids if claim_id not in rows]
+    if missing:
+        raise KeyError(f"{path.name} has no rows {missing}: rewrite it with `python scripts/claims.py`")
+    lines = ["| claim | paper | ours (shipped models) | verdict |", "|---|---|---|---|"]
+    for claim_id in ids:
+        row = rows[claim_id]
+        verdict = row["verdict"] + (f" ({row['reason']})" if row["reason"] not in ("", "-") else "")
+        cells = [f"{row['claim']} ({row['place']})", row["paper"], row["ours"], f"**{verdict}**"]
+        lines.append("| " + " | ".join(str(c).replace("|", "\\|") for c in cells) + " |")
+    markdown("**Verdicts from analyses/claims.md** (rules stated there)\n\n" + "\n".join(lines))
+
+
 def figures_dir() -> Path | None:
     folder = os.environ.get("CIRCUITLAB_FIGURES_DIR")
     return Path(folder) if folder else None

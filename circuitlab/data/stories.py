@@ -29,6 +29,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 
 from circuitlab.data.facts import FACTS
+from circuitlab.data.story_frames import TEMPLATE_FRAME_IDS, TEMPLATE_FRAMES
 from circuitlab.data.story_plot import _PlotWriter as _StoryWriter
 from circuitlab.data.story_text import (  # noqa: F401  (re-exported: the public names of the stories API)
     GENDERED_PRONOUNS,
@@ -58,6 +59,9 @@ _OPENINGS: tuple[tuple[Callable[[_StoryWriter], None], float, str], ...] = (
     (_StoryWriter.o_went_to, 1.5, ""), (_StoryWriter.o_who_loved, 1.0, ""), (_StoryWriter.o_two_friends, 1.0, "no_friend"),
 )
 _OPENINGS_AFTER_FACT = tuple(option for option in _OPENINGS if option[0] in (_StoryWriter.o_name_was, _StoryWriter.o_went_to, _StoryWriter.o_who_loved))
+# each template frame (circuitlab.data.story_frames) is rarer than a hand-written frame; together they make
+# about half of the middle sentences
+_TEMPLATE_WEIGHT = 0.3
 _MIDDLES: tuple[tuple[Callable[[_StoryWriter], None], float, str], ...] = (
     (_StoryWriter.f_had_thing, 3.0, ""), (_StoryWriter.f_loved_thing, 1.5, ""), (_StoryWriter.f_go_place, 2.0, ""),
     (_StoryWriter.f_see_animal, 1.5, ""), (_StoryWriter.f_meet_friend, 3.0, "no_friend"),
@@ -72,7 +76,8 @@ _MIDDLES: tuple[tuple[Callable[[_StoryWriter], None], float, str], ...] = (
     (_StoryWriter.f_said_after, 2.0, ""), (_StoryWriter.f_asked, 1.0, ""), (_StoryWriter.f_shouted, 1.0, ""),
     (_StoryWriter.f_replied, 1.0, "friend"), (_StoryWriter.f_saw_near, 1.0, ""), (_StoryWriter.f_packed, 0.8, ""),
     (_StoryWriter.f_when_got, 1.0, ""), (_StoryWriter.f_after_did, 1.0, ""),
-)
+) + tuple((frame, _TEMPLATE_WEIGHT, frame.needs) for frame in TEMPLATE_FRAMES)
+_ONE_SENTENCE_MIDDLES = tuple(option for option in _MIDDLES if getattr(option[0], "n_sentences", 1) == 1)
 _LOST_ARC_SENTENCES = 3
 _FACT_FRAMES: tuple[tuple[Callable[[_StoryWriter, Fact], None], float, int], ...] = (
     # (method, weight, sentences)
@@ -144,7 +149,7 @@ def _write_story(rng: random.Random) -> LabelledStory:
         if writer.planned_friend is not None and writer.friend is None and rng.random() < _P_MEET_FRIEND_NOW:
             writer.f_meet_friend()
             continue
-        method = _pick(rng, _MIDDLES, writer, used)
+        method = _pick(rng, _MIDDLES if remaining > 1 else _ONE_SENTENCE_MIDDLES, writer, used)
         used.add(method)
         method(writer)
     _pick(rng, _ENDINGS, writer, set())(writer)
@@ -259,4 +264,4 @@ FRAME_IDS: tuple[str, ...] = (
     "fact_between", "fact_recalled",
     "end_best_friends", "end_learned", "end_moral", "end_night", "end_happily", "end_best_day", "end_home",
     "end_always",
-)
+) + TEMPLATE_FRAME_IDS

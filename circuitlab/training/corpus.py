@@ -116,21 +116,34 @@ def _key(payload: dict[str, Any]) -> str:
 def _source_payload(spec: DataSpec) -> dict[str, Any]:
     payload = asdict(spec)
     payload.pop("tokenizer_path")
+    if spec.source in ("text", "jsonl"):
+        payload["paths"] = [_shown_path(Path(p)) for p in spec.paths]
     if spec.source != "stories":
         payload["files"] = [_file_signature(Path(p)) for p in spec.paths]
     if spec.natural_dir is not None:
+        payload["natural_dir"] = _shown_path(Path(spec.natural_dir))
         payload["natural_files"] = _file_signature(Path(spec.natural_dir))
     return payload
+
+
+def _shown_path(path: Path) -> str:
+    """`path` relative to the working directory, else to the repository, else its name alone: manifests and
+    metrics that record a source never carry the machine's own folders."""
+    resolved = path.resolve()
+    for base in (Path.cwd().resolve(), Path(__file__).resolve().parents[2]):
+        if resolved.is_relative_to(base):
+            return resolved.relative_to(base).as_posix() or "."
+    return resolved.name
 
 
 def _file_signature(path: Path) -> Any:
     """Name, size and modification time of a local source (a changed file makes a new cache entry)."""
     if path.is_file():
         stat = path.stat()
-        return [str(path.resolve()), stat.st_size, stat.st_mtime_ns]
+        return [_shown_path(path), stat.st_size, stat.st_mtime_ns]
     if path.is_dir():
-        return [str(path.resolve()), sorted((p.name, p.stat().st_size, p.stat().st_mtime_ns) for p in path.rglob("*") if p.is_file())]
-    return str(path)
+        return [_shown_path(path), sorted((p.name, p.stat().st_size, p.stat().st_mtime_ns) for p in path.rglob("*") if p.is_file())]
+    return _shown_path(path)
 
 
 def load_document_sets(spec: DataSpec, show_progress: bool = True) -> tuple[list[str], dict[str, list[str]]]:

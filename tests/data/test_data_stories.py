@@ -14,6 +14,7 @@ import pytest
 from circuitlab.data import vocabulary as vocab
 from circuitlab.cli import main
 from circuitlab.data.facts import FACT_ADJECTIVES, FACTS
+from circuitlab.data.story_frames import TEMPLATE_DIALOGUE_IDS
 from circuitlab.data.story_writer import EXTRA_CLAUSES
 from circuitlab.data.stories import (
     FRAME_IDS,
@@ -232,9 +233,15 @@ def test_spacing_and_dialogue_format():
             if frame in DIALOGUE_FORMATS:
                 assert re.fullmatch(DIALOGUE_FORMATS[frame], sentence), (frame, sentence)
                 seen[frame] += 1
+            elif frame.split("+")[0] in TEMPLATE_DIALOGUE_IDS:
+                # a template's quoted line: quotes paired, the line capitalised and closed by . , ! or ?
+                assert sentence.count('"') in (0, 2, 4), (frame, sentence)
+                assert all(re.fullmatch(r'[A-Z][^"]*[.,!?]', line) for line in re.findall(r'"([^"]*)"', sentence)), (frame, sentence)
+                seen["template dialogue"] += '"' in sentence
             else:
                 assert '"' not in sentence, (frame, sentence)
     assert all(seen[frame] > 5 for frame in DIALOGUE_FORMATS), seen
+    assert seen["template dialogue"] > 20, seen
 
 
 def test_pronouns_agree_with_their_referents():

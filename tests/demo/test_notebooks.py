@@ -20,6 +20,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from circuitlab.claims import PERCENT_TOLERANCE
+
 ROOT = Path(__file__).resolve().parents[2]
 ANALYSES = ROOT / "analyses"
 NOTEBOOKS = sorted(path.name for path in ANALYSES.glob("[0-9]*.ipynb"))
@@ -148,6 +150,10 @@ def test_notebook_runs_top_to_bottom_in_fast_mode(run_notebook, name):
     assert tables, "the notebook printed no side-by-side comparison"
     figures = [o for o in outputs(notebook) if "application/vnd.plotly.v1+json" in o.get("data", {})]
     assert figures, "the notebook showed no plotly figure"
+    verdicts = [text for text in markdown_outputs(notebook) if text.startswith("**Verdicts from analyses/claims.md**")]
+    assert len(verdicts) == 1, "the notebook ends with the verdicts of analyses/claims.md for its claims"
+    rows = [line for line in verdicts[0].splitlines()[3:] if line.startswith("| ")]
+    assert rows and all(re.search(r"\| \*\*(reproduced|not reproduced|not measured)( \(.*\))?\*\* \|$", line) for line in rows), rows
 
 
 @pytest.mark.slow
@@ -212,7 +218,9 @@ def test_legibility_readings_follow_the_printed_numbers(run_notebook):
         paper = numbers(record["paper"].replace("–", " "))
         ours = numbers(record["ours"])[0]
         low, high = paper[0], paper[-1]
-        expected = "close (within 10 points)" if low - 10 <= ours <= high + 10 else ("higher" if ours > high else "lower")
+        tolerance = PERCENT_TOLERANCE  # the rule of analyses/claims.md
+        expected = (f"close (within {tolerance:g} points)" if low - tolerance <= ours <= high + tolerance
+                    else ("higher" if ours > high else "lower"))
         assert record["reading"] == expected, record
         assert 0 <= ours <= 100
         checked += 1
