@@ -1,0 +1,92 @@
+"""Where the parity bottleneck's time goes (issue 13/15: parity training tokens/s against GELU).
+
+Times, at the training batch of bench_gpu.py (256 x 256 tokens, d_model 256, m = 2^16, k 32, the shipped beam
+and pursuit rounds), each stage of one bottleneck layer against one GELU MLP (d_ffw 1024) forward+backward,
+and prints the GPU kernel breakdown of the whole bottleneck, so the training ratio's miss is explained by
+measured stage times. `--smoke` runs it tiny on the CPU.
+
+    python benchmarks/bench_parity.py [--tokens 65536] [--json out.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import bench_kernels as kb  # noqa: E402
+
+from circuitlab.architectures.feedforward.dense import MLP  # noqa: E402
+from circuitlab.architectures.feedforward.parity import ParityBottleneck  # noqa: E402
+from circuitlab.config import ModelConfig  # noqa: E402
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--tokens", type=int, default=256 * 256)
+    parser.add_argument("--smoke", action="store_true", help="tiny, on the CPU")
+    parser.add_argument("--json", type=Path)
+    args = parser.parse_args(argv)
+    device = "cpu" if args.smoke or not torch.cuda.is_available() else "cuda"
+    n = 512 if args.smoke else args.tokens
+    config = ModelConfig.preset("parity-stories")
+    bottleneck = ParityBottleneck(config).to(device)
+    mlp = MLP(config).to(device)
+    timer = kb.Timer(device, warmup_ms=25 if args.smoke else 100, rep_ms=50 if args.smoke else 300)
+    gen = torch.Generator(device=device).manual_seed(0)
+    x = torch.randn(1, n, config.d_model, device=device, generator=gen, requires_grad=True)
+    upstream = torch.randn(1, n, config.d_model, device=device, generator=gen)
+    X = bottleneck._grid(x.detach()).float()
+    support = bottleneck.encode_indices(x.detach())
+    support_N = support.reshape(n, -1)
+
+    def time_ms(fn) -> float:
+        return timer(fn)
+
+    def mlp_fwd_bwd():
+        out, _ = mlp(x)
+        return torch.autograd.grad(out, [x, *mlp.parameters()], upstream)
+
+    def coefficients_fwd_bwd():
+        values = bottleneck.coefficients(x, support)
+        return torch.autograd.grad(values, x, torch.ones_like(values))
+
+    def decode_fwd():
+        return bottleneck.decode(support, torch.ones(support.shape, device=device))
+
+    def bottleneck_fwd_bwd():
+        return torch.autograd.grad(bottleneck(x), x, upstream)
+
+    stages = {
+        "GELU MLP d_ffw 1024, fwd+bwd": mlp_fwd_bwd,
+        "bottleneck: beam scores + top-k (one call of top_scores)": lambda: bottleneck.top_scores(X, bottleneck.k, bottleneck.beam),
+        "bottleneck: encoder with its pursuit rounds (no grad)": lambda: bottleneck.encode_indices(x.detach()),
+        "bottleneck: least-squares coefficients, fwd+bwd": coefficients_fwd_bwd,
+        "bottleneck: one least-squares solve (no grad)": lambda: bottleneck._solve(X, support_N),
+        "bottleneck: decode (no grad)": decode_fwd,
+        "bottleneck: whole layer, fwd+bwd": bottleneck_fwd_bwd,
+    }
+    results = {"device": torch.cuda.get_device_name() if device == "cuda" else "cpu", "tokens": n,
+               "beam": bottleneck.beam, "pursuit_rounds": bottleneck.pursuit_rounds, "stages_ms": {}}
+    print(f"parity bottleneck stages at {n:,} tokens on {results['device']} (beam {bottleneck.beam}, "
+          f"pursuit rounds {bottleneck.pursuit_rounds}, k {bottleneck.k}, m 2^{config.bottleneck.n_bits})")
+    for name, fn in stages.items():
+        with torch.no_grad() if "no grad" in name or "top_scores" in name else torch.enable_grad():
+            ms = time_ms(fn)
+        results["stages_ms"][name] = ms
+        print(f"  {ms:9.3f} ms  {name}")
+    whole, dense = results["stages_ms"]["bottleneck: whole layer, fwd+bwd"], results["stages_ms"]["GELU MLP d_ffw 1024, fwd+bwd"]
+    results["bottleneck_over_mlp"] = whole / dense
+    print(f"  one bottleneck layer fwd+bwd = {whole / dense:.1f}x one GELU MLP fwd+bwd")
+    results["breakdown"] = kb.kernel_breakdown("parity bottleneck fwd+bwd", bottleneck_fwd_bwd, device, top=12)
+    if args.json:
+        args.json.write_text(json.dumps(results, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
