@@ -664,7 +664,8 @@ def sweep_crispness_keeps_on(context: Context) -> Outcome:
         return Outcome("-", NOT_MEASURED, None, "the pressure sweep needs the crispness-alone model and another regime")
     parts, highest = [], True
     for surface in ("attention", "ffn"):
-        on = {regime: round(float(_operator_summary(model, surface)["on_percent"]), 1) for regime, model in models.items()}
+        on = {regime: round(float(_operator_summary(model, surface)["on_percent"]), 1)
+              for regime, model in models.items()}
         highest &= all(on["crispness alone"] > value for regime, value in on.items() if regime != "crispness alone")
         parts.append(f"{surface}: " + ", ".join(f"{regime} {value:.1f}%" for regime, value in on.items()))
     return Outcome("operands ON " + "; ".join(parts), holds(highest))
@@ -802,7 +803,8 @@ def parity_coherence(context: Context) -> Outcome:
 def parity_training_cost(context: Context) -> Outcome:
     parity, gelu = context.metrics("parity-stories"), context.metrics("gelu-stories")
     if "tokens_seen" in parity and "tokens_seen" in gelu:  # a run may stop at its time limit: compare per token
-        per_token = {name: m["train_seconds"] / m["tokens_seen"] * 1e6 for name, m in (("parity", parity), ("gelu", gelu))}
+        per_token = {name: m["train_seconds"] / m["tokens_seen"] * 1e6
+                     for name, m in (("parity", parity), ("gelu", gelu))}
         ratio = per_token["parity"] / per_token["gelu"]
         ours = (f"training wall time per token, 5M parameters: parity {per_token['parity']:.1f} us "
                 f"({parity['tokens_seen'] / 1e6:.1f}M tokens) vs GELU {per_token['gelu']:.1f} us "
