@@ -5,9 +5,10 @@
     python scripts/claims.py --only s000-nie-layer s002-attn-depth --print   # some rows, to the terminal
     python scripts/claims.py --models-dir runs/models --results analyses/results --out /tmp/claims.md
 
-Rows whose experiment the shipped models cannot run read `analyses/results/*.json` when a run has written its
-result there (format: circuitlab/claims.py). The registry, the rules and the measuring functions live in
-circuitlab.claims.
+Rows whose experiment the shipped models cannot run read the committed results of the iso-FLOP ladder
+(results/ladder), seed 002's pressure sweep (results/legible-sweep) and the parity report (results/parity), and
+otherwise `analyses/results/*.json` when a run has written a result there (format: circuitlab/claims.py). The
+registry, the rules and the measuring functions live in circuitlab.claims.
 """
 
 from __future__ import annotations
@@ -33,6 +34,11 @@ def main(argv: list[str] | None = None) -> int:
                         help="folder of results JSON files that fill rows the shipped models cannot measure")
     parser.add_argument("--ladder", type=Path, default=ROOT / "results" / "ladder" / "ladder_results.json",
                         help="results of `circuitlab ladder` (fills seed 000's iso-FLOP rows when present)")
+    parser.add_argument("--legible-sweep", type=Path,
+                        default=ROOT / "results" / "legible-sweep" / "legibility_regimes.json",
+                        help="results of scripts/legibility_report.py on seed 002's pressure sweep (fills its rows)")
+    parser.add_argument("--parity-report", type=Path, default=ROOT / "results" / "parity" / "parity_report.json",
+                        help="results of scripts/parity_report.py (fills seed 003's reconstruction and ablation rows)")
     parser.add_argument("--only", nargs="+", metavar="ID", help="measure only these claim ids")
     parser.add_argument("--print", action="store_true", help="print the file instead of writing it")
     parser.add_argument("--quiet", action="store_true", help="no progress bars")
@@ -42,7 +48,7 @@ def main(argv: list[str] | None = None) -> int:
 
     started = time.perf_counter()
     context = Context(fast=args.fast, models_dir=args.models_dir, results_dir=args.results, ladder_results=args.ladder,
-                      progress=not args.quiet)
+                      legible_sweep=args.legible_sweep, parity_report=args.parity_report, progress=not args.quiet)
     with torch.no_grad():
         rows = measure_claims(context, args.only)
     command = "python scripts/claims.py" + (" --fast" if args.fast else "")

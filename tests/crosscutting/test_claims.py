@@ -4,7 +4,8 @@ The fast run (what CI runs) is executed once as `scripts/claims.py --fast` on th
 checked against the registry, against a direct call of each row's measuring function, and against a results
 JSON that fills a row the shipped models cannot measure. A copy of a model folder with changed weights or
 metrics changes the row that reads it. The helpers (percentage rule, alive share, coherence, legible share,
-the file parser) are checked on constructed inputs with known answers.
+the file parser) are checked on constructed inputs with known answers, and so are the rows that read the pressure
+sweep's and the parity report's results: small constructed result files on each side of every row's rule.
 """
 
 from __future__ import annotations
@@ -227,3 +228,134 @@ def test_every_claim_can_be_measured_or_says_why_not():
     assert {claim.seed for claim in CLAIMS} == {"000", "002", "003"}
     for claim in CLAIMS:
         assert (claim.measure is not None) != bool(claim.blocked), claim.id
+
+
+# --- rows read from the sweep's and the parity report's results (constructed files) ----------------------
+
+
+def _summary(surface: str, on: float, crisp: float = 80.0, selective_operands: float = 50.0) -> dict:
+    return dict(surface=surface, family="operator", on_percent=on, atom_crisp=crisp, selective_operands=selective_operands)
+
+
+def _regime(regime: str, attn_on: float = 5.0, ffn_on: float = 2.0, ffn_crisp: float = 90.0, ffn_selective: float = 10.0,
+            selective_by_layer: tuple = (0.2, 0.3, 0.8, 0.9), share: float = 0.2) -> dict:
+    by_layer = [dict(surface="attention", family="operator", layer=layer, selective=value)
+                for layer, value in reversed(list(enumerate(selective_by_layer)))]  # order must not matter
+    by_layer.append(dict(surface="attention", family="quantifier", layer=0, selective=1.0))  # ignored
+    return dict(name=f"legible-{regime.split()[0]}", regime=regime, by_layer=by_layer,
+                summary=[_summary("attention", attn_on),
+                         dict(surface="ffn", family="quantifier", on_percent=50.0, atom_crisp=0.0, selective_operands=0.0),
+                         _summary("ffn", ffn_on, ffn_crisp, ffn_selective)],
+                attribution=dict(share_mean=share, parts_mean=dict(bounded_heads=share, opaque_units=1 - share),
+                                 n_positions=10))
+
+
+def _paper_sweep(**changes: dict) -> list[dict]:
+    """Four regimes at seed 002's numbers (Tables 1 and 5); `changes` maps a regime to the fields it changes."""
+    base = {"none": dict(ffn_on=0.9, ffn_crisp=50.0, ffn_selective=0.0, attn_on=9.0),
+            "sparsity alone": dict(attn_on=2.2, ffn_on=0.1, ffn_crisp=51.0),
+            "crispness alone": dict(attn_on=12.1, ffn_on=32.7, share=0.75),
+            "both pressures": dict(attn_on=0.9, ffn_on=3.5)}
+    return [_regime(regime, **{**fields, **changes.get(regime, {})}) for regime, fields in base.items()]
+
+
+def _sweep_context(tmp_path: Path, models: list[dict]) -> Context:
+    path = tmp_path / "legibility_regimes.json"
+    path.write_text(json.dumps({"version": 1, "models": models}))
+    return Context(legible_sweep=path)
+
+
+def _verdict(tmp_path: Path, function: str, models: list[dict]) -> str:
+    return getattr(claims_module, function)(_sweep_context(tmp_path, models)).verdict
+
+
+@pytest.mark.parametrize("function, changes, expected", [
+    ("sweep_both_collapse", {}, REPRODUCED),
+    ("sweep_both_collapse", {"both pressures": dict(attn_on=5.9, ffn_on=0.0)}, REPRODUCED),  # 0.9 + 5
+    ("sweep_both_collapse", {"both pressures": dict(attn_on=6.0)}, NOT_REPRODUCED),
+    ("sweep_both_collapse", {"both pressures": dict(ffn_on=8.6)}, NOT_REPRODUCED),  # 3.5 + 5 = 8.5
+    ("sweep_plain_illegible", {}, REPRODUCED),
+    ("sweep_plain_illegible", {"none": dict(ffn_crisp=55.0, ffn_selective=5.0)}, REPRODUCED),
+    ("sweep_plain_illegible", {"none": dict(ffn_crisp=55.1)}, NOT_REPRODUCED),
+    ("sweep_plain_illegible", {"none": dict(ffn_selective=5.1)}, NOT_REPRODUCED),
+    ("sweep_sparsity_inert", {"sparsity alone": dict(ffn_crisp=56.0)}, REPRODUCED),
+    ("sweep_sparsity_inert", {"sparsity alone": dict(ffn_crisp=56.1)}, NOT_REPRODUCED),
+    ("sweep_sparsity_inert", {"sparsity alone": dict(ffn_crisp=99.7)}, NOT_REPRODUCED),
+    ("sweep_attention_on", {}, REPRODUCED),
+    ("sweep_attention_on", {"crispness alone": dict(attn_on=17.2)}, NOT_REPRODUCED),
+    ("sweep_attention_on", {"none": dict(attn_on=90.0)}, REPRODUCED),  # Table 1 has no unpressured row
+    ("sweep_ffn_on", {}, REPRODUCED),
+    ("sweep_ffn_on", {"crispness alone": dict(ffn_on=27.6)}, NOT_REPRODUCED),
+    ("sweep_ffn_on", {"sparsity alone": dict(ffn_on=90.0)}, REPRODUCED),  # Table 5 has no such row
+    ("sweep_crispness_keeps_on", {}, REPRODUCED),
+    ("sweep_crispness_keeps_on", {"none": dict(attn_on=12.1)}, NOT_REPRODUCED),  # a tie is not "more"
+    ("sweep_crispness_keeps_on", {"both pressures": dict(ffn_on=40.0)}, NOT_REPRODUCED),
+    ("sweep_depth", {}, REPRODUCED),
+    ("sweep_depth", {"none": dict(selective_by_layer=(0.9, 0.9, 0.1, 0.1))}, REPRODUCED),  # only pressured regimes
+    ("sweep_depth", {"both pressures": dict(selective_by_layer=(0.9, 0.9, 0.1, 0.1))}, NOT_REPRODUCED),
+    ("sweep_depth", {"sparsity alone": dict(selective_by_layer=(0.5, 0.5, 0.5, 0.5))}, NOT_REPRODUCED),
+    ("sweep_legible_share", {}, REPRODUCED),
+    ("sweep_legible_share", {"crispness alone": dict(share=0.60)}, REPRODUCED),
+    ("sweep_legible_share", {"crispness alone": dict(share=0.599)}, NOT_REPRODUCED),
+    ("sweep_legible_share", {"crispness alone": dict(share=0.216)}, NOT_REPRODUCED),
+])
+def test_sweep_rows_follow_their_rules(tmp_path, function, changes, expected):
+    assert _verdict(tmp_path, function, _paper_sweep(**changes)) == expected
+
+
+def test_sweep_rows_report_the_numbers_they_judge(tmp_path):
+    context = _sweep_context(tmp_path, _paper_sweep(**{"both pressures": dict(attn_on=4.56, ffn_on=0.02)}))
+    outcome = claims_module.sweep_both_collapse(context)
+    assert outcome.ours == "legible-both: operands ON 4.6% (attention), 0.02% (FFN)" and outcome.value == 0.02
+    depth = claims_module.sweep_depth(context)
+    assert "sparsity alone 20/30/80/90% (shallow 25, deep 85)" in depth.ours
+
+
+def test_sweep_rows_say_not_measured_without_the_sweep_or_its_regime(tmp_path):
+    missing = Context(legible_sweep=tmp_path / "absent.json")
+    for function in ("sweep_both_collapse", "sweep_plain_illegible", "sweep_sparsity_inert", "sweep_attention_on",
+                     "sweep_ffn_on", "sweep_crispness_keeps_on", "sweep_depth", "sweep_legible_share"):
+        outcome = getattr(claims_module, function)(missing)
+        assert outcome.verdict == NOT_MEASURED and "legibility_regimes.json" in outcome.reason
+    without_both = [model for model in _paper_sweep() if model["regime"] != "both pressures"]
+    outcome = claims_module.sweep_both_collapse(_sweep_context(tmp_path, without_both))
+    assert outcome.verdict == NOT_MEASURED and "both pressures" in outcome.reason
+    (tmp_path / "bad.json").write_text(json.dumps({"models": {"none": {}}}))
+    with pytest.raises(UserError, match="'models' must be a list"):
+        claims_module.sweep_depth(Context(legible_sweep=tmp_path / "bad.json"))
+
+
+def _parity_context(tmp_path: Path, reconstruction=(0.01, 0.02), agreement=(1.0, 1.0),
+                    parity=(3.0, 5.0), gelu=(3.0, 7.0)) -> Context:
+    layers = [dict(layer=i, reconstruction=r, agreement=a, certified=a) for i, (r, a) in enumerate(zip(reconstruction, agreement))]
+    record = dict(tokens=100, design=dict(beam=64), layers=layers,
+                  parity=dict(loss=parity[0], loss_writes_zeroed=parity[1]),
+                  gelu=dict(loss=gelu[0], loss_writes_zeroed=gelu[1]),
+                  ablation_share=0.99)  # not read: the row computes its share from the losses
+    path = tmp_path / "parity_report.json"
+    path.write_text(json.dumps(record))
+    return Context(parity_report=path)
+
+
+@pytest.mark.parametrize("function, fields, expected", [
+    ("parity_reconstruction", dict(reconstruction=(0.01, 0.299)), REPRODUCED),
+    ("parity_reconstruction", dict(reconstruction=(0.01, 0.3)), NOT_REPRODUCED),  # the worst layer decides
+    ("parity_ablation", dict(parity=(3.0, 5.0), gelu=(3.0, 7.0)), REPRODUCED),  # 2 / 4 = 0.5
+    ("parity_ablation", dict(parity=(3.0, 4.99), gelu=(3.0, 7.0)), NOT_REPRODUCED),
+    ("parity_ablation", dict(parity=(3.07, 5.79), gelu=(3.11, 8.37)), REPRODUCED),  # 2.72 / 5.26
+    ("parity_encoder_exact", dict(agreement=(1.0, 0.99)), REPRODUCED),
+    ("parity_encoder_exact", dict(agreement=(1.0, 0.989)), NOT_REPRODUCED),
+])
+def test_parity_rows_follow_their_rules(tmp_path, function, fields, expected):
+    assert getattr(claims_module, function)(_parity_context(tmp_path, **fields)).verdict == expected
+
+
+def test_parity_rows_say_not_measured_without_the_report_and_name_their_function(tmp_path):
+    missing = Context(parity_report=tmp_path / "absent.json")
+    for function in ("parity_reconstruction", "parity_ablation", "parity_encoder_exact"):
+        outcome = getattr(claims_module, function)(missing)
+        assert outcome.verdict == NOT_MEASURED and "parity_report.json" in outcome.reason
+    context = _parity_context(tmp_path, gelu=(3.0, 3.0))
+    assert claims_module.parity_ablation(context).verdict == NOT_MEASURED
+    row = measure_claim(claim_by_id("s003-ablation"), _parity_context(tmp_path), results={})
+    assert (row.verdict, row.value, row.measured_by) == (REPRODUCED, 0.5, "circuitlab.claims.parity_ablation")
