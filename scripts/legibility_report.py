@@ -1,8 +1,8 @@
 """Legibility of trained legible models, side by side with seed 002 (circuitlab.analysis.legibility_report).
 
-    python scripts/legibility_report.py runs/legible/legible-* --json analyses/legibility_regimes.json \
-        --markdown analyses/legibility_regimes.md --figure analyses/figures/06_legibility_regimes.png
-    python scripts/legibility_report.py --from-json analyses/legibility_regimes.json --markdown ... --figure ...
+    python scripts/legibility_report.py results/legible-sweep/legible-* --json results/legible-sweep/legibility_regimes.json \
+        --markdown results/legible-sweep/legibility_regimes.md --figure results/legible-sweep/legibility_regimes.png
+    python scripts/legibility_report.py --from-json results/legible-sweep/legibility_regimes.json --markdown ... --figure ...
 
 For each model folder, on the held-out split of the natural stories (data/natural): perplexity; per surface
 (attention, NC-FFN operators, NC-FFN quantifiers), per layer and per head the SELECTIVE / CONSTANT / FUZZY

@@ -17,7 +17,7 @@ from circuitlab.analysis.legibility_report import (
 )
 from circuitlab.errors import UserError
 
-DEFAULT_REPORT = Path(__file__).resolve().parents[2] / "analyses" / "legibility_regimes.json"
+DEFAULT_REPORT = Path(__file__).resolve().parents[2] / "results" / "legible-sweep" / "legibility_regimes.json"
 REPORT_KEY = "regimes_report"
 
 st.title("Pressure regimes")

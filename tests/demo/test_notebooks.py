@@ -374,7 +374,7 @@ def test_runner_rejects_bad_arguments(tmp_path):
 def test_every_notebook_is_valid_and_names_the_python3_kernel():
     import nbformat
 
-    assert len(NOTEBOOKS) == 6
+    assert len(NOTEBOOKS) == 7
     for name in NOTEBOOKS:
         notebook = nbformat.read(ANALYSES / name, as_version=4)
         nbformat.validate(notebook)
