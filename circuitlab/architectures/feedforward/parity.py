@@ -163,7 +163,43 @@ def relative_error(x: Tensor, x_hat: Tensor) -> Tensor:
 # --- the layer -----------------------------------------------------------------------------------------------
 
 
-class ParityBottleneck(CodeLayer):
+class FeatureCodeLayer(CodeLayer):
+    """A bottleneck whose code is k (feature id, coefficient) pairs on `hook_code_indices` and
+    `hook_code_values`, feature i writing a_i phi_i with phi_i = `feature_directions(i)` (both parity designs)."""
+
+    def code_hooks(self) -> list[str]:
+        return [self.hook_name(self.hook_code_indices), self.hook_name(self.hook_code_values)]
+
+    def sparse_code(self, cache: Cache) -> SparseCode:
+        try:
+            indices_BxTxK = cache[self.hook_name(self.hook_code_indices)].long()
+            values_BxTxK = cache[self.hook_name(self.hook_code_values)].float()
+        except KeyError as error:
+            raise code_hook_error(self, error) from None
+        return SparseCode(indices_BxTxK, values_BxTxK, self.n_features)
+
+    def layout(self) -> dict:
+        return {"kind": self.kind, "n_features": self.n_features}
+
+    def unit_name(self, unit: int) -> str:
+        return f"feature {unit}"
+
+    def unit_write_hooks(self) -> list[str]:
+        return self.code_hooks()
+
+    def unit_writes(self, read: Callable[[str], Tensor]) -> UnitWrites:
+        """The k active features; feature i writes a_i phi_i (their sum is hook_recon)."""
+        indices_K = read(self.hook_name(self.hook_code_indices)).long()
+        values_K = read(self.hook_name(self.hook_code_values))
+        phi_KxD = self.feature_directions(indices_K).double()
+        ids = indices_K.tolist()
+        return UnitWrites(
+            writes_NxD=values_K[:, None] * phi_KxD, ids=ids, kind="parity_feature", operations=["feature"] * len(ids),
+            labels=[self.unit_name(unit) for unit in ids],
+        )
+
+
+class ParityBottleneck(FeatureCodeLayer):
     kind = "parity"
     sparse_by_construction = True
 
@@ -380,39 +416,6 @@ class ParityBottleneck(CodeLayer):
             f"product design: grid {self.grid_rows} x {self.grid_cols}, {self.col_bits} column + {self.row_bits} row "
             f"index bits, beam {self.beam} column patterns, least squares (ridge {self.ridge:g}) with "
             f"{self.pursuit_rounds - 1} pursuit round(s), coherence {self.coherence():.3f}"
-        )
-
-    # --- its code and units (see CodeLayer) ---------------------------------------------------------------
-
-    def code_hooks(self) -> list[str]:
-        return [self.hook_name(self.hook_code_indices), self.hook_name(self.hook_code_values)]
-
-    def sparse_code(self, cache: Cache) -> SparseCode:
-        try:
-            indices_BxTxK = cache[self.hook_name(self.hook_code_indices)].long()
-            values_BxTxK = cache[self.hook_name(self.hook_code_values)].float()
-        except KeyError as error:
-            raise code_hook_error(self, error) from None
-        return SparseCode(indices_BxTxK, values_BxTxK, self.n_features)
-
-    def layout(self) -> dict:
-        return {"kind": self.kind, "n_features": self.n_features}
-
-    def unit_name(self, unit: int) -> str:
-        return f"feature {unit}"
-
-    def unit_write_hooks(self) -> list[str]:
-        return self.code_hooks()
-
-    def unit_writes(self, read: Callable[[str], Tensor]) -> UnitWrites:
-        """The k active features; feature i writes a_i phi_i (their sum is hook_recon)."""
-        indices_K = read(self.hook_name(self.hook_code_indices)).long()
-        values_K = read(self.hook_name(self.hook_code_values))
-        phi_KxD = self.feature_directions(indices_K).double()
-        ids = indices_K.tolist()
-        return UnitWrites(
-            writes_NxD=values_K[:, None] * phi_KxD, ids=ids, kind="parity_feature", operations=["feature"] * len(ids),
-            labels=[self.unit_name(unit) for unit in ids],
         )
 
 

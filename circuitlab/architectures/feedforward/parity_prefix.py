@@ -25,7 +25,6 @@ Letters: B batch, T position, D d_model, R index bits, P prefixes in the beam, G
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
 
 import torch
 from jaxtyping import Float, Int
@@ -33,14 +32,12 @@ from torch import Tensor
 from transformer_lens.hook_points import HookPoint
 
 from circuitlab import kernels
-from circuitlab.architectures.code_layer import Cache, CodeLayer, UnitWrites, code_hook_error
-from circuitlab.codes import SparseCode
 from circuitlab.config import ModelConfig
 from circuitlab.kernels.reference import parity_signs
-from circuitlab.architectures.feedforward.parity import make_code_matrix, relative_error
+from circuitlab.architectures.feedforward.parity import FeatureCodeLayer, make_code_matrix, relative_error
 
 
-class PrefixParityBottleneck(CodeLayer):
+class PrefixParityBottleneck(FeatureCodeLayer):
     kind = "parity"
     sparse_by_construction = True
 
@@ -142,36 +139,3 @@ class PrefixParityBottleneck(CodeLayer):
     def design_notes(self) -> str:
         return (f"prefix design: levels of {self.bits_per_level} index bits, beams {list(self.beams)}, "
                 "coefficients a_i = <x, phi_i>")
-
-    # --- its code and units (see CodeLayer) ---------------------------------------------------------------
-
-    def code_hooks(self) -> list[str]:
-        return [self.hook_name(self.hook_code_indices), self.hook_name(self.hook_code_values)]
-
-    def sparse_code(self, cache: Cache) -> SparseCode:
-        try:
-            indices_BxTxK = cache[self.hook_name(self.hook_code_indices)].long()
-            values_BxTxK = cache[self.hook_name(self.hook_code_values)].float()
-        except KeyError as error:
-            raise code_hook_error(self, error) from None
-        return SparseCode(indices_BxTxK, values_BxTxK, self.n_features)
-
-    def layout(self) -> dict:
-        return {"kind": self.kind, "n_features": self.n_features}
-
-    def unit_name(self, unit: int) -> str:
-        return f"feature {unit}"
-
-    def unit_write_hooks(self) -> list[str]:
-        return self.code_hooks()
-
-    def unit_writes(self, read: Callable[[str], Tensor]) -> UnitWrites:
-        """The k active features; feature i writes a_i phi_i (their sum is hook_recon)."""
-        indices_K = read(self.hook_name(self.hook_code_indices)).long()
-        values_K = read(self.hook_name(self.hook_code_values))
-        phi_KxD = self.feature_directions(indices_K).double()
-        ids = indices_K.tolist()
-        return UnitWrites(
-            writes_NxD=values_K[:, None] * phi_KxD, ids=ids, kind="parity_feature", operations=["feature"] * len(ids),
-            labels=[self.unit_name(unit) for unit in ids],
-        )
