@@ -317,6 +317,12 @@ def run_embed(args: argparse.Namespace) -> int:
 def run_usage(args: argparse.Namespace) -> int:
     from circuitlab.analysis.usage import database_usage, usage_figure, usage_summary_figure, usage_table
 
+    if args.out_dir:
+        folder = Path(args.out_dir)
+        if folder.exists() and not folder.is_dir():
+            raise UserError(f"--out-dir {folder} exists and is not a folder")
+        if args.csv and Path(args.csv).resolve() == folder.resolve():
+            raise UserError(f"--csv and --out-dir name the same path ({folder}): the table is a file, the figures a folder")
     db = _open(args.db)
     layers = args.layers or db.layers
     for layer in layers:

@@ -81,3 +81,15 @@ def test_semantic_usage_and_embed(saved, capsys, monkeypatch):
     frame = pd.read_csv(coordinates)
     assert set(frame["layer"]) == {0, 1} and frame["token_id"].nunique() == 5
     assert (saved / "map.html").exists()
+
+
+def test_usage_refuses_an_output_folder_that_is_a_file_or_the_csv(saved, capsys):
+    """Exit 2 with a message, before any work, when --out-dir is a file or the same path as --csv."""
+    a_file = saved / "not_a_folder"
+    a_file.write_text("x")
+    assert run(["usage", str(saved / "db"), "--out-dir", str(a_file)]) == 2
+    assert "is not a folder" in capsys.readouterr().err
+    same = saved / "same"
+    assert run(["usage", str(saved / "db"), "--out-dir", str(same), "--csv", str(same)]) == 2
+    assert "name the same path" in capsys.readouterr().err
+    assert not same.exists()
