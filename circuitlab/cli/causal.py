@@ -75,6 +75,9 @@ def run_patch(args: argparse.Namespace) -> int:
     pairs = [as_patch_pair(pair, index, model=model) for index, pair in enumerate(pairs)]
     layers = None
     if args.layers:
+        bad = [spec for spec in args.layers if spec != "all" and not spec.lstrip("-").isdigit()]
+        if bad:
+            raise UserError(f"--layers takes layer numbers or 'all', got {', '.join(map(repr, bad))}")
         layers = [spec if spec == "all" else int(spec) for spec in args.layers]
     positions = [int(p) if p.lstrip("-").isdigit() else p for p in args.positions]
     heads: Any = None

@@ -244,6 +244,8 @@ def test_cli_patch(tmp_path, capsys):
     assert main(["patch", "preset:tiny-sgatlin"]) == 2  # no tokenizer, no --pairs
     err = capsys.readouterr().err
     assert "has no tokenizer" in err and err.count("\n") == 2
+    assert main(["patch", "preset:tiny-sgatlin", "--pairs", str(tmp_path / "pairs.json"), "--layers", "each"]) == 2
+    assert "--layers takes layer numbers or 'all', got 'each'" in capsys.readouterr().err
 
 
 @pytest.fixture(scope="module")
