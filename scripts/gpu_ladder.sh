@@ -9,12 +9,14 @@
 #   RESULTS=results/ladder BUDGET_SCALE=2 bash scripts/gpu_ladder.sh   # twice the FLOPs per run
 #   DEVICE=cpu SMOKE=1 RESULTS=/tmp/ladder bash scripts/gpu_ladder.sh   # CPU check of every code path
 # Settings (environment): RESULTS, DEVICE, BUDGET_SCALE, SCALES, ARCHS, SEEDS, ABLATIONS, JOBS (runs per GPU),
-# MAX_MINUTES (per run), N_STORIES, NATURAL, TOKENIZER, SMOKE, PYTHON.
+# MAX_MINUTES (per run), COMPILE (1: torch.compile each run), N_STORIES, NATURAL, TOKENIZER, SMOKE, PYTHON.
 #
 # Writes into RESULTS: ladder_results.json (one record per run: sizes, FLOPs per token, budget, tokens,
 # natural and generated held-out loss), ladder_table.md (with the verdicts on seed 000's claims),
 # ladder_loss_vs_flops.html (the figure), runs/<name>/ (metrics.json, card.md, train_log.jsonl; the
-# weights are deleted to keep the folder small) and runs/<name>.log. Calling it again skips finished runs.
+# weights are deleted to keep the folder small) and runs/<name>.log. Calling it again skips the runs that
+# reached their budget on the same training mixture and trains the others (those stopped by MAX_MINUTES, and
+# all of them after a change of the story generator).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 RESULTS="${RESULTS:?set RESULTS to the results folder}"
@@ -27,6 +29,7 @@ SEEDS="${SEEDS:-0 1}"
 ABLATIONS="${ABLATIONS-sgatlin-gelu}"
 JOBS="${JOBS:-10}"
 MAX_MINUTES="${MAX_MINUTES:-5}"
+COMPILE="${COMPILE:-0}"
 N_STORIES="${N_STORIES:-40000}"
 NATURAL="${NATURAL:-data/natural}"
 TOKENIZER="${TOKENIZER:-models/sgatlin-stories/tokenizer.json}"
@@ -39,5 +42,6 @@ else
   sweep=(--budget-scale "$BUDGET_SCALE" --scales $SCALES --archs $ARCHS --seeds $SEEDS --jobs "$JOBS"
          --max-minutes "$MAX_MINUTES" --n-stories "$N_STORIES" --ablations $ABLATIONS)
 fi
+[ "$COMPILE" = 1 ] && sweep+=(--compile)
 "$PYTHON" -m circuitlab.cli ladder --out "$RESULTS" --device "$DEVICE" --natural "$NATURAL" --tokenizer "$TOKENIZER" \
   "${sweep[@]}" 2>&1 | tee -a "$RESULTS/ladder.log"

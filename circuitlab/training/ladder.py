@@ -181,8 +181,9 @@ def _data_spec(settings: LadderSettings, tokenizer: str | None) -> Any:
     )
 
 
-def prepare(out: Path, settings: LadderSettings) -> tuple[str, int]:
-    """Tokenize and pack the mixture once into out/data (every run reads it). Returns (tokenizer path, vocab)."""
+def prepare(out: Path, settings: LadderSettings) -> tuple[str, int, int]:
+    """Tokenize and pack the mixture once into out/data (every run reads it). Returns (tokenizer path, vocab,
+    training tokens)."""
     from circuitlab.training.corpus import prepare_data
 
     prepared = prepare_data(_data_spec(settings, settings.tokenizer), settings.seq_len, out / "data",
@@ -191,7 +192,7 @@ def prepare(out: Path, settings: LadderSettings) -> tuple[str, int]:
     if tokenizer is None:  # trained here: every run reuses the file
         tokenizer = str(out / "tokenizer.json")
         prepared.tokenizer.save(tokenizer)
-    return tokenizer, prepared.tokenizer.vocab_size
+    return tokenizer, prepared.tokenizer.vocab_size, int(prepared.manifest["train_tokens"])
 
 
 def _train_args(run: PlannedRun, settings: LadderSettings, out: Path, tokenizer: str) -> list[str]:
@@ -218,6 +219,13 @@ def _finished(folder: Path, run: PlannedRun) -> dict[str, Any] | None:
         return None
     planned = metrics.get("train_settings", {}).get("steps") == run.steps and metrics.get("seed") == run.seed
     return metrics if planned and metrics.get("config_hash") == ModelConfig.from_dict(run.config).hash() else None
+
+
+def _reusable(metrics: dict[str, Any] | None, train_tokens: int) -> bool:
+    """A finished run is kept by a later call only when it reached its budget (not stopped by the time
+    limit) on the same training mixture (same token count: a changed story generator retrains it)."""
+    return (metrics is not None and metrics.get("stopped") == "completed"
+            and metrics.get("data", {}).get("train_tokens") == train_tokens)
 
 
 def _visible_gpus(settings: LadderSettings) -> list[str | None]:
@@ -262,7 +270,7 @@ def run_ladder(out: str | os.PathLike, settings: LadderSettings, progress: bool 
     started = time.monotonic()
     say = (lambda text: print(text, file=sys.stderr, flush=True)) if progress else (lambda text: None)
     say(f"ladder: preparing the training mixture in {out / 'data'}")
-    tokenizer, vocab = prepare(out, settings)
+    tokenizer, vocab, train_tokens = prepare(out, settings)
     runs = plan_runs(settings, vocab)
     (out / "configs").mkdir(exist_ok=True)
     for run in runs:
@@ -279,12 +287,12 @@ def run_ladder(out: str | os.PathLike, settings: LadderSettings, progress: bool 
     todo = []
     for run in runs:
         metrics = _finished(out / "runs" / run.name, run)
-        if metrics is not None:
+        if _reusable(metrics, train_tokens):
             done[run.name] = metrics
         else:
             todo.append(run)
     if done:
-        say(f"ladder: {len(done)} runs already finished, skipped")
+        say(f"ladder: {len(done)} runs already finished on this mixture, skipped")
     failed = _execute(todo, settings, out, tokenizer, done, say, progress)
 
     records = [

@@ -8,7 +8,9 @@ import pytest
 from circuitlab import count_flops, ladder_config
 from circuitlab.cli import main
 from circuitlab.errors import UserError
-from circuitlab.training.ladder import RESULTS_FILE, TABLE_FILE, LadderSettings, arch_config, budget_for, plan_runs
+from circuitlab.training.ladder import (
+    RESULTS_FILE, TABLE_FILE, LadderSettings, _reusable, arch_config, budget_for, plan_runs,
+)
 from circuitlab.training.ladder_report import load_results, markdown_table, seed_spread, verdicts
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -122,6 +124,22 @@ def test_ladder_sweep_end_to_end_in_process(tmp_path):
     assert main(argv + ["--seeds", "0", "1"]) == 0
     assert (out / "runs" / "moe-s1-seed0" / "metrics.json").stat().st_mtime_ns == finished
     check_sweep(out, ["moe"], [0, 1])
+    # a run the time limit stopped is trained again by the next call (it never reached its budget)
+    metrics_file = out / "runs" / "moe-s1-seed1" / "metrics.json"
+    metrics = json.loads(metrics_file.read_text())
+    metrics["stopped"] = "time limit"
+    metrics_file.write_text(json.dumps(metrics))
+    assert main(argv + ["--seeds", "0", "1"]) == 0
+    assert json.loads(metrics_file.read_text())["stopped"] == "completed"
+    assert (out / "runs" / "moe-s1-seed0" / "metrics.json").stat().st_mtime_ns == finished
+
+
+def test_only_completed_runs_on_the_same_mixture_are_reused():
+    metrics = {"stopped": "completed", "data": {"train_tokens": 1000}}
+    assert _reusable(metrics, 1000)
+    assert not _reusable(metrics, 1001)  # the story generator changed: another mixture
+    assert not _reusable({**metrics, "stopped": "time limit"}, 1000)
+    assert not _reusable(None, 1000)
 
 
 @pytest.mark.slow
