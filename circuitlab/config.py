@@ -130,6 +130,8 @@ class NCFFNConfig(ConfigPart):
     rho: Number = 0.75
     n_quantifiers: CountInt = 32
     code_k: PositiveInt = 32
+    # operand pre-activations minus a running per-channel centre (circuitlab.architectures.feedforward.ncffn)
+    centre_operands: bool = False
 
     @model_validator(mode="after")
     def _partition(self) -> NCFFNConfig:
@@ -366,6 +368,8 @@ class ModelConfig(ConfigPart):
         data = self.model_dump(mode="json")
         if data["feedforward"]["type"] == "sgatlin" and data["feedforward"].get("activation") == "none":
             del data["feedforward"]["activation"]  # plain sgatlin is written (and hashed) as before the ablation field
+        if data["feedforward"]["type"] == "ncffn" and not data["feedforward"].get("centre_operands"):
+            del data["feedforward"]["centre_operands"]  # likewise NC-FFN before operand centring
         return data
 
     @classmethod
@@ -647,7 +651,7 @@ _TINY = dict(d_vocab=512, d_model=64, n_layers=2, n_heads=2, d_head=32, n_ctx=12
 _CRISP = dict(attn_crispness=3e-3, ffn_crispness=3e-3)
 _LEGIBLE = dict(
     _STORIES, n_layers=6, attention=dict(value_mode="boolean", n_special=4),
-    feedforward=dict(type="ncffn", d_ffw=1024, rho=0.75, n_quantifiers=32),
+    feedforward=dict(type="ncffn", d_ffw=1024, rho=0.75, n_quantifiers=32, centre_operands=True),
 )
 # the calibrated pressures of circuitlab.training.pressure (its rule; kept here so config has no torch import)
 CALIBRATED_CRISPNESS = 0.2

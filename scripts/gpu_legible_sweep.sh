@@ -62,7 +62,10 @@ fi
 cat > "$RESULTS/notes/common.md" <<NOTES
 Seed 002's end-to-end design at 6 layers (d_model 256, 4 heads of 64, RoPE, QK-norm, tied embeddings):
 Boolean attention values on all 4 heads (no unbounded minority: seed 002, appendix A) and an NC-FFN of
-width 1024 with GELU fraction rho 0.75 (25% named operators) and 32 sequence quantifiers. One of the
+width 1024 with GELU fraction rho 0.75 (25% named operators) and 32 sequence quantifiers, its operand
+pre-activations centred by a running per-channel mean (circuitlab's design: without it the channels of the
+crispness-only model sat 4-7 standard deviations from 0 and crispness pushed whole channels to a rail;
+circuitlab.architectures.feedforward.ncffn says how the centre is kept and trained). One of the
 pressure regimes of seed 002 (sections 4 and 5.3), on both surfaces, under the calibration rule of
 circuitlab.training.pressure: each pressure is a mean over tokens, operand channels and layers (crispness
 at most lambda/4 nats/token per surface, sparsity at most lambda), lambda_s = lambda_c / 3 (seed 002's

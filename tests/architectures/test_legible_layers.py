@@ -77,6 +77,69 @@ def test_ncffn_hidden_layout_and_operators():
     torch.testing.assert_close(post[..., g : g + p], cache["blocks.0.mlp.hook_and"])
 
 
+CENTRED = dict(feedforward=dict(type="ncffn", d_ffw=96, rho=0.5, n_quantifiers=8, centre_operands=True))
+
+
+def test_centred_operands_subtract_the_running_centre_in_evaluation():
+    model = build(**CENTRED).eval()
+    layer = model.blocks[0].mlp
+    with torch.no_grad():
+        layer.operand_centre.copy_(torch.linspace(-3, 3, 2 * layer.n_pairs))
+    _, cache = model.run_with_cache(torch.randint(0, 97, (2, 30)))
+    pre = cache["blocks.0.mlp.hook_pre"]
+    g, p = layer.n_gelu, layer.n_pairs
+    torch.testing.assert_close(cache["blocks.0.mlp.hook_operand_a"], torch.sigmoid(pre[..., g : g + p] - layer.operand_centre[:p]))
+    torch.testing.assert_close(cache["blocks.0.mlp.hook_operand_b"], torch.sigmoid(pre[..., g + p : g + 2 * p] - layer.operand_centre[p:]))
+    # the GELU units and the quantifiers are not centred
+    torch.testing.assert_close(cache["blocks.0.mlp.hook_quant_in"], torch.sigmoid(pre[..., g + 2 * p :]))
+
+
+def test_centred_operands_train_without_a_gradient_on_the_channel_mean():
+    """In training the loss cannot move an operand channel's mean: the gradient reaching the operand
+    pre-activations sums to zero over the batch's tokens, channel by channel (not so without centring)."""
+    tokens = torch.randint(0, 97, (3, 20))
+    for centre, expect_zero in ((True, True), (False, False)):
+        model = build(feedforward=dict(type="ncffn", d_ffw=96, rho=0.5, n_quantifiers=8, centre_operands=centre)).train()
+        layer = model.blocks[0].mlp
+        grads = []
+
+        def keep_gradient(tensor, hook):
+            tensor.register_hook(grads.append)
+
+        layer.hook_pre.add_hook(keep_gradient)
+        logits = model(tokens)
+        logits.float().logsumexp(-1).sum().backward()
+        g, p = layer.n_gelu, layer.n_pairs
+        per_channel = grads[0][..., g : g + 2 * p].sum(dim=(0, 1))
+        scale = grads[0][..., g : g + 2 * p].abs().sum(dim=(0, 1))
+        assert (per_channel.abs() <= 1e-5 * scale + 1e-9).all() == expect_zero
+
+
+def test_running_centre_moves_to_the_batch_mean_with_its_momentum():
+    from circuitlab.architectures.feedforward.ncffn import CENTRE_MOMENTUM
+
+    model = build(**CENTRED).train()
+    layer = model.blocks[0].mlp
+    tokens = torch.randint(0, 97, (2, 16))
+    _, cache = model.run_with_cache(tokens)  # one training forward
+    g, p = layer.n_gelu, layer.n_pairs
+    batch_mean = cache["blocks.0.mlp.hook_pre"][..., g : g + 2 * p].mean(dim=(0, 1))
+    torch.testing.assert_close(layer.operand_centre, CENTRE_MOMENTUM * batch_mean)
+    model.eval()
+    model(tokens)  # evaluation leaves it alone
+    torch.testing.assert_close(layer.operand_centre, CENTRE_MOMENTUM * batch_mean)
+
+
+def test_uncentred_ncffn_configs_keep_their_layout_and_hash():
+    plain = ModelConfig.preset("legible-stories-v1")
+    assert "centre_operands" not in plain.to_dict()["feedforward"]
+    centred = ModelConfig.preset("legible-stories")
+    assert centred.feedforward.centre_operands and centred.to_dict()["feedforward"]["centre_operands"] is True
+    assert centred.hash() != centred.replace(feedforward={**centred.to_dict()["feedforward"], "centre_operands": False}).hash()
+    plain_layer = build(feedforward=dict(type="ncffn", d_ffw=96)).blocks[0].mlp
+    assert "operand_centre" not in dict(plain_layer.named_buffers())  # old weight files load unchanged
+
+
 def test_quantifier_decays_start_sticky():
     layer = build(feedforward=dict(type="ncffn", d_ffw=96, rho=0.5, n_quantifiers=8)).blocks[0].mlp
     assert layer.decay.min() >= 0.9 - 1e-6 and layer.decay.max() < 1
