@@ -7,8 +7,8 @@
 
 Rows whose experiment the shipped models cannot run read the committed results of the iso-FLOP ladder
 (results/ladder), seed 002's pressure sweep (results/legible-sweep) and the parity report (results/parity), and
-otherwise `analyses/results/*.json` when a run has written a result there (format: circuitlab/claims.py). The
-registry, the rules and the measuring functions live in circuitlab.claims.
+otherwise `analyses/results/*.json` when a run has written a result there (format: circuitlab/claims/__init__.py).
+The registry, the rules and the measuring functions live in circuitlab.claims (one module per seed).
 """
 
 from __future__ import annotations

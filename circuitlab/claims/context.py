@@ -1,0 +1,168 @@
+"""The measuring context: the shipped models, how much held-out data each row sees, and the analyses several
+rows share (each computed once per context), plus the committed results files the rows read."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from functools import cached_property
+from pathlib import Path
+from typing import Any
+
+from circuitlab.claims.rows import VERDICTS
+from circuitlab.errors import UserError
+
+MODELS = ("sgatlin-stories", "gelu-stories", "legible-stories", "parity-stories")
+
+
+@dataclass(frozen=True)
+class Sizes:
+    """How much held-out data each measurement sees."""
+
+    db_stories: int  # generated held-out stories in the circuit database (about 70 tokens each)
+    semantic_queries: int
+    semantic_shuffles: int
+    enrichment_points: int
+    nie_pairs: int
+    legibility_windows: int  # windows of natural held-out text
+    legibility_seq_len: int
+    coherence_directions: int
+
+    @classmethod
+    def full(cls) -> Sizes:
+        # seed 002 probes 12 batches of 8 x 256 tokens; seed 000 collects 128 stories of up to 1024 tokens
+        return cls(db_stories=400, semantic_queries=2000, semantic_shuffles=20, enrichment_points=4000,
+                   nie_pairs=128, legibility_windows=96, legibility_seq_len=256, coherence_directions=4096)
+
+    @classmethod
+    def fast(cls) -> Sizes:
+        return cls(db_stories=24, semantic_queries=150, semantic_shuffles=3, enrichment_points=600,
+                   nie_pairs=6, legibility_windows=12, legibility_seq_len=64, coherence_directions=512)
+
+
+@dataclass
+class Context:
+    """Models (by shipped name, from `models_dir` when given) and the analyses several rows share."""
+
+    fast: bool = False
+    models_dir: Path | None = None
+    results_dir: Path | None = None
+    ladder_results: Path | None = None  # results/ladder/ladder_results.json of `circuitlab ladder`, when run
+    legible_sweep: Path | None = None  # results/legible-sweep/legibility_regimes.json of scripts/legibility_report.py
+    parity_report: Path | None = None  # results/parity/parity_report.json of scripts/parity_report.py
+    progress: bool = False
+    _models: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def sizes(self) -> Sizes:
+        return Sizes.fast() if self.fast else Sizes.full()
+
+    def folder(self, name: str) -> Path:
+        from circuitlab.architectures.checkpoint import resolve_model_folder
+
+        if self.models_dir is not None:
+            folder = Path(self.models_dir) / name
+            if not folder.is_dir():
+                raise UserError(f"{folder} does not exist: the claims read the models {MODELS} from the models folder")
+            return folder
+        return resolve_model_folder(name)
+
+    def model(self, name: str) -> Any:
+        if name not in self._models:
+            from circuitlab import load_model
+
+            self._models[name] = load_model(self.folder(name)).eval()
+        return self._models[name]
+
+    def metrics(self, name: str) -> dict[str, Any]:
+        path = self.folder(name) / "metrics.json"
+        if not path.is_file():
+            raise UserError(f"{path} is missing: the model's training metrics are needed for this claim")
+        return json.loads(path.read_text())
+
+    # shared analyses (cached per context)
+
+    @cached_property
+    def sgatlin_db(self) -> Any:
+        from circuitlab.analysis.circuitdb import CircuitDB
+        from circuitlab.data import held_out_stories
+
+        return CircuitDB.build(self.model("sgatlin-stories"), held_out_stories(self.sizes.db_stories),
+                               index=None, progress=self.progress)
+
+    @cached_property
+    def sgatlin_nie(self) -> Any:
+        from circuitlab.analysis.patching import nie_grid, nie_summary
+
+        model = self.model("sgatlin-stories")
+        return nie_summary(nie_grid(model, known_fact_pairs(model, self.sizes.nie_pairs), progress=self.progress))
+
+    @cached_property
+    def sgatlin_usage(self) -> Any:
+        from circuitlab.analysis.usage import database_usage
+
+        return database_usage(self.sgatlin_db)
+
+    @cached_property
+    def legible_stats(self) -> Any:
+        from circuitlab.analysis.legibility import held_out_windows, legibility_stats
+        from circuitlab.data import load_natural_stories
+
+        model = self.model("legible-stories")
+        texts = [story.text for story in load_natural_stories().held_out()]
+        tokens = held_out_windows(model, texts, seq_len=self.sizes.legibility_seq_len)[: self.sizes.legibility_windows]
+        return legibility_stats(model, tokens, progress=self.progress)
+
+    @cached_property
+    def legible_dla(self) -> Any:
+        from circuitlab.analysis.attribution import direct_logit_attribution
+
+        model = self.model("legible-stories")
+        return direct_logit_attribution(model, [model.tokenizer.eos_id] + model.tokenizer.encode("The turtle was"))
+
+    def result_file(self, name: str) -> dict[str, Any] | None:
+        """The JSON of `legible_sweep` or `parity_report` (by field name), or None when it is not given or absent."""
+        path = getattr(self, name)
+        if path is None or not Path(path).is_file():
+            return None
+        try:
+            record = json.loads(Path(path).read_text())
+        except json.JSONDecodeError as error:
+            raise UserError(f"{path}: not valid JSON ({error})") from error
+        if not isinstance(record, dict):
+            raise UserError(f"{path}: expected a JSON object, got {type(record).__name__}")
+        return record
+
+    def results(self) -> dict[str, dict[str, Any]]:
+        """Claim entries of every analyses/results/*.json (later files override earlier ones)."""
+        entries: dict[str, dict[str, Any]] = {}
+        if self.results_dir is None or not Path(self.results_dir).is_dir():
+            return entries
+        for path in sorted(Path(self.results_dir).glob("*.json")):
+            try:
+                record = json.loads(path.read_text())
+            except json.JSONDecodeError as error:
+                raise UserError(f"{path}: not valid JSON ({error})") from error
+            claims = record.get("claims", {}) if isinstance(record, dict) else {}
+            if not isinstance(claims, dict):
+                raise UserError(f"{path}: 'claims' must map claim ids to results, got {type(claims).__name__}")
+            for claim_id, entry in claims.items():
+                if not isinstance(entry, dict) or "ours" not in entry or entry.get("verdict") not in VERDICTS:
+                    raise UserError(
+                        f"{path}: claim {claim_id!r} needs 'ours' (text) and 'verdict' (one of {', '.join(VERDICTS)})"
+                    )
+                entries[claim_id] = {**entry, "source": path.name}
+        return entries
+
+
+def known_fact_pairs(model: Any, n_pairs: int) -> list:
+    """Fact pairs built from the facts the model answers correctly (all single-token facts if fewer than 2)."""
+    from circuitlab.data import FACTS, build_fact_pairs, fact_accuracy
+
+    _, table = fact_accuracy(lambda tokens: model(tokens), model.tokenizer)
+    known = set(table.loc[table["correct"], "noun"])
+    facts = [fact for fact in FACTS if fact.noun in known]
+    if len(facts) < 2:
+        facts = [fact for fact in FACTS if fact.noun in set(table["noun"])]
+    return build_fact_pairs(model.tokenizer, facts=facts, seed=0, n_pairs=min(n_pairs, len(facts) * (len(facts) - 1)))
+

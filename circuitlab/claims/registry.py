@@ -1,0 +1,51 @@
+"""The registry of every seed's claims, in the order of analyses/claims.md, and the measuring of its rows."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from circuitlab.claims import seed000, seed002, seed003
+from circuitlab.claims.context import Context
+from circuitlab.claims.rows import NOT_MEASURED, Claim, ClaimRow
+from circuitlab.errors import UserError
+
+CLAIMS: tuple[Claim, ...] = seed000.CLAIMS + seed002.CLAIMS + seed003.CLAIMS
+
+
+def claim_by_id(claim_id: str) -> Claim:
+    for claim in CLAIMS:
+        if claim.id == claim_id:
+            return claim
+    raise UserError(f"no claim {claim_id!r}; known: {', '.join(c.id for c in CLAIMS)}")
+
+
+def measure_claim(claim: Claim, context: Context, results: dict[str, dict[str, Any]] | None = None) -> ClaimRow:
+    """One row: the claim's own measurement, else a results-file entry, else "not measured" with its reason."""
+    results = context.results() if results is None else results
+    base = dict(id=claim.id, seed=claim.seed, place=claim.place, claim=claim.claim, paper=claim.paper, rule=claim.rule)
+    entry = results.get(claim.id)
+    if claim.measure is not None:
+        outcome = claim.measure(context)
+        if outcome.verdict != NOT_MEASURED or entry is None:
+            return ClaimRow(**base, ours=outcome.ours, verdict=outcome.verdict, reason=outcome.reason,
+                            measured_by=claim.measured_by, value=outcome.value)
+    if entry is not None:
+        value = entry.get("value")
+        return ClaimRow(**base, ours=str(entry["ours"]), verdict=entry["verdict"], reason=str(entry.get("reason", "")),
+                        measured_by=f"{entry.get('measured_by', '')} (analyses/results/{entry['source']})".strip(),
+                        value=float(value) if isinstance(value, (int, float)) else None)
+    return ClaimRow(**base, ours="-", verdict=NOT_MEASURED, reason=claim.blocked, measured_by="")
+
+
+def measure_claims(context: Context, ids: Iterable[str] | None = None) -> list[ClaimRow]:
+    """Rows of every claim (or of `ids`), in registry order, with a progress bar."""
+    from tqdm.auto import tqdm
+
+    wanted = None if ids is None else set(ids)
+    chosen = [claim for claim in CLAIMS if wanted is None or claim.id in wanted]
+    if wanted is not None and len(chosen) != len(wanted):
+        unknown = wanted - {claim.id for claim in chosen}
+        raise UserError(f"unknown claim ids: {', '.join(sorted(unknown))}")
+    results = context.results()
+    return [measure_claim(claim, context, results) for claim in tqdm(chosen, desc="claims", disable=not context.progress)]
