@@ -23,6 +23,7 @@ PAGES = [
     st.Page("views/patching.py", title="Patching", icon=":material/swap_horiz:"),
     st.Page("views/legibility.py", title="Legibility", icon=":material/visibility:"),
     st.Page("views/regimes.py", title="Pressure regimes", icon=":material/tune:"),
+    st.Page("views/parity.py", title="Parity bottleneck", icon=":material/compress:"),
     st.Page("views/attribution.py", title="Attribution", icon=":material/bar_chart:"),
     st.Page("views/neurons.py", title="Neurons", icon=":material/grid_on:"),
 ]

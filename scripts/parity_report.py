@@ -25,10 +25,11 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
+from circuitlab.analysis.parity_report import targets  # the issue's targets, shared with the dashboard
+
 ROOT = Path(__file__).resolve().parents[1]
 TOP_FEATURES = 100
 EXHAUSTIVE_TOKENS = 4096  # tokens per layer scored exhaustively (the reference is m scores per token)
-TARGETS = dict(reconstruction=0.3, agreement=0.9, ablation_share=0.5, perplexity_ratio=1.05)
 
 
 def natural_windows(model, folder: Path, n_tokens: int, seq_len: int) -> torch.Tensor:
@@ -188,27 +189,6 @@ def report(model_dir: str, gelu_dir: str | None, n_tokens: int, natural: Path, s
         result["perplexity_ratio"] = math.exp(result["parity"]["loss"] - result["gelu"]["loss"])
     result["targets"] = targets(result)
     return result
-
-
-def targets(result: dict) -> dict:
-    """Each target of the parity issue: (measured, target, met)."""
-    layers = result["layers"]
-    out = {
-        "reconstruction": (max(row["reconstruction"] for row in layers), f"< {TARGETS['reconstruction']}"),
-        "agreement": (min(row["agreement"] for row in layers), f">= {TARGETS['agreement']}"),
-    }
-    if result.get("ablation_share") is not None:
-        out["ablation_share"] = (result["ablation_share"], f">= {TARGETS['ablation_share']}")
-    if "perplexity_ratio" in result:
-        out["perplexity_ratio"] = (result["perplexity_ratio"], f"<= {TARGETS['perplexity_ratio']}")
-    met = {
-        "reconstruction": lambda v: v < TARGETS["reconstruction"],
-        "agreement": lambda v: v >= TARGETS["agreement"],
-        "ablation_share": lambda v: v >= TARGETS["ablation_share"],
-        "perplexity_ratio": lambda v: v <= TARGETS["perplexity_ratio"],
-    }
-    return {key: {"measured": value, "target": target, "met": bool(met[key](value))}
-            for key, (value, target) in out.items()}
 
 
 def table(result: dict) -> str:

@@ -22,6 +22,7 @@ PAGES = {
     "Patching": "views/patching.py",
     "Legibility": "views/legibility.py",
     "Pressure regimes": "views/regimes.py",
+    "Parity bottleneck": "views/parity.py",
     "Attribution": "views/attribution.py",
     "Neurons": "views/neurons.py",
 }
@@ -286,6 +287,61 @@ def test_regimes_page_reads_a_report_and_says_how_to_make_a_missing_one(demo_run
     monkeypatch.setenv("CIRCUITLAB_REGIMES_REPORT", str(tmp_path / "broken.json"))
     app = open_page(runs["tiny-legible"], "Pressure regimes")
     assert "cannot be read as a legibility report" in texts(app.error)
+
+
+def _parity_page_shows(app: AppTest, report: dict) -> tuple[dict[str, str], list[tuple[str, str]]]:
+    """Assert the Parity page shows `report`'s numbers; return its verdicts by target and per layer."""
+    targets, layers, beams, ablation = (frame.value for frame in app.dataframe)
+    assert list(targets["target"]) == ["reconstruction", "agreement", "ablation_share", "perplexity_ratio"]
+    assert list(targets["target value"]) == ["< 0.3", ">= 0.9", ">= 0.5", "<= 1.05"]
+    assert targets["measured"].tolist() == [max(row["reconstruction"] for row in report["layers"]),
+                                            min(row["agreement"] for row in report["layers"]),
+                                            report["ablation_share"], report["perplexity_ratio"]]
+    assert [metric.value for metric in app.metric] == [f"{value:.3f}" for value in targets["measured"]]
+    for column, key in [("reconstruction", "reconstruction"), ("agreement", "agreement"), ("certified", "certified"),
+                        ("write / residual", "write_over_residual"), ("features used", "distinct_features"),
+                        ("top-100 share", "top100_share"), ("coherence", "coherence")]:
+        assert layers[column].tolist() == [row[key] for row in report["layers"]], column
+    assert layers["GELU write / residual"].tolist() == report["gelu"]["write_over_residual"]
+    assert len(beams) == sum(len(row["by_beam"]) for row in report["layers"])
+    assert ablation["loss"].tolist() == [report["parity"]["loss"], report["gelu"]["loss"]]
+    assert ablation["loss zeroed"].tolist() == [report["parity"]["loss_writes_zeroed"], report["gelu"]["loss_writes_zeroed"]]
+    assert len(plotly_charts(app)) == 3  # by layer, by beam, ablation
+    assert f"costs the parity model {report['ablation_share']:.3f} of what" in texts(app.markdown)
+    layer_verdicts = list(zip(layers["reconstruction verdict"], layers["agreement verdict"]))
+    return dict(zip(targets["target"], targets["verdict"])), layer_verdicts
+
+
+def test_parity_page_shows_the_shipped_report_and_a_constructed_one(demo_runs, tmp_path, monkeypatch):
+    import json
+
+    from parity_fixtures import CONSTRUCTED_LAYER_VERDICTS, CONSTRUCTED_VERDICTS, constructed_report, shipped_report
+
+    _, _, runs = demo_runs
+    monkeypatch.delenv("CIRCUITLAB_PARITY_REPORT", raising=False)
+    app = open_page(runs["tiny-parity"], "Parity bottleneck")  # the default: results/parity/parity_report.json
+    assert not app.error and not app.warning
+    verdicts, layer_verdicts = _parity_page_shows(app, shipped_report())
+    assert set(verdicts.values()) == {"met"} and set(layer_verdicts) == {("met", "met")}
+    assert texts(app.markdown).count(":green[met]") == 6 and ":red[missed]" not in texts(app.markdown)
+
+    report = constructed_report()
+    (tmp_path / "report.json").write_text(json.dumps(report))
+    monkeypatch.setenv("CIRCUITLAB_PARITY_REPORT", str(tmp_path / "report.json"))
+    app = open_page(runs["tiny-parity"], "Parity bottleneck")
+    assert not app.error and not app.warning
+    verdicts, layer_verdicts = _parity_page_shows(app, report)
+    assert verdicts == CONSTRUCTED_VERDICTS and layer_verdicts == CONSTRUCTED_LAYER_VERDICTS
+    assert "target >= 0.5: :red[missed]" in texts(app.markdown) and "target <= 1.05: :green[met]" in texts(app.markdown)
+
+    monkeypatch.setenv("CIRCUITLAB_PARITY_REPORT", str(tmp_path / "absent.json"))
+    app = open_page(runs["tiny-parity"], "Parity bottleneck")
+    assert "No parity report at" in texts(app.info) and "scripts/parity_report.py" in texts(app.code)
+    (tmp_path / "regimes.json").write_text('{"version": 1, "models": []}')  # another report's shape
+    monkeypatch.setenv("CIRCUITLAB_PARITY_REPORT", str(tmp_path / "regimes.json"))
+    app = open_page(runs["tiny-parity"], "Parity bottleneck")
+    assert "cannot be read as a parity report" in texts(app.error) and "Field required" in texts(app.error)
+    assert not plotly_charts(app)
 
 
 def test_neurons_page_shows_usage_and_says_when_it_does_not_apply(demo_runs):

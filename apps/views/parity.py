@@ -1,0 +1,116 @@
+"""Parity bottleneck: the parity model's bottleneck on held-out text, each figure beside the parity issue's
+target (reads the JSON that scripts/parity_report.py writes; no run folder needed)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pandas as pd
+import streamlit as st
+
+from app_support import display_path, sidebar_run_picker
+from circuitlab.analysis.parity_report import (
+    TARGETS,
+    ablation_figure,
+    ablation_table,
+    beam_figure,
+    beam_table,
+    layer_figure,
+    layer_table,
+    load_parity_report,
+    target_table,
+)
+from circuitlab.errors import UserError
+
+DEFAULT_REPORT = Path(__file__).resolve().parents[2] / "results" / "parity" / "parity_report.json"
+REPORT_KEY = "parity_report"
+VERDICT_COLOURS = {"met": "green", "missed": "red"}
+SHARE = st.column_config.NumberColumn(format="%.3f")
+
+st.title("Parity bottleneck")
+st.markdown(
+    "Every FFN write of the parity model is a sum of exactly k features of a computed dictionary of 2^r "
+    "directions (seed 003). Measured on the natural stories' held-out split: how well the k features "
+    "**reconstruct** the write, whether the fast encoder **agrees** with the exhaustive top-k, how much the "
+    "model **relies** on the bottleneck (every write zeroed, against the same ablation of a GELU model's FFN), "
+    "and how the features are **used**. Targets are the parity issue's."
+)
+sidebar_run_picker()
+default = os.environ.get("CIRCUITLAB_PARITY_REPORT") or str(DEFAULT_REPORT)
+path = Path(st.text_input("Report JSON", value=st.session_state.setdefault(REPORT_KEY, default)))
+st.session_state[REPORT_KEY] = str(path)
+
+
+@st.cache_data(show_spinner=False, max_entries=8)
+def _report(path: str, mtime: float) -> dict:
+    return load_parity_report(path)
+
+
+if not path.is_file():
+    st.info(f"No parity report at `{display_path(path)}` yet. Train the parity model and write it with:")
+    st.code("RESULTS=runs/parity bash scripts/gpu_parity.sh\n"
+            f"python scripts/parity_report.py models/parity-stories --gelu models/gelu-stories --json {display_path(path)}",
+            language="bash")
+    st.stop()
+try:
+    report = _report(str(path), path.stat().st_mtime)
+except (UserError, OSError) as error:  # unreadable, not JSON, or not a parity report
+    st.error(f"`{display_path(path)}` cannot be read as a parity report ({type(error).__name__}: {error}).")
+    st.stop()
+
+
+def _verdict(text: str) -> str:
+    colour = VERDICT_COLOURS.get(text)
+    return f":{colour}[{text}]" if colour else text
+
+
+design = report["design"]
+st.caption(f"`{report['model']}` on {report['tokens']:,} held-out tokens; design {design.get('design', '?')}, "
+           f"m = 2^{design.get('n_bits', '?')}, k = {design.get('k', '?')}, beam {design.get('beam', '?')}.")
+
+st.header("Targets")
+targets = target_table(report)
+cells = st.columns(len(targets))
+for cell, row in zip(cells, targets):
+    measured = "—" if row["measured"] is None else f"{row['measured']:.3f}"
+    cell.metric(row["target"].replace("_", " "), measured, help=row["what"])
+    cell.markdown(f"target {row['target value']}: {_verdict(row['verdict'])}")
+st.dataframe(pd.DataFrame(targets), hide_index=True, column_config={"measured": SHARE})
+
+st.header("Layer by layer")
+st.caption(f"Reconstruction: ||x - x_hat||^2 / ||x||^2 of the FFN write, target {TARGETS['reconstruction'].text} in "
+           f"every layer. Agreement: share of the configured beam's top-k in the exhaustive top-k, target "
+           f"{TARGETS['agreement'].text}; certified: share of tokens whose top-k is proven exact. Write / residual: "
+           "mean ||FFN write|| / ||residual stream it joins||. Features used: distinct features over the held-out "
+           "tokens; top-100 share: the uses that go to the 100 most used. Coherence: largest |cos| between two "
+           "features of the dictionary.")
+st.dataframe(pd.DataFrame(layer_table(report)), hide_index=True, column_config={
+    name: SHARE for name in ("reconstruction", "agreement", "certified", "write / residual", "GELU write / residual",
+                             "share of dictionary", "top-100 share", "coherence")})
+st.plotly_chart(layer_figure(report))
+
+beams = beam_table(report)
+if beams:
+    st.header("Encoder agreement by beam")
+    st.plotly_chart(beam_figure(report))
+    st.dataframe(pd.DataFrame(beams), hide_index=True, column_config={"agreement": SHARE, "certified": SHARE})
+
+st.header("Every write zeroed")
+ablation = ablation_table(report)
+st.dataframe(pd.DataFrame(ablation), hide_index=True, column_config={
+    name: st.column_config.NumberColumn(format="%.4f") for name in ("loss", "loss zeroed", "cost")} | {
+    name: st.column_config.NumberColumn(format="%.2f") for name in ("perplexity", "perplexity zeroed")})
+if report.get("gelu") is None:
+    st.info("This report has no GELU model to compare with; write it with `--gelu models/gelu-stories` for the "
+            "ablation share and the perplexity ratio.")
+else:
+    share, ratio = report.get("ablation_share"), report.get("perplexity_ratio")
+    verdicts = {row["target"]: row["verdict"] for row in targets}
+    st.markdown(
+        f"Zeroing every bottleneck write costs the parity model "
+        f"{'—' if share is None else f'{share:.3f}'} of what zeroing every FFN write costs the GELU model "
+        f"(target {TARGETS['ablation_share'].text}: {_verdict(verdicts['ablation_share'])}); its perplexity is "
+        f"{'—' if ratio is None else f'{ratio:.3f}'} x the GELU model's (target {TARGETS['perplexity_ratio'].text}, within 5%: "
+        f"{_verdict(verdicts['perplexity_ratio'])}).")
+st.plotly_chart(ablation_figure(report))
