@@ -25,6 +25,14 @@ from circuitlab.errors import UserError
 from circuitlab.figures import write_figure
 
 
+def _positive_width(text: str) -> int:
+    """--width: a positive number of characters (argparse turns the ValueError into exit status 2)."""
+    width = int(text)
+    if width < 1:
+        raise ValueError(text)
+    return width
+
+
 def register(subparsers: argparse._SubParsersAction) -> None:
     db = subparsers.add_parser(
         "db",
@@ -64,7 +72,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     query.add_argument("--allow-mismatch", action="store_true", help="accept a model whose config or tokenizer hash differs")
     query.add_argument("--csv", default=None, help="also write the table to this CSV file")
     query.add_argument("--html", default=None, help="also write the distance heatmap (seed 000, figure 6) to this HTML file")
-    query.add_argument("--width", type=int, default=64, help="excerpt width in the printed table")
+    query.add_argument("--width", type=_positive_width, default=64, help="excerpt width in the printed table")
     query.set_defaults(func=run_query)
 
     info = verbs.add_parser("info", help="describe a database: counts, layers, codes, indexes, measured recall")
