@@ -120,6 +120,38 @@ class Context:
         model = self.model("legible-stories")
         return direct_logit_attribution(model, [model.tokenizer.eos_id] + model.tokenizer.encode("The turtle was"))
 
+    @cached_property
+    def held_out_text(self) -> dict[str, list[str]]:
+        """The held-out texts every model's loss is measured on: the natural held-out split (never trained on
+        by any shipped model) and generated stories of the held-out seed."""
+        from circuitlab.data import held_out_stories, load_natural_stories
+
+        return {"natural": [story.text for story in load_natural_stories().held_out()],
+                "generated": [story.text for story in held_out_stories(self.sizes.db_stories)]}
+
+    def held_out_loss(self, name: str) -> dict[str, float]:
+        """Mean next-token loss (nats/token) of a model on `held_out_text`, cut into the same windows for every
+        model (the shipped models share one tokenizer), so two models' losses compare on identical tokens."""
+        import torch
+        import torch.nn.functional as F
+
+        from circuitlab.analysis.legibility import held_out_windows
+
+        model = self.model(name)
+        losses = {}
+        for which, texts in self.held_out_text.items():
+            windows = held_out_windows(model, texts, seq_len=self.sizes.legibility_seq_len)
+            windows = windows[: self.sizes.legibility_windows]
+            total, count = 0.0, 0
+            with torch.no_grad():
+                for batch in windows.split(16):
+                    logits = model(batch).float()[:, :-1]
+                    total += F.cross_entropy(logits.reshape(-1, logits.shape[-1]), batch[:, 1:].reshape(-1),
+                                             reduction="sum").item()
+                    count += batch[:, 1:].numel()
+            losses[which] = total / count
+        return losses
+
     def result_file(self, name: str) -> dict[str, Any] | None:
         """The JSON of `legible_sweep` or `parity_report` (by field name), or None when it is not given or absent."""
         path = getattr(self, name)

@@ -115,11 +115,18 @@ def attention_weak(context: Context) -> Outcome:
 
 
 def quality_parity(context: Context) -> Outcome:
-    legible, gelu = context.metrics("legible-stories"), context.metrics("gelu-stories")
-    ratios = {name: math.exp(legible[f"{name}_held_out_loss"] - gelu[f"{name}_held_out_loss"]) for name in ("natural", "generated")}
-    ours = "; ".join(f"{name} held-out ppl {math.exp(legible[f'{name}_held_out_loss']):.2f} vs GELU "
-                     f"{math.exp(gelu[f'{name}_held_out_loss']):.2f} ({ratio:.3f}x)" for name, ratio in ratios.items())
-    return Outcome(ours, holds(all(round(r, 3) <= PARITY_PPL_RATIO for r in ratios.values())), round(ratios["natural"], 3))
+    """Perplexity of the legible model against gelu-stories on the same natural held-out windows.
+
+    The verdict reads the natural held-out text only: it is the one set no shipped model trained on the
+    distribution of. The generated held-out stories come from today's story generator, which `legible-stories`
+    trained on and the older shipped models (trained on its 71-frame predecessor) did not, so their generated
+    perplexities are printed for reference, not judged."""
+    legible, gelu = context.held_out_loss("legible-stories"), context.held_out_loss("gelu-stories")
+    ratios = {name: math.exp(legible[name] - gelu[name]) for name in ("natural", "generated")}
+    ours = "; ".join(f"{name} held-out ppl {math.exp(legible[name]):.2f} vs GELU {math.exp(gelu[name]):.2f} "
+                     f"({ratio:.3f}x)" for name, ratio in ratios.items())
+    ours += " (same windows for both; judged on natural text)"
+    return Outcome(ours, holds(round(ratios["natural"], 3) <= PARITY_PPL_RATIO), round(ratios["natural"], 3))
 
 
 # the rows below read seed 002's pressure sweep (results/legible-sweep/legibility_regimes.json)
@@ -309,7 +316,7 @@ CLAIMS: tuple[Claim, ...] = (
     Claim("s002-quality", "002", "abstract, sec. 5.2, Tables 4 and 7",
           "The end-to-end legible model is at the quality of a GELU baseline",
           "parity band (LAMBADA 0.25-0.26, ppl 109-116 vs 109)",
-          "perplexity on both held-out sets within 10% of gelu-stories'", quality_parity),
+          "natural held-out perplexity within 10% of gelu-stories' on the same windows", quality_parity),
     Claim("s002-both-collapse", "002", "sec. 4.2, Table 1; sec. 5.3, Table 5",
           "Both pressures together starve Boolean operators into a constant-off collapse",
           "ON 0.2-0.9% (attention), 1.9-3.5% (FFN)",

@@ -147,16 +147,12 @@ def test_rows_follow_the_model_folder_they_read(tmp_path):
     quality, share = claim_by_id("s002-quality"), claim_by_id("s002-legible-share")
     with torch.no_grad():
         before = measure_claim(quality, shipped, {}), measure_claim(share, shipped, {})
-    metrics_path = changed / "gelu-stories" / "metrics.json"
-    metrics = json.loads(metrics_path.read_text())
-    metrics["natural_held_out_loss"] -= 0.5  # the baseline gets much better: parity is lost
-    metrics_path.write_text(json.dumps(metrics))
     legible = load_model("legible-stories")
     generator = torch.Generator().manual_seed(0)
     with torch.no_grad():
         for name, parameter in legible.named_parameters():
-            if ".mlp." in name:  # other FFN weights: another attribution
-                parameter.add_(0.2 * parameter.std() * torch.randn(parameter.shape, generator=generator))
+            if ".mlp." in name:  # other FFN weights: another attribution, and perplexity far from GELU's
+                parameter.add_(0.5 * parameter.std() * torch.randn(parameter.shape, generator=generator))
     metrics_of_legible = (changed / "legible-stories" / "metrics.json").read_text()
     shutil.rmtree(changed / "legible-stories")
     legible.save(changed / "legible-stories")
@@ -165,7 +161,7 @@ def test_rows_follow_the_model_folder_they_read(tmp_path):
     with torch.no_grad():
         after = measure_claim(quality, other, {}), measure_claim(share, other, {})
     assert before[0].verdict == REPRODUCED and after[0].verdict == NOT_REPRODUCED
-    assert before[0].ours != after[0].ours and f"{math.exp(metrics['natural_held_out_loss']):.2f}" in after[0].ours
+    assert after[0].value > before[0].value * 1.1  # the perplexity ratio is measured on the model that was read
     assert before[1].value != after[1].value and before[1].ours != after[1].ours
 
 
