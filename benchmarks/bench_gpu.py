@@ -13,7 +13,10 @@
    C 16, k 8, 8192 tokens; SwiGLU d_ffw 2560), with the copy bandwidth of the same run and the bytes bound
    of the combine's design (below); and the same layer with the opt-in one-pass backward
    ($CIRCUITLAB_SGATLIN_BACKWARD=atomic: expert gradients by atomic adds, two gathered passes, no sort).
-3. Writes bench_gpu.json and bench_gpu.md (the tables) into the output folder.
+3. The depth question of legible-stories (6 layers against gelu-stories' 4): gelu-stories at 6 layers
+   (gelu-stories-6l) is trained beside it as its depth-matched baseline, the 4-layer legible-stories-v1 beside
+   gelu-stories, and one block's attention and FFN are timed forward+backward against the GELU block's.
+4. Writes bench_gpu.json and bench_gpu.md (the tables) into the output folder.
 
 The combine's bytes bound. Forward: each token reads its C*K chosen w_in and w_out rows. Backward: a token
 pass reads the same rows again (dz, gate gradients), and an expert-row pass reads z and dy once per
@@ -46,11 +49,17 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import bench_kernels as kb  # noqa: E402  (timer, table, copy and SwiGLU cases)
 
-PRESETS = ("gelu-stories", "sgatlin-stories", "legible-stories", "parity-stories")
+PRESETS = ("gelu-stories", "sgatlin-stories", "legible-stories", "parity-stories", "gelu-stories-6l",
+           "legible-stories-v1")
 SMOKE_PRESETS = {"gelu-stories": "tiny-gelu", "sgatlin-stories": "tiny-sgatlin", "legible-stories": "tiny-legible",
-                 "parity-stories": "tiny-parity"}
+                 "parity-stories": "tiny-parity", "gelu-stories-6l": "tiny-gelu", "legible-stories-v1": "tiny-legible"}
+# benchmark-only variants of a preset: gelu-stories at the 6 layers of legible-stories, its depth-matched baseline
+VARIANTS = {"gelu-stories-6l": ("gelu-stories", {"n_layers": 6})}
+# presets whose depth differs from gelu-stories' 4 layers, and the baseline of their depth
+DEPTH_MATCHED = {"legible-stories": "gelu-stories-6l"}
 BACKWARD_ENV_VAR = "CIRCUITLAB_SGATLIN_BACKWARD"  # read by circuitlab.kernels.sgatlin_triton on every backward
-TARGETS = {"sgatlin-stories": 0.5, "parity-stories": 0.5, "legible-stories": 0.7}  # x gelu-stories compiled
+# x gelu-stories compiled (legible-stories: x its depth-matched baseline, see DEPTH_MATCHED)
+TARGETS = {"sgatlin-stories": 0.5, "parity-stories": 0.5, "legible-stories": 0.7, "legible-stories-v1": 0.7}
 LAYER_TARGETS = {"tinystories": 2.0, "scale8": 2.5}  # sgatlin fwd+bwd / SwiGLU fwd+bwd, at most
 TINYSTORIES = dict(n_tokens=32768, d_model=256, n_neurons=1024, n_channels=8, k=8, d_key=128, swiglu=512)
 SCALE8 = dict(n_tokens=8192, d_model=1024, n_neurons=12544, n_channels=16, k=8, d_key=128, swiglu=2560)
@@ -71,13 +80,23 @@ def first_line(error: BaseException) -> str:
     return text.splitlines()[0][:300]
 
 
+def preset_config(name: str):
+    """The ModelConfig of a preset or of one of the benchmark's VARIANTS."""
+    import circuitlab
+
+    if name in VARIANTS:
+        base, changes = VARIANTS[name]
+        return circuitlab.ModelConfig.from_dict({**circuitlab.ModelConfig.preset(base).to_dict(), **changes, "name": name})
+    return circuitlab.ModelConfig.preset(name)
+
+
 def training_case(preset: str, model_name: str, batch: int, seq: int, device: str, compiled: bool, steps: int,
-                  warmup: int, rounds: int, compile_backend: str) -> dict:
+                  warmup: int, rounds: int, compile_backend: str, profile: bool = False) -> dict:
     """Tokens/s of training steps of one preset (eager or compiled)."""
     import circuitlab
     from torch._dynamo.utils import counters
 
-    config = circuitlab.ModelConfig.preset(model_name)
+    config = preset_config(model_name)
     torch.manual_seed(0)
     model = circuitlab.CircuitTransformer(config).to(device)
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=device == "cuda")
@@ -118,6 +137,9 @@ def training_case(preset: str, model_name: str, batch: int, seq: int, device: st
             seconds.append((time.perf_counter() - start) / steps)
         median = sorted(seconds)[len(seconds) // 2]
         row.update(ok=True, ms_per_step=median * 1e3, tokens_per_s=batch * seq / median, last_loss=float(loss))
+        if profile:  # GPU time per kernel of one step (torch.profiler), the 25 largest kept
+            label = f"{preset} {row['mode']}"
+            row["kernels"] = kb.kernel_breakdown(label, lambda: step(batches[0]), device, top=15)[:25]
     except Exception as error:  # noqa: BLE001 - a preset that fails is a result, the others still run
         row.update(ok=False, error=first_line(error), error_detail="".join(traceback.format_exception_only(error))[:4000])
     row["graph_breaks"] = int(sum(counters["graph_break"].values())) if compiled else None
@@ -145,7 +167,7 @@ def training_table(args, device: str, rows: list[dict], save) -> list[dict]:
             model_name = SMOKE_PRESETS[preset] if args.smoke else preset
             for compiled in (False, True):
                 rows.append(training_case(preset, model_name, batch, seq, device, compiled, steps, warmup, rounds,
-                                          args.compile_backend))
+                                          args.compile_backend, profile=compiled and preset in args.profile))
                 add_ratios(rows)
                 save()
     return rows
@@ -161,6 +183,9 @@ def add_ratios(rows: list[dict]) -> None:
             row["speedup_vs_eager"] = row["tokens_per_s"] / eager["tokens_per_s"]
         if gelu and gelu["ok"] and row["ok"]:
             row["ratio_vs_gelu_compiled"] = row["tokens_per_s"] / gelu["tokens_per_s"]
+        matched = by.get((DEPTH_MATCHED.get(row["preset"]), "compiled"))
+        if matched and matched["ok"] and row["ok"]:
+            row["ratio_vs_depth_matched"] = row["tokens_per_s"] / matched["tokens_per_s"]
 
 
 # --- the sgatlin layer ------------------------------------------------------------------------------------
@@ -329,6 +354,44 @@ def training_ceiling(results: dict, args) -> dict | None:
     return ceiling
 
 
+def block_parts(args, device: str) -> list[dict]:
+    """Forward+backward of one block's parts (norm + attention, norm + FFN) at the training batch, eager and
+    compiled, bf16 autocast: legible-stories against its depth-matched GELU baseline, to say where the
+    legible step's time goes."""
+    timer = kb.Timer(device, warmup_ms=5 if args.smoke else 25, rep_ms=5 if args.smoke else 100)
+    batch, seq = (2, 16) if args.smoke else (args.batch, args.seq)
+    rows = []
+    for preset in ("gelu-stories-6l", "legible-stories"):
+        config = preset_config(SMOKE_PRESETS[preset] if args.smoke else preset)
+        torch.manual_seed(0)
+        import circuitlab
+
+        block = circuitlab.CircuitTransformer(config).to(device).blocks[1]
+        gen = torch.Generator(device=device).manual_seed(4)
+        h = torch.randn(batch, seq, config.d_model, device=device, generator=gen).requires_grad_(True)
+        upstream = torch.randn(batch, seq, config.d_model, device=device, generator=gen)
+        parts = {"attention": lambda x, b=block: b.attn(b.ln1(x))[0], "ffn": lambda x, b=block: b.mlp(b.ln2(x))[0]}
+        for part, fn in parts.items():
+            for compiled in (False, True):
+                torch._dynamo.reset()
+                run = torch.compile(fn, backend=args.compile_backend) if compiled else fn
+
+                def forward(run=run):
+                    with torch.autocast(device_type=device, dtype=torch.bfloat16, enabled=device == "cuda"):
+                        return run(h).float()
+
+                row = dict(preset=preset, part=part, mode="compiled" if compiled else "eager")
+                try:
+                    row["fwd_bwd_ms"] = timer(kb.fwd_bwd(forward, [h], upstream))
+                except Exception as error:  # noqa: BLE001
+                    row["error"] = first_line(error)
+                rows.append(row)
+                print(f"  part {preset:<16} {part:<9} {row['mode']:<8} "
+                      f"{_fmt(row.get('fwd_bwd_ms'), '.3f', row.get('error', ''))} ms", flush=True)
+    torch._dynamo.reset()
+    return rows
+
+
 # --- report -----------------------------------------------------------------------------------------------
 
 
@@ -344,21 +407,23 @@ def markdown(results: dict) -> str:
     if training:
         batch, seq = training[0]["batch"], training[0]["seq"]
         lines += [f"Training, batch {batch} x {seq} tokens, bf16 autocast, fused AdamW, random tokens; ratio = tokens/s "
-                  "over gelu-stories compiled.", "",
-                  "| preset | eager tok/s | compiled tok/s | compiled / eager | ratio vs gelu compiled | target | met "
-                  "| compiles (graph breaks) | first-step loss, compiled vs eager |",
-                  "| --- | ---: | ---: | ---: | ---: | ---: | --- | --- | ---: |"]
+                  "over gelu-stories compiled; depth-matched = over the compiled GELU model of the preset's depth "
+                  "(gelu-stories-6l: gelu-stories at 6 layers, for the 6-layer legible-stories).", "",
+                  "| preset | eager tok/s | compiled tok/s | compiled / eager | ratio vs gelu compiled "
+                  "| ratio vs depth-matched gelu | target | met | compiles (graph breaks) | first-step loss, compiled vs eager |",
+                  "| --- | ---: | ---: | ---: | ---: | ---: | ---: | --- | --- | ---: |"]
         by = {(r["preset"], r["mode"]): r for r in training}
         for preset in dict.fromkeys(r["preset"] for r in training):
             eager, comp = by.get((preset, "eager"), {}), by.get((preset, "compiled"), {})
             target = TARGETS.get(preset)
-            ratio = comp.get("ratio_vs_gelu_compiled")
+            ratio = comp.get("ratio_vs_depth_matched", comp.get("ratio_vs_gelu_compiled"))
             met = "" if target is None or ratio is None else ("yes" if ratio >= target else "no")
             error = comp.get("error", "not run").replace("|", "/")[:100]
             compiles = f"yes ({comp.get('graph_breaks')})" if comp.get("ok") else f"no: {error}"
             lines.append(
                 f"| {preset} | {_fmt(eager.get('tokens_per_s'), ',.0f')} | {_fmt(comp.get('tokens_per_s'), ',.0f')} "
-                f"| {_fmt(comp.get('speedup_vs_eager'))} | {_fmt(ratio)} | {'' if target is None else f'>= {target}'} "
+                f"| {_fmt(comp.get('speedup_vs_eager'))} | {_fmt(comp.get('ratio_vs_gelu_compiled'))} "
+                f"| {_fmt(comp.get('ratio_vs_depth_matched'), missing='')} | {'' if target is None else f'>= {target}'} "
                 f"| {met} | {compiles} | {_fmt(comp.get('first_loss_rel_diff_vs_eager'), '.1e')} |")
         lines.append("")
     ceiling = results.get("training_ceiling")
@@ -368,6 +433,19 @@ def markdown(results: dict) -> str:
                   f"{ceiling['gelu_mlp_fwd_bwd_ms']:.3f} ms, plus {ceiling['n_layers']} combines at their floor "
                   f"{ceiling['combine_floor_ms']:.3f} ms = {ceiling['sgatlin_floor_ms_per_step']:.2f} ms/step: at most "
                   f"**{ceiling['sgatlin_ratio_ceiling']:.2f}x** (router not counted).", ""]
+    parts = results.get("parts") or []
+    if parts:
+        by = {(r["preset"], r["part"], r["mode"]): r.get("fwd_bwd_ms") for r in parts}
+        lines += ["One block's parts, forward+backward at the training batch (bf16 autocast), legible-stories against "
+                  "gelu-stories-6l:", "",
+                  "| part | mode | gelu-stories-6l ms | legible-stories ms | legible / gelu |",
+                  "| --- | --- | ---: | ---: | ---: |"]
+        for part in ("attention", "ffn"):
+            for mode in ("eager", "compiled"):
+                gelu, legible = by.get(("gelu-stories-6l", part, mode)), by.get(("legible-stories", part, mode))
+                ratio = legible / gelu if gelu and legible else None
+                lines.append(f"| {part} | {mode} | {_fmt(gelu, '.3f')} | {_fmt(legible, '.3f')} | {_fmt(ratio)} |")
+        lines.append("")
     layers = results.get("layers") or {}
     if layers:
         lines += [f"sgatlin layer (router + combine), bf16, fwd+bwd vs SwiGLU; copy bandwidth "
@@ -405,9 +483,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--warmup", type=int, default=2, help="untimed steps after the first (compiling) one")
     parser.add_argument("--compile-backend", default=None,
                         help="torch.compile backend (default inductor; aot_eager with --smoke: no C++ build on the CPU)")
-    parser.add_argument("--skip", default="", help="comma list: training,layers")
+    parser.add_argument("--skip", default="", help="comma list: training,layers,parts")
+    parser.add_argument("--profile", default="", help="comma list of presets whose compiled step is profiled per kernel")
     args = parser.parse_args(argv)
     args.presets = [p for p in args.presets.split(",") if p]
+    args.profile = [p for p in args.profile.split(",") if p]
     unknown = [p for p in args.presets if p not in SMOKE_PRESETS]
     if unknown:
         parser.error(f"unknown presets {unknown}; choose from {', '.join(PRESETS)}")
@@ -446,6 +526,9 @@ def main(argv: list[str] | None = None) -> int:
 
     if "layers" not in skip:
         results["layers"] = layer_table(args, device)
+        save()
+    if "parts" not in skip:
+        results["parts"] = block_parts(args, device)
         save()
     if "training" not in skip:
         results["training"] = []
