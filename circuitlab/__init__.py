@@ -8,7 +8,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from circuitlab.config import ModelConfig, ladder_config, scaling_ladder
+from circuitlab.config import ModelConfig
+from circuitlab.presets import ladder_config, scaling_ladder
 from circuitlab.flops import FlopCount, count_flops
 
 __version__ = "0.1.0"

@@ -102,7 +102,8 @@ def _load(spec: str, tokenizer_path: str | None, device: torch.device) -> Any:
 
     if tokenizer_path:
         from circuitlab.architectures.transformer import CircuitTransformer
-        from circuitlab.config import PRESETS, ModelConfig
+        from circuitlab.config import ModelConfig
+        from circuitlab.presets import PRESETS
         from circuitlab.data.tokenizer import CircuitTokenizer
 
         tokenizer = CircuitTokenizer.from_file(tokenizer_path)

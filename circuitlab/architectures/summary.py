@@ -7,7 +7,8 @@ from typing import Any
 
 import torch
 
-from circuitlab.config import PRESETS, ModelConfig, bottleneck_description
+from circuitlab.config import ModelConfig, bottleneck_description
+from circuitlab.presets import PRESETS
 
 
 def build_from_spec(spec: str) -> Any:

@@ -15,7 +15,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from circuitlab.config import LADDER_ABLATIONS, LADDER_FFN_TYPES
+from circuitlab.presets import LADDER_ABLATIONS, LADDER_FFN_TYPES
 
 # --smoke: every code path of the sweep on a CPU (2 steps of batch 2 x 32 tokens per run; minutes, mostly start-up)
 SMOKE = dict(budget_scale=1e-6, seq_len=32, batch_size=2, n_stories=40, held_out_stories=8, natural_upsample=1,

@@ -29,7 +29,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from circuitlab.config import LADDER_ABLATIONS, LADDER_FFN_TYPES, ModelConfig, ladder_config, scaling_ladder
+from circuitlab.config import ModelConfig
+from circuitlab.presets import LADDER_ABLATIONS, LADDER_FFN_TYPES, ladder_config, scaling_ladder
 from circuitlab.errors import UserError
 from circuitlab.flops import count_flops
 

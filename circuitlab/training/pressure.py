@@ -30,13 +30,8 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from circuitlab.config import (
-    CALIBRATED_CAP,
-    CALIBRATED_CRISPNESS,
-    CALIBRATED_RAMP_STEPS,
-    SelectivityConfig,
-    calibrated_selectivity,
-)
+from circuitlab.config import SelectivityConfig
+from circuitlab.presets import CALIBRATED_CAP, CALIBRATED_CRISPNESS, CALIBRATED_RAMP_STEPS, calibrated_selectivity
 
 # calibrated_selectivity(sparsity, crispness, crispness_lambda): a regime's SelectivityConfig fields
 CRISPNESS_LAMBDA = CALIBRATED_CRISPNESS

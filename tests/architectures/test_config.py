@@ -2,7 +2,8 @@ import json
 
 import pytest
 
-from circuitlab.config import PRESETS, ConfigError, ModelConfig, ladder_config, ncffn_partition, scaling_ladder
+from circuitlab.config import ConfigError, ModelConfig, ncffn_partition
+from circuitlab.presets import PRESETS, ladder_config, scaling_ladder
 
 
 @pytest.mark.parametrize("name", sorted(PRESETS))
