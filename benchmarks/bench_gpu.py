@@ -57,6 +57,9 @@ SMOKE_PRESETS = {"gelu-stories": "tiny-gelu", "sgatlin-stories": "tiny-sgatlin",
 VARIANTS = {"gelu-stories-6l": ("gelu-stories", {"n_layers": 6})}
 # presets whose depth differs from gelu-stories' 4 layers, and the baseline of their depth
 DEPTH_MATCHED = {"legible-stories": "gelu-stories-6l"}
+# each preset against its baseline, timed side by side in alternating rounds (paired_ratio)
+PAIRS = (("sgatlin-stories", "gelu-stories"), ("parity-stories", "gelu-stories"),
+         ("legible-stories", "gelu-stories-6l"), ("legible-stories-v1", "gelu-stories"))
 BACKWARD_ENV_VAR = "CIRCUITLAB_SGATLIN_BACKWARD"  # read by circuitlab.kernels.sgatlin_triton on every backward
 # x gelu-stories compiled (legible-stories: x its depth-matched baseline, see DEPTH_MATCHED)
 TARGETS = {"sgatlin-stories": 0.5, "parity-stories": 0.5, "legible-stories": 0.7, "legible-stories-v1": 0.7}
@@ -90,11 +93,11 @@ def preset_config(name: str):
     return circuitlab.ModelConfig.preset(name)
 
 
-def training_case(preset: str, model_name: str, batch: int, seq: int, device: str, compiled: bool, steps: int,
-                  warmup: int, rounds: int, compile_backend: str, profile: bool = False) -> dict:
-    """Tokens/s of training steps of one preset (eager or compiled)."""
+def make_step(model_name: str, batch: int, seq: int, device: str, compiled: bool, compile_backend: str,
+              compile_mode: str | None = None):
+    """(one training step of a fresh preset model, its three batches): bf16 autocast, fused AdamW, loss = LM
+    loss + selectivity pressures, the model compiled or eager."""
     import circuitlab
-    from torch._dynamo.utils import counters
 
     config = preset_config(model_name)
     torch.manual_seed(0)
@@ -102,22 +105,30 @@ def training_case(preset: str, model_name: str, batch: int, seq: int, device: st
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=device == "cuda")
     gen = torch.Generator(device=device).manual_seed(5)
     batches = [torch.randint(0, config.d_vocab, (batch, seq + 1), device=device, generator=gen) for _ in range(3)]
-    row: dict = dict(preset=preset, model=model_name, mode="compiled" if compiled else "eager", batch=batch, seq=seq)
-    torch._dynamo.reset()
-    counters.clear()
-    forward = torch.compile(model, backend=compile_backend) if compiled else model
-
-    def loss_of(tokens):
-        with torch.autocast(device_type=device, dtype=torch.bfloat16, enabled=device == "cuda"):
-            logits, aux = forward(tokens[:, :-1], return_aux=True)
-        return F.cross_entropy(logits.flatten(0, 1).float(), tokens[:, 1:].flatten()) + aux["selectivity"].float()
+    forward = torch.compile(model, backend=compile_backend, mode=compile_mode) if compiled else model
 
     def step(tokens):
-        loss = loss_of(tokens)
+        with torch.autocast(device_type=device, dtype=torch.bfloat16, enabled=device == "cuda"):
+            logits, aux = forward(tokens[:, :-1], return_aux=True)
+        loss = F.cross_entropy(logits.flatten(0, 1).float(), tokens[:, 1:].flatten()) + aux["selectivity"].float()
         loss.backward()
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
         return loss.detach()
+
+    return step, batches
+
+
+def training_case(preset: str, model_name: str, batch: int, seq: int, device: str, compiled: bool, steps: int,
+                  warmup: int, rounds: int, compile_backend: str, profile: bool = False,
+                  compile_mode: str | None = None) -> dict:
+    """Tokens/s of training steps of one preset (eager or compiled)."""
+    from torch._dynamo.utils import counters
+
+    row: dict = dict(preset=preset, model=model_name, mode="compiled" if compiled else "eager", batch=batch, seq=seq)
+    torch._dynamo.reset()
+    counters.clear()
+    step, batches = make_step(model_name, batch, seq, device, compiled, compile_backend, compile_mode)
 
     try:
         synchronize(device)
@@ -144,7 +155,7 @@ def training_case(preset: str, model_name: str, batch: int, seq: int, device: st
         row.update(ok=False, error=first_line(error), error_detail="".join(traceback.format_exception_only(error))[:4000])
     row["graph_breaks"] = int(sum(counters["graph_break"].values())) if compiled else None
     row["graph_break_reasons"] = sorted(counters["graph_break"])[:5] if compiled else None
-    del forward, model, optimizer
+    del step, batches
     torch._dynamo.reset()
     if device == "cuda":
         torch.cuda.empty_cache()
@@ -167,10 +178,48 @@ def training_table(args, device: str, rows: list[dict], save) -> list[dict]:
             model_name = SMOKE_PRESETS[preset] if args.smoke else preset
             for compiled in (False, True):
                 rows.append(training_case(preset, model_name, batch, seq, device, compiled, steps, warmup, rounds,
-                                          args.compile_backend, profile=compiled and preset in args.profile))
+                                          args.compile_backend, profile=compiled and preset in args.profile,
+                                          compile_mode=args.compile_mode))
                 add_ratios(rows)
                 save()
     return rows
+
+
+def paired_ratio(args, device: str, preset: str, baseline: str, rounds: int = 7) -> dict:
+    """One preset against its baseline, both compiled and alive at once, timed in alternating rounds (so drift
+    on the host or the GPU hits both alike): the median over rounds of baseline ms / preset ms."""
+    batch, seq = (2, 16) if args.smoke else (args.batch, args.seq)
+    steps = 1 if args.smoke else args.steps
+    names = {name: SMOKE_PRESETS[name] if args.smoke else name for name in (preset, baseline)}
+    row: dict = dict(preset=preset, baseline=baseline, rounds=rounds, steps=steps)
+    try:
+        torch._dynamo.reset()
+        trainers = {name: make_step(model, batch, seq, device, True, args.compile_backend, args.compile_mode)
+                    for name, model in names.items()}
+        for step, batches in trainers.values():  # compile and warm up
+            for i in range(1 + args.warmup):
+                step(batches[i % len(batches)])
+        times: dict[str, list[float]] = {name: [] for name in trainers}
+        for _ in range(rounds):
+            for name, (step, batches) in trainers.items():
+                synchronize(device)
+                start = time.perf_counter()
+                for i in range(steps):
+                    step(batches[i % len(batches)])
+                synchronize(device)
+                times[name].append((time.perf_counter() - start) / steps * 1e3)
+        ratios = sorted(b / p for p, b in zip(times[preset], times[baseline]))
+        row.update(ok=True, ms_per_step={name: sorted(t)[len(t) // 2] for name, t in times.items()},
+                   ratio=ratios[len(ratios) // 2], ratio_range=[ratios[0], ratios[-1]])
+        print(f"  paired {preset} vs {baseline}: {row['ratio']:.2f}x (rounds {ratios[0]:.2f} to {ratios[-1]:.2f})",
+              flush=True)
+    except Exception as error:  # noqa: BLE001
+        row.update(ok=False, error=first_line(error))
+        print(f"  paired {preset} vs {baseline}: FAILED {row['error']}", flush=True)
+    torch._dynamo.reset()
+    if device == "cuda":
+        torch.cuda.empty_cache()
+    return row
 
 
 def add_ratios(rows: list[dict]) -> None:
@@ -433,6 +482,23 @@ def markdown(results: dict) -> str:
                   f"{ceiling['gelu_mlp_fwd_bwd_ms']:.3f} ms, plus {ceiling['n_layers']} combines at their floor "
                   f"{ceiling['combine_floor_ms']:.3f} ms = {ceiling['sgatlin_floor_ms_per_step']:.2f} ms/step: at most "
                   f"**{ceiling['sgatlin_ratio_ceiling']:.2f}x** (router not counted).", ""]
+    paired = results.get("paired") or []
+    if paired:
+        lines += ["Paired, interleaved: each preset and its baseline compiled side by side and timed in alternating "
+                  "rounds; ratio = median over rounds of baseline ms / preset ms.", "",
+                  "| preset | baseline | preset ms/step | baseline ms/step | ratio (median) | range over rounds "
+                  "| target | met |", "| --- | --- | ---: | ---: | ---: | --- | ---: | --- |"]
+        for row in paired:
+            target = TARGETS.get(row["preset"])
+            if not row.get("ok"):
+                lines.append(f"| {row['preset']} | {row['baseline']} | failed: {row.get('error', '')[:80]} | | | | | |")
+                continue
+            ms = row["ms_per_step"]
+            met = "" if target is None else ("yes" if row["ratio"] >= target else "no")
+            lines.append(f"| {row['preset']} | {row['baseline']} | {ms[row['preset']]:.2f} | {ms[row['baseline']]:.2f} "
+                         f"| {row['ratio']:.2f} | {row['ratio_range'][0]:.2f}-{row['ratio_range'][1]:.2f} "
+                         f"| {'' if target is None else f'>= {target}'} | {met} |")
+        lines.append("")
     parts = results.get("parts") or []
     if parts:
         by = {(r["preset"], r["part"], r["mode"]): r.get("fwd_bwd_ms") for r in parts}
@@ -483,11 +549,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--warmup", type=int, default=2, help="untimed steps after the first (compiling) one")
     parser.add_argument("--compile-backend", default=None,
                         help="torch.compile backend (default inductor; aot_eager with --smoke: no C++ build on the CPU)")
-    parser.add_argument("--skip", default="", help="comma list: training,layers,parts")
+    parser.add_argument("--compile-mode", default=None,
+                        help="torch.compile mode for the training steps (default: the default mode; e.g. reduce-overhead)")
+    parser.add_argument("--skip", default="", help="comma list: training,layers,parts,paired")
+    parser.add_argument("--pairs", default=",".join(f"{p}:{b}" for p, b in PAIRS),
+                        help="comma list of preset:baseline timed side by side in alternating rounds")
     parser.add_argument("--profile", default="", help="comma list of presets whose compiled step is profiled per kernel")
     args = parser.parse_args(argv)
     args.presets = [p for p in args.presets.split(",") if p]
     args.profile = [p for p in args.profile.split(",") if p]
+    args.pairs = [tuple(pair.split(":", 1)) for pair in args.pairs.split(",") if pair]
+    bad = [pair for pair in args.pairs if len(pair) != 2 or not set(pair) <= set(SMOKE_PRESETS)]
+    if bad:
+        parser.error(f"--pairs takes preset:baseline with presets from {', '.join(PRESETS)}; got {bad}")
     unknown = [p for p in args.presets if p not in SMOKE_PRESETS]
     if unknown:
         parser.error(f"unknown presets {unknown}; choose from {', '.join(PRESETS)}")
@@ -507,7 +581,7 @@ def main(argv: list[str] | None = None) -> int:
     results: dict = dict(
         date=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         device=torch.cuda.get_device_name() if device == "cuda" else (platform.processor() or "cpu"),
-        torch=torch.__version__, smoke=args.smoke, compile_backend=args.compile_backend,
+        torch=torch.__version__, smoke=args.smoke, compile_backend=args.compile_backend, compile_mode=args.compile_mode,
     )
     try:
         import triton
@@ -530,6 +604,11 @@ def main(argv: list[str] | None = None) -> int:
     if "parts" not in skip:
         results["parts"] = block_parts(args, device)
         save()
+    if "paired" not in skip:
+        results["paired"] = []
+        for preset, baseline in args.pairs:
+            results["paired"].append(paired_ratio(args, device, preset, baseline))
+            save()
     if "training" not in skip:
         results["training"] = []
         training_table(args, device, results["training"], save)

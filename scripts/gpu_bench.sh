@@ -6,6 +6,9 @@
 #   RESULTS=runs/gpu_bench bash scripts/gpu_bench.sh tests     # about 2 minutes (python -m pytest -q tests/kernels)
 #   RESULTS=runs/gpu_bench bash scripts/gpu_bench.sh           # both, bench first
 #   DEVICE=cpu bash scripts/gpu_bench.sh bench                 # dry run: the benchmark's --smoke on the CPU
+#   BENCH_ARGS="--skip paired" bash scripts/gpu_bench.sh bench   # arguments passed on to bench_gpu.py
+# One H200 call is limited to 10 minutes: the whole benchmark fits in two, "--skip paired" and then
+# "--skip layers,parts,training".
 # Wheels fetched by scripts/device_wheels.sh into .whl/ (TransformerLens and what it imports) are installed
 # into a temporary folder first when transformer_lens is not importable.
 set -uo pipefail
@@ -29,7 +32,8 @@ if [ "$what" = "bench" ] || [ "$what" = "all" ]; then
     TRITON_INTERPRET=1 "$PYTHON" benchmarks/bench_gpu.py --smoke --out "$RESULTS" 2>&1 | tee "$RESULTS/bench.log" | grep -v "^W[0-9]"
   else
     nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv | tee "$RESULTS/gpu.txt"
-    timeout 540 "$PYTHON" benchmarks/bench_gpu.py --out "$RESULTS" 2>&1 | tee "$RESULTS/bench.log" | grep -v "^W[0-9]"
+    # shellcheck disable=SC2086  # BENCH_ARGS splits on spaces on purpose
+    timeout 540 "$PYTHON" benchmarks/bench_gpu.py --out "$RESULTS" ${BENCH_ARGS:-} 2>&1 | tee "$RESULTS/bench.log" | grep -v "^W[0-9]"
   fi
   status="${PIPESTATUS[0]}"
 fi
