@@ -180,3 +180,28 @@ def layer_choice(label: str, layers: list[int], default: int | None = None, key:
 def penultimate(layers: list[int]) -> int | None:
     """Seed 000 shows the penultimate layer's circuits (Figure 6, Table 3)."""
     return layers[-2] if len(layers) > 1 else (layers[0] if layers else None)
+
+
+@st.cache_data(show_spinner=False, max_entries=16)
+def _read_report(kind: str, path: str, mtime: float, _load: Callable[[str], dict]) -> dict:
+    return _load(path)
+
+
+def results_report(label: str, default: Path, env_var: str, key: str, load: Callable[[str], dict], hint: str,
+                   commands: str, errors: tuple[type[BaseException], ...]) -> dict:
+    """A results JSON named in a text box (first $env_var, else `default`), read by `load` once per file version.
+    When the file is absent the page stops with `hint` and the `commands` that write it (`{path}` is filled in);
+    when `load` raises one of `errors` it stops with the reason."""
+    value = os.environ.get(env_var) or str(default)
+    path = Path(st.text_input("Report JSON", value=st.session_state.setdefault(key, value)))
+    st.session_state[key] = str(path)
+    if not path.is_file():
+        st.info(f"No {label} at `{display_path(path)}` yet. {hint}")
+        st.code(commands.format(path=display_path(path)), language="bash")
+        st.stop()
+    try:
+        return _read_report(key, str(path), path.stat().st_mtime, load)
+    except errors as error:  # unreadable, not JSON, or not this kind of report
+        st.error(f"`{display_path(path)}` cannot be read as a {label} ({type(error).__name__}: {error}).")
+        st.stop()
+

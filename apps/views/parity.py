@@ -3,13 +3,12 @@ target (reads the JSON that scripts/parity_report.py writes; no run folder neede
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import pandas as pd
 import streamlit as st
 
-from app_support import display_path, sidebar_run_picker
+from app_support import results_report, sidebar_run_picker
 from circuitlab.analysis.parity_report import (
     TARGETS,
     ablation_figure,
@@ -37,27 +36,13 @@ st.markdown(
     "and how the features are **used**. Targets are the parity issue's."
 )
 sidebar_run_picker()
-default = os.environ.get("CIRCUITLAB_PARITY_REPORT") or str(DEFAULT_REPORT)
-path = Path(st.text_input("Report JSON", value=st.session_state.setdefault(REPORT_KEY, default)))
-st.session_state[REPORT_KEY] = str(path)
-
-
-@st.cache_data(show_spinner=False, max_entries=8)
-def _report(path: str, mtime: float) -> dict:
-    return load_parity_report(path)
-
-
-if not path.is_file():
-    st.info(f"No parity report at `{display_path(path)}` yet. Train the parity model and write it with:")
-    st.code("RESULTS=runs/parity bash scripts/gpu_parity.sh\n"
-            f"python scripts/parity_report.py models/parity-stories --gelu models/gelu-stories --json {display_path(path)}",
-            language="bash")
-    st.stop()
-try:
-    report = _report(str(path), path.stat().st_mtime)
-except (UserError, OSError) as error:  # unreadable, not JSON, or not a parity report
-    st.error(f"`{display_path(path)}` cannot be read as a parity report ({type(error).__name__}: {error}).")
-    st.stop()
+report = results_report(
+    "parity report", DEFAULT_REPORT, "CIRCUITLAB_PARITY_REPORT", REPORT_KEY, load_parity_report,
+    "Train the parity model and write it with:",
+    "RESULTS=runs/parity bash scripts/gpu_parity.sh\n"
+    "python scripts/parity_report.py models/parity-stories --gelu models/gelu-stories --json {path}",
+    (UserError, OSError),
+)
 
 
 def _verdict(text: str) -> str:

@@ -3,13 +3,12 @@
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import pandas as pd
 import streamlit as st
 
-from app_support import display_path, sidebar_run_picker
+from app_support import results_report, sidebar_run_picker
 from circuitlab.analysis.legibility_report import (
     load_report,
     regime_table,
@@ -27,26 +26,13 @@ st.markdown(
     "when it is decisively on (> 0.9) for between 1% and 99% of tokens; **dead** below, **stuck on** above."
 )
 sidebar_run_picker()
-default = os.environ.get("CIRCUITLAB_REGIMES_REPORT") or str(DEFAULT_REPORT)
-path = Path(st.text_input("Report JSON", value=st.session_state.setdefault(REPORT_KEY, default)))
-st.session_state[REPORT_KEY] = str(path)
-
-
-@st.cache_data(show_spinner=False, max_entries=8)
-def _report(path: str, mtime: float) -> dict:
-    return load_report(path)
-
-
-if not path.is_file():
-    st.info(f"No legibility report at `{display_path(path)}` yet. Train the regimes and write it with:")
-    st.code("RESULTS=runs/legible-sweep bash scripts/gpu_legible_sweep.sh\n"
-            f"python scripts/legibility_report.py runs/legible-sweep/legible-* --json {display_path(path)}", language="bash")
-    st.stop()
-try:
-    report = _report(str(path), path.stat().st_mtime)
-except (UserError, OSError, ValueError, KeyError) as error:  # unreadable, outdated, or not a report
-    st.error(f"`{display_path(path)}` cannot be read as a legibility report ({type(error).__name__}: {error}).")
-    st.stop()
+report = results_report(
+    "legibility report", DEFAULT_REPORT, "CIRCUITLAB_REGIMES_REPORT", REPORT_KEY, load_report,
+    "Train the regimes and write it with:",
+    "RESULTS=runs/legible-sweep bash scripts/gpu_legible_sweep.sh\n"
+    "python scripts/legibility_report.py runs/legible-sweep/legible-* --json {path}",
+    (UserError, OSError, ValueError, KeyError),  # unreadable, outdated, or not a report
+)
 
 st.header("Regimes side by side")
 st.dataframe(pd.DataFrame(regime_table(report)).round(2), hide_index=True)
