@@ -165,6 +165,28 @@ def test_rows_follow_the_model_folder_they_read(tmp_path):
     assert before[1].value != after[1].value and before[1].ours != after[1].ours
 
 
+@needs_models
+def test_quality_parity_compares_both_models_on_the_same_tokens(tmp_path):
+    """With the GELU folder holding the legible model itself (its recorded losses changed), the perplexity ratio
+    is exactly 1 on both sets: the row measures the two models on identical windows, not from their metrics."""
+    root = _copy_models(tmp_path)
+    shutil.rmtree(root / "gelu-stories")
+    shutil.copytree(root / "legible-stories", root / "gelu-stories", symlinks=True)
+    metrics_path = root / "gelu-stories" / "metrics.json"
+    metrics = json.loads(metrics_path.read_text())
+    for name in ("natural", "generated"):  # a row that read the recorded losses would now see a gap
+        metrics[f"{name}_held_out_loss"] += 1.0
+    metrics_path.unlink()
+    metrics_path.write_text(json.dumps(metrics))
+    context = Context(fast=True, models_dir=root)
+    with torch.no_grad():
+        outcome = measure_claim(claim_by_id("s002-quality"), context, {})
+        legible, gelu = context.held_out_loss("legible-stories"), context.held_out_loss("gelu-stories")
+    assert legible == gelu and set(legible) == {"natural", "generated"}
+    assert outcome.value == 1.0 and outcome.verdict == REPRODUCED
+    assert "(1.000x); generated" in outcome.ours and outcome.ours.count("(1.000x)") == 2
+
+
 # --- rules and helpers on constructed inputs ------------------------------------------------------------
 
 
