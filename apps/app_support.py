@@ -204,4 +204,3 @@ def results_report(label: str, default: Path, env_var: str, key: str, load: Call
     except errors as error:  # unreadable, not JSON, or not this kind of report
         st.error(f"`{display_path(path)}` cannot be read as a {label} ({type(error).__name__}: {error}).")
         st.stop()
-

@@ -16,7 +16,11 @@
 3. The depth question of legible-stories (6 layers against gelu-stories' 4): gelu-stories at 6 layers
    (gelu-stories-6l) is trained beside it as its depth-matched baseline, the 4-layer legible-stories-v1 beside
    gelu-stories, and one block's attention and FFN are timed forward+backward against the GELU block's.
-4. Writes bench_gpu.json and bench_gpu.md (the tables) into the output folder.
+4. Each preset and its baseline compiled side by side and timed in alternating rounds (--pairs; the targets
+   are judged on these ratios, since drift between runs hits both models of a pair alike), and with
+   --profile the GPU time of each kernel of one compiled step.
+5. Writes bench_gpu.json and bench_gpu.md (the tables) into the output folder. One call on one H200 is
+   limited to 10 minutes: run it twice, with --skip paired and with --skip layers,parts,training.
 
 The combine's bytes bound. Forward: each token reads its C*K chosen w_in and w_out rows. Backward: a token
 pass reads the same rows again (dz, gate gradients), and an expert-row pass reads z and dy once per
