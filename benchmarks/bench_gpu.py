@@ -1,6 +1,7 @@
-"""Every GPU ratio of issue 15, measured in one run on one GPU, printed side by side.
+"""Every GPU ratio of issue 15, measured on one GPU and printed side by side.
 
-    python benchmarks/bench_gpu.py --out runs/bench_gpu     # or $RESULTS / $OUT; about 4 minutes on one H200
+    python benchmarks/bench_gpu.py --out runs/bench_gpu --skip paired                  # about 4 minutes on one H200
+    python benchmarks/bench_gpu.py --out runs/bench_gpu_pairs --skip layers,parts,training   # about 2 minutes
     python benchmarks/bench_gpu.py --smoke                  # tiny sizes on the CPU (Triton interpreter): checks the script
 
 1. Training tokens/s of the story presets (gelu, sgatlin, legible, parity), eager and torch.compile'd, at
