@@ -1,7 +1,9 @@
 """Writing figures and colouring categories, shared by the CLI and the analyses.
 
 HTML figures reference one `plotly.min.js` written beside them (plotly's include_plotlyjs="directory"), so a
-folder of figures carries plotly.js once (about 4.8 MB) instead of once per file, and opens offline.
+folder of figures carries plotly.js once (about 4.8 MB) instead of once per file, and opens offline. The
+repository does not carry that file beside its committed figures; `python -m circuitlab.figures FOLDER ...`
+writes it there from the installed plotly.
 """
 
 from __future__ import annotations
@@ -90,3 +92,38 @@ def write_png(figure: Any, path: str | os.PathLike) -> Path | None:
         shutil.copyfile(target, temporary)
         os.replace(temporary, path)
     return path
+
+
+def write_plotly_js(folder: str | os.PathLike) -> Path:
+    """Write the installed plotly's `plotly.min.js` into `folder`, where HTML figures written by `write_figure`
+    look for it (atomically; an existing file is replaced, so it matches the installed plotly)."""
+    from plotly.offline import get_plotlyjs
+
+    from circuitlab.atomic import atomic_write_text
+
+    folder = Path(folder)
+    if not folder.is_dir():
+        raise NotADirectoryError(f"{folder} is not a folder")
+    target = folder / "plotly.min.js"
+    atomic_write_text(target, get_plotlyjs())
+    return target
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    import argparse
+
+    parser = argparse.ArgumentParser(
+        prog="python -m circuitlab.figures",
+        description="Write plotly.min.js beside committed HTML figures so that they open offline.")
+    parser.add_argument("folders", nargs="+", type=Path, help="folders holding HTML figures")
+    args = parser.parse_args(argv)
+    missing = [str(folder) for folder in args.folders if not folder.is_dir()]
+    if missing:
+        parser.error(f"not a folder: {', '.join(missing)}")
+    for folder in args.folders:
+        print(f"wrote {write_plotly_js(folder)}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
