@@ -160,7 +160,7 @@ def training_case(preset: str, model_name: str, batch: int, seq: int, device: st
         row.update(ok=False, error=first_line(error), error_detail="".join(traceback.format_exception_only(error))[:4000])
     row["graph_breaks"] = int(sum(counters["graph_break"].values())) if compiled else None
     row["graph_break_reasons"] = sorted(counters["graph_break"])[:5] if compiled else None
-    del step, batches
+    step = batches = None  # free the model before the next case
     torch._dynamo.reset()
     if device == "cuda":
         torch.cuda.empty_cache()
@@ -215,7 +215,8 @@ def paired_ratio(args, device: str, preset: str, baseline: str, rounds: int = 7)
                 times[name].append((time.perf_counter() - start) / steps * 1e3)
         ratios = sorted(b / p for p, b in zip(times[preset], times[baseline]))
         row.update(ok=True, ms_per_step={name: sorted(t)[len(t) // 2] for name, t in times.items()},
-                   ratio=ratios[len(ratios) // 2], ratio_range=[ratios[0], ratios[-1]])
+                   ratio=ratios[len(ratios) // 2], ratio_range=[ratios[0], ratios[-1]], round_ratios=ratios,
+                   round_ms=times)
         print(f"  paired {preset} vs {baseline}: {row['ratio']:.2f}x (rounds {ratios[0]:.2f} to {ratios[-1]:.2f})",
               flush=True)
     except Exception as error:  # noqa: BLE001

@@ -30,7 +30,7 @@ def parity_reconstruction(context: Context) -> Outcome:
         raise UserError(f"{context.parity_report}: no 'layers' with a reconstruction error")
     errors = [float(layer["reconstruction"]) for layer in layers]
     worst = round(max(errors), 3)
-    ours = (f"relative reconstruction error of the write by layer " + ", ".join(f"{e:.3f}" for e in errors)
+    ours = ("relative reconstruction error of the write by layer " + ", ".join(f"{e:.3f}" for e in errors)
             + f" ({report.get('tokens', '?')} held-out tokens)")
     return Outcome(ours, holds(worst < RECONSTRUCTION_LIMIT), worst)
 
