@@ -5,12 +5,19 @@ and pursuit rounds), each stage of one bottleneck layer against one GELU MLP (d_
 and prints the GPU kernel breakdown of the whole bottleneck, so the training ratio's miss is explained by
 measured stage times. `--smoke` runs it tiny on the CPU.
 
+Each stage is timed on two paths in the same run: "before", the plain-PyTorch scores and top-k (every
+score written to memory, then torch.topk), as the encoder ran until 2026-12-01; and "now", what the layer
+runs by default (on CUDA the fused scores-and-selection kernel, kernels/parity_select_triton.py). With the
+shipped parity-stories weights present it also encodes held-out natural text on both paths and reports how
+often the supports agree and the held-out loss of each.
+
     python benchmarks/bench_parity.py [--tokens 65536] [--json out.json]
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import sys
 from pathlib import Path
@@ -20,9 +27,50 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import bench_kernels as kb  # noqa: E402
 
+import circuitlab.kernels as kernels  # noqa: E402
 from circuitlab.architectures.feedforward.dense import MLP  # noqa: E402
 from circuitlab.architectures.feedforward.parity import ParityBottleneck  # noqa: E402
 from circuitlab.config import ModelConfig  # noqa: E402
+
+
+@contextlib.contextmanager
+def path(name: str):
+    """"before": the PyTorch scores and top-k; "now": the layer's defaults."""
+    with kernels.use_backend("reference" if name == "before" else "auto"):
+        yield
+
+
+def shipped_model_check(device: str, n_windows: int) -> dict | None:
+    """Supports and held-out loss of the shipped parity-stories on both paths (None without its weights)."""
+    import torch.nn.functional as F
+
+    from circuitlab.architectures.checkpoint import load_model
+    from circuitlab.data.natural import default_folder
+
+    try:
+        model = load_model("parity-stories").to(device).eval()
+    except Exception as error:  # noqa: BLE001 - the weights are optional here
+        print(f"  shipped-model check skipped: {type(error).__name__}: {error}")
+        return None
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
+    from parity_report import natural_windows
+
+    windows = natural_windows(model, default_folder(), n_windows * 256, 256).to(device)
+    names = [f"blocks.{i}.bottleneck.hook_code_indices" for i in range(model.cfg.n_layers)]
+    out = {}
+    with torch.inference_mode():
+        for name in ("before", "now"):
+            with path(name):
+                logits, cache = model.run_with_cache(windows[:, :-1], names_filter=lambda hook: hook in names)
+            loss = F.cross_entropy(logits.flatten(0, 1).float(), windows[:, 1:].flatten())
+            out[name] = dict(loss=float(loss), supports=[cache[hook].sort(-1).values for hook in names])
+    agree = [float((a == b).all(-1).float().mean()) for a, b in zip(out["before"]["supports"], out["now"]["supports"])]
+    result = dict(tokens=int(windows[:, :-1].numel()), loss_before=out["before"]["loss"], loss_now=out["now"]["loss"],
+                  identical_supports_per_layer=agree)
+    print(f"  shipped parity-stories on {result['tokens']:,} held-out natural tokens: loss {result['loss_before']:.4f} "
+          f"before, {result['loss_now']:.4f} now; tokens whose support is identical per layer: "
+          + ", ".join(f"{a:.4f}" for a in agree))
+    return result
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -71,17 +119,22 @@ def main(argv: list[str] | None = None) -> int:
         "bottleneck: whole layer, fwd+bwd": bottleneck_fwd_bwd,
     }
     results = {"device": torch.cuda.get_device_name() if device == "cuda" else "cpu", "tokens": n,
-               "beam": bottleneck.beam, "pursuit_rounds": bottleneck.pursuit_rounds, "stages_ms": {}}
+               "beam": bottleneck.beam, "pursuit_rounds": bottleneck.pursuit_rounds, "stages_ms": {}, "stages_ms_before": {}}
     print(f"parity bottleneck stages at {n:,} tokens on {results['device']} (beam {bottleneck.beam}, "
           f"pursuit rounds {bottleneck.pursuit_rounds}, k {bottleneck.k}, m 2^{config.bottleneck.n_bits})")
+    print(f"  {'before ms':>10} {'now ms':>10} {'before/now':>10}  stage")
     for name, fn in stages.items():
-        with torch.no_grad() if "no grad" in name or "top_scores" in name else torch.enable_grad():
-            ms = time_ms(fn)
-        results["stages_ms"][name] = ms
-        print(f"  {ms:9.3f} ms  {name}")
+        for which, key in (("before", "stages_ms_before"), ("now", "stages_ms")):
+            with path(which), torch.no_grad() if "no grad" in name or "top_scores" in name else torch.enable_grad():
+                results[key][name] = time_ms(fn)
+        before, now = results["stages_ms_before"][name], results["stages_ms"][name]
+        print(f"  {before:10.3f} {now:10.3f} {before / now:10.2f}  {name}")
     whole, dense = results["stages_ms"]["bottleneck: whole layer, fwd+bwd"], results["stages_ms"]["GELU MLP d_ffw 1024, fwd+bwd"]
     results["bottleneck_over_mlp"] = whole / dense
-    print(f"  one bottleneck layer fwd+bwd = {whole / dense:.1f}x one GELU MLP fwd+bwd")
+    results["bottleneck_over_mlp_before"] = results["stages_ms_before"]["bottleneck: whole layer, fwd+bwd"] / dense
+    print(f"  one bottleneck layer fwd+bwd = {whole / dense:.1f}x one GELU MLP fwd+bwd "
+          f"(before: {results['bottleneck_over_mlp_before']:.1f}x)")
+    results["shipped_model"] = shipped_model_check(device, 4 if args.smoke else 64)
     results["breakdown"] = kb.kernel_breakdown("parity bottleneck fwd+bwd", bottleneck_fwd_bwd, device, top=12)
     if args.json:
         args.json.write_text(json.dumps(results, indent=1))

@@ -138,6 +138,28 @@ def parity_decode(
     return reference.parity_decode(indices_BxTxK, values_BxTxK, code_DxR)
 
 
+def _padded(n: int) -> int:
+    return 1 << max(15, n - 1).bit_length()
+
+
+def parity_beam_top(
+    y_NxHxC: Float[Tensor, "tokens rows cols"], signs_PxH: Float[Tensor, "patterns rows"], count: int
+) -> tuple[Float[Tensor, "tokens count"], Int[Tensor, "tokens count"]]:
+    """The `count` largest |(signs @ y)[n]| per token, descending, and their flat positions p * C + c. The fast
+    path scores and selects in one kernel per token without writing the N x P x C scores to memory
+    (parity_select_triton.py)."""
+    unsupported = None
+    if y_NxHxC.dim() != 3 or signs_PxH.dim() != 2 or signs_PxH.shape[1] != y_NxHxC.shape[1]:
+        unsupported = f"y must be [N, H, C] and signs [P, H], got {tuple(y_NxHxC.shape)} and {tuple(signs_PxH.shape)}"
+    elif _padded(signs_PxH.shape[0]) * _padded(y_NxHxC.shape[2]) > 2**14:
+        unsupported = (f"the fast path keeps a token's P x C scores in registers (at most 16384 after padding each "
+                       f"to a power of two >= 16), got {signs_PxH.shape[0]} x {y_NxHxC.shape[2]}")
+    if backend_for(y_NxHxC, signs_PxH, unsupported=unsupported) == "triton":
+        if fast_ready("parity_select_triton"):
+            return ops.parity_beam_top(y_NxHxC, signs_PxH, count)
+    return reference.parity_beam_top(y_NxHxC, signs_PxH, count)
+
+
 def kernel_backend(*tensors: torch.Tensor) -> str:
     """The backend ("triton" or "reference") a kernel call on these tensors would run now."""
     return backend_for(*tensors)
@@ -151,6 +173,7 @@ __all__ = [
     "existential_scan",
     "index_bits",
     "kernel_backend",
+    "parity_beam_top",
     "parity_decode",
     "parity_directions",
     "parity_scores",

@@ -21,6 +21,8 @@ S sequences, T positions, U units):
   sgatlin_route_bwd(dgates [M, C, K], indices [M, C, K], n_subkeys) -> dscores [M, 2*C*n]
   quantifier_scan_fwd(membership [S, T, U], decay [U], is_max) -> out [S, T, U], won [S, T, U] int8 ([1] if not is_max)
   quantifier_scan_bwd(dout, membership, decay, out, won, is_max) -> dmembership, ddecay [U] float32
+  parity_beam_candidates(y [M, H, C], signs [P, H], count) -> values [M, CAP] float32, positions [M, CAP] int32
+      (a superset of each token's `count` largest |signs @ y|; no gradient: the encoder's support)
 """
 
 from __future__ import annotations
@@ -190,6 +192,22 @@ def _scan_backward(ctx, dout, dwon):
 quantifier_scan_fwd.register_autograd(_scan_backward, setup_context=_scan_setup)
 
 
+# --- parity product encoder: scores and selection ------------------------------------------------------------
+
+
+def _beam_candidates_fake(y, signs, count):
+    from circuitlab.kernels.parity_select_triton import candidate_slots
+
+    cap = candidate_slots(count)
+    return y.new_empty((y.shape[0], cap), dtype=torch.float32), y.new_empty((y.shape[0], cap), dtype=torch.int32)
+
+
+parity_beam_candidates = kernel_op(
+    "parity_beam_candidates", "(Tensor y, Tensor signs, int count) -> (Tensor, Tensor)",
+    "parity_select_triton", "beam_candidates", _beam_candidates_fake,
+)
+
+
 # --- what circuitlab.kernels calls: reshape to the operators' layout, autocast, call ---------------------------
 
 MAX_D_MODEL = 4096  # the fused combine keeps a token's z, dy and accumulators in registers
@@ -249,3 +267,10 @@ def existential_scan(membership: torch.Tensor, decay: torch.Tensor) -> torch.Ten
 def proportion_scan(membership: torch.Tensor, decay: torch.Tensor) -> torch.Tensor:
     """Same contract as `reference.proportion_scan` (decay: one value per unit)."""
     return _scan(membership, decay, False)
+
+
+def parity_beam_top(y: torch.Tensor, signs: torch.Tensor, count: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Same contract as `reference.parity_beam_top` (ties may be broken differently)."""
+    values, positions = parity_beam_candidates(y, signs, count)
+    best, slots = values.topk(count, dim=-1)
+    return best, positions.gather(-1, slots).long()

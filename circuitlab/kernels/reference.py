@@ -151,3 +151,12 @@ def parity_decode(
     """x_hat = sum_i a_i phi_i."""
     directions = parity_directions(indices_BxTxK, code_DxR, dtype=values_BxTxK.dtype)
     return torch.einsum("btk,btkd->btd", values_BxTxK, directions)
+
+
+def parity_beam_top(
+    y_NxHxC: Float[Tensor, "tokens rows cols"], signs_PxH: Float[Tensor, "patterns rows"], count: int
+) -> tuple[Float[Tensor, "tokens count"], Int[Tensor, "tokens count"]]:
+    """The `count` largest |(signs @ y)[n]| of each token, descending, with their flat positions p * C + c
+    (the product encoder's scores of P row patterns times C kept column patterns; parity.py)."""
+    scores_NxPxC = (signs_PxH.float() @ y_NxHxC.float()).abs_()
+    return scores_NxPxC.flatten(1).topk(count, dim=-1)

@@ -357,3 +357,72 @@ def test_parity_decode_of_one_pattern_is_its_direction(device):
     expected = reference.parity_directions(indices[..., 0], code)
     assert (expected[..., :].abs().max(-1).values > 0).all()
     torch.testing.assert_close(out, expected, rtol=1e-6, atol=0.0)  # 1/sqrt(d) is multiplied, not divided
+
+
+# --- parity product encoder: fused scores and selection -----------------------------------------------------
+
+# (tokens, grid rows H, row patterns P, kept columns C, count): the shipped layer's shape (k and the pursuit's
+# 2k), tiny-parity's, and shapes that pad every axis and leave fewer candidates than slots
+BEAM_SHAPES = [(6, 16, 256, 64, 32), (3, 16, 256, 64, 64), (9, 8, 32, 8, 8), (4, 5, 12, 7, 3), (2, 3, 4, 2, 8)]
+
+
+def product_signs(n_rows: int, n_patterns: int) -> torch.Tensor:
+    """Row sign patterns of a seeded F2 code (distinct and never negatives of each other, so no exact ties)."""
+    from circuitlab.architectures.feedforward.parity import make_factor_code, sign_table
+
+    n_bits = max(1, (n_patterns - 1).bit_length())
+    return sign_table(make_factor_code(n_rows, n_bits, 7))[:n_patterns]
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("shape", BEAM_SHAPES)
+def test_parity_beam_top_equals_the_exhaustive_top_k(device, shape):
+    n_tokens, n_rows, n_patterns, n_cols, count = shape
+    gen = torch.Generator().manual_seed(sum(shape))
+    signs = product_signs(n_rows, n_patterns)
+    y = torch.randn(n_tokens, n_rows, n_cols, generator=gen)
+    count = min(count, n_patterns * n_cols)
+    with kernels.use_backend("triton"):
+        values, positions = kernels.parity_beam_top(y.to(device), signs.to(device), count)
+    values, positions = values.cpu(), positions.cpu()
+    brute = (signs.double() @ y.double()).abs().flatten(1)  # every score, in float64
+    expected, expected_positions = brute.topk(count, dim=-1)
+    assert positions.dtype == torch.int64 and values.shape == positions.shape == (n_tokens, count)
+    torch.testing.assert_close(values.double(), expected, rtol=1e-5, atol=1e-6)
+    assert torch.equal(positions.sort(-1).values, expected_positions.sort(-1).values)
+    # each position's score is the value reported beside it
+    torch.testing.assert_close(brute.gather(-1, positions), values.double(), rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_parity_beam_top_keeps_a_valid_top_k_when_more_scores_tie_than_there_are_slots(device):
+    """A column whose write sits on one grid row scores |y| on every row pattern: 256 equal scores per column,
+    more than the 64 candidate slots, which bisection cannot split. The scores above the tie come first."""
+    signs = product_signs(16, 256)
+    y = torch.zeros(3, 16, 64)
+    y[:, 5, :] = torch.linspace(1.0, 2.0, 64)  # column c scores y[5, c] on all 256 patterns
+    y[1, 2, 10] = 40.0  # one token with a column above the ties: its 256 scores 40 +- 2 come first
+    with kernels.use_backend("triton"):
+        values, positions = kernels.parity_beam_top(y.to(device), signs.to(device), 32)
+    values, positions = values.cpu(), positions.cpu()
+    brute = (signs @ y).abs().flatten(1)
+    torch.testing.assert_close(values, brute.topk(32, dim=-1).values)
+    torch.testing.assert_close(brute.gather(-1, positions), values)
+    assert all(len(set(row)) == 32 for row in positions.tolist())  # 32 distinct features per token
+    assert (positions[1] % 64 == 10).all()  # the column above the ties holds the whole top-32
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_the_product_encoder_gives_the_same_supports_on_both_paths(device):
+    """The whole encoder (beam scores, top-k, one pursuit round) of a product parity layer: its supports do not
+    depend on which path scores and selects."""
+    from circuitlab.architectures.feedforward.parity import ParityBottleneck
+    from circuitlab.config import ModelConfig
+
+    layer = ParityBottleneck(ModelConfig.preset("tiny-parity")).to(device)
+    x = torch.randn(2, 11, layer.d_model, generator=torch.Generator().manual_seed(8)).to(device)
+    with kernels.use_backend("reference"):
+        reference_support = layer.encode_indices(x)
+    with kernels.use_backend("triton"):
+        fast_support = layer.encode_indices(x)
+    assert torch.equal(fast_support.sort(-1).values, reference_support.sort(-1).values)

@@ -75,6 +75,15 @@ def test_scan_ops_pass_opcheck(is_max):
     _opcheck(ops.quantifier_scan_bwd, (torch.randn_like(out), membership.detach(), decay.detach(), out, won, is_max))
 
 
+def test_parity_beam_candidates_passes_opcheck():
+    gen = torch.Generator().manual_seed(2)
+    y = torch.randn(5, 8, 8, generator=gen).to(DEVICE)
+    signs = (torch.randint(0, 2, (32, 8), generator=gen) * 2 - 1).float().to(DEVICE)
+    with kernels.use_backend("triton"):
+        torch.library.opcheck(ops.parity_beam_candidates, (y, signs, 8),
+                              test_utils=("test_schema", "test_faketensor", "test_aot_dispatch_dynamic"))
+
+
 def test_the_operators_give_the_reference_gradients():
     """The layer-facing wrappers (reshape + operator + registered backward) against the references."""
     gen = torch.Generator().manual_seed(2)
@@ -101,9 +110,10 @@ def test_the_operators_give_the_reference_gradients():
 # --- torch.compile of whole models ------------------------------------------------------------------------
 
 # presets whose every circuitlab kernel is a custom operator, compiled with the fast paths forced on
-FAST_PATH_PRESETS = ["tiny-sgatlin", "tiny-legible"]
-# compiled on the reference paths (the parity fast path is not a custom operator in this module)
-REFERENCE_PRESETS = ["tiny-gelu", "tiny-parity"]
+# (tiny-parity: the product encoder's fused scores and selection)
+FAST_PATH_PRESETS = ["tiny-sgatlin", "tiny-legible", "tiny-parity"]
+# compiled on the reference paths
+REFERENCE_PRESETS = ["tiny-gelu"]
 
 
 def _model(preset: str) -> CircuitTransformer:
@@ -164,6 +174,18 @@ def test_the_compiled_fast_path_runs_the_custom_operators_and_use_backend_retrac
     assert len(recorder.graphs) == 2, "leaving use_backend('triton') must retrace the model"
     assert not any("circuitlab" in name for name in recorder.graphs[1]), recorder.graphs[1]
     torch.testing.assert_close(fast, slow, rtol=1e-4, atol=1e-5)
+
+
+def test_the_compiled_parity_model_runs_the_fused_encoder_operator():
+    model = _model("tiny-parity")
+    recorder = GraphRecorder()
+    compiled = torch.compile(model, backend=recorder, fullgraph=True)
+    tokens = torch.randint(0, 64, (1, 6), generator=torch.Generator().manual_seed(6)).to(DEVICE)
+    with kernels.use_backend("triton"):
+        fast = compiled(tokens)
+    assert any("circuitlab.parity_beam_candidates" in name for name in recorder.graphs[0]), recorder.graphs[0]
+    with kernels.use_backend("reference"):
+        torch.testing.assert_close(fast, model(tokens), rtol=1e-4, atol=1e-5)
 
 
 def test_hooks_run_on_the_uncompiled_model_beside_a_compiled_one():

@@ -60,10 +60,18 @@ Choices and why:
   but their features are not recovered). The search is deterministic, so equal writes get equal codes.
 - coherence: a [16, 8] factor code of 64 seeded draws reaches 0.625 (0.5 came up in 4 of 2000 draws); the
   product's coherence is the larger of its factors'.
-- fast path: plain PyTorch batched matmuls, top-k and batched solves, no Python loop per token and no host
-  sync; torch.compile traces it in one graph (tested). The only tables are the two 2^8 x 16 sign tables
-  (32 KB in float32), so a Triton kernel that builds patterns from index bits saves no dictionary bytes
-  here; the first design's kernels (kernels/parity_triton.py) serve the prefix design.
+- fast path: batched matmuls, top-k and batched solves, no Python loop per token and no host sync;
+  torch.compile traces it in one graph (tested). On CUDA the beam's scores and their top-k run as one Triton
+  kernel per token (`kernels.parity_beam_top`, a custom operator; kernels/parity_select_triton.py) that
+  never writes the N x 2^r2 x beam scores to memory: one `top_scores` call at 65,536 tokens went from 19.5 to
+  10.6 ms on an H200, the whole layer fwd+bwd from 97 to 78 ms, with identical supports on the shipped
+  model (benchmarks/bench_parity.py). The only tables are the two 2^8 x 16 sign tables (32 KB in float32),
+  so a kernel that builds patterns from index bits saves no dictionary bytes here; the first design's
+  kernels (kernels/parity_triton.py) serve the prefix design.
+- the pursuit round solves the 2k-feature union once and takes the kept k's system (rows and columns of the
+  union's Gram matrix, entries of its Phi^T x) from it instead of rebuilding it; same supports.
+- no CUDA graphs (`cuda_graphs = False`): capturing a compiled parity-stories step failed on an H200, so the
+  trainer compiles this model in torch's default mode.
 
 Letters: B batch, T position, D d_model, N tokens (B*T), K code (k features), H grid rows (g_r), W grid
 columns (g_c), U column patterns (2^r1), P row patterns (2^r2), C beam (column patterns kept), F features
@@ -81,6 +89,7 @@ from jaxtyping import Float, Int
 from torch import Tensor
 from transformer_lens.hook_points import HookPoint
 
+from circuitlab import kernels
 from circuitlab.architectures.code_layer import Cache, CodeLayer, UnitWrites, code_hook_error
 from circuitlab.codes import SparseCode
 from circuitlab.config import ModelConfig, product_layout
@@ -202,6 +211,9 @@ class FeatureCodeLayer(CodeLayer):
 class ParityBottleneck(FeatureCodeLayer):
     kind = "parity"
     sparse_by_construction = True
+    # capturing a compiled parity-stories step in a CUDA graph failed on an H200 (torch 2.11: "operation failed
+    # due to a previous error during capture"; 2026-12-01, benchmarks/bench_gpu.py), so it trains without them
+    cuda_graphs = False
 
     def __init__(self, config: ModelConfig):
         super().__init__()
@@ -275,8 +287,8 @@ class ParityBottleneck(FeatureCodeLayer):
             kept_bounds, columns_NxC1 = bounds_NxU.topk(beam + 1, dim=-1)
             columns_NxC = columns_NxC1[:, :beam]
             Y_NxHxC = Y_NxHxU.gather(-1, columns_NxC[:, None, :].expand(-1, self.grid_rows, -1))
-            S_NxPxC = (row_signs @ Y_NxHxC).abs_()
-            best_scores, flat = S_NxPxC.flatten(1).topk(count, dim=-1)
+            # |row_signs @ Y_NxHxC| and its top `count` per token (on CUDA one fused kernel: kernels/parity_select_triton.py)
+            best_scores, flat = kernels.parity_beam_top(Y_NxHxC, row_signs, count)
             u2, u1 = flat // beam, columns_NxC.gather(-1, flat % beam)
             certified = best_scores[:, -1] >= kept_bounds[:, beam]
             return u1 | (u2 << self.col_bits), best_scores * self.scale, certified
@@ -293,22 +305,27 @@ class ParityBottleneck(FeatureCodeLayer):
         beam = None if exhaustive else self.beam
         support = self.top_scores(X, self.k, beam)[0]
         coefficients = self._solve(X, support)
-        error = self._residual(X, support, coefficients).pow(2).sum((-2, -1))
+        residual = self._residual(X, support, coefficients)
+        error = residual.pow(2).sum((-2, -1))
         for _ in range(self.pursuit_rounds - 1):
-            residual = self._residual(X, support, coefficients)
             fresh = self.top_scores(residual, 2 * self.k, beam)[0]
             # the k best residual features not already in the support (at least k of the 2k are not)
             outside = ~(fresh[:, :, None] == support[:, None, :]).any(-1)
             rank = outside * torch.arange(2 * self.k, 0, -1, device=X.device)
             fresh = fresh.gather(-1, rank.topk(self.k, dim=-1).indices)
             union = torch.cat([support, fresh], dim=-1)
-            keep = self._solve(X, union).abs().topk(self.k, dim=-1).indices
+            gram, inner = self._system(X, union)
+            keep = self._solve_system(gram, inner).abs().topk(self.k, dim=-1).indices
             candidate = union.gather(-1, keep)
-            candidate_coefficients = self._solve(X, candidate)
-            candidate_error = self._residual(X, candidate, candidate_coefficients).pow(2).sum((-2, -1))
-            better = (candidate_error < error)[:, None]
-            support = torch.where(better, candidate, support)
-            coefficients = torch.where(better, candidate_coefficients, coefficients)
+            # the candidate's system is the kept rows and columns of the union's
+            rows = gram.gather(1, keep[:, :, None].expand(-1, -1, union.shape[-1]))
+            candidate_gram = rows.gather(2, keep[:, None, :].expand(-1, self.k, -1))
+            candidate_coefficients = self._solve_system(candidate_gram, inner.gather(-1, keep))
+            candidate_residual = self._residual(X, candidate, candidate_coefficients)
+            candidate_error = candidate_residual.pow(2).sum((-2, -1))
+            better = candidate_error < error
+            support = torch.where(better[:, None], candidate, support)
+            residual = torch.where(better[:, None, None], candidate_residual, residual)
             error = torch.minimum(error, candidate_error)
         return support
 
@@ -340,14 +357,23 @@ class ParityBottleneck(FeatureCodeLayer):
         rows_NxFxH, cols_NxFxW = self._patterns(indices_NxF, values_NxF.dtype)
         return (rows_NxFxH * values_NxF[..., None]).transpose(-1, -2) @ cols_NxFxW * self.scale
 
-    def _solve(self, X_NxHxW: Tensor, indices_NxF: Tensor) -> Float[Tensor, "tokens feat"]:
-        """Least squares on the support: (G + ridge I) a = Phi^T x."""
+    def _system(self, X_NxHxW: Tensor, indices_NxF: Tensor) -> tuple[Tensor, Tensor]:
+        """The normal equations of least squares on the support: (G + ridge I, Phi^T x)."""
         rows_NxFxH, cols_NxFxW = self._patterns(indices_NxF, X_NxHxW.dtype)
         gram_NxFxF = self._gram(rows_NxFxH, cols_NxFxW)
         gram_NxFxF = gram_NxFxF + self.ridge * torch.eye(gram_NxFxF.shape[-1], dtype=gram_NxFxF.dtype, device=gram_NxFxF.device)
-        # solve_ex: no host sync to check for singular systems (the ridge keeps them regular)
-        inner_NxF = self._inner(X_NxHxW, rows_NxFxH, cols_NxFxW)
+        return gram_NxFxF, self._inner(X_NxHxW, rows_NxFxH, cols_NxFxW)
+
+    @staticmethod
+    def _solve_system(gram_NxFxF: Tensor, inner_NxF: Tensor) -> Float[Tensor, "tokens feat"]:
+        """(G + ridge I) a = Phi^T x. LU (solve_ex: no host sync to check for singular systems; the ridge keeps
+        them regular). Cholesky was measured slower on both devices at the shipped sizes (H200, 65,536 tokens:
+        7.7 against 5.8 ms a solve; 2 CPU cores: 28 against 16 ms at 4,096 tokens of k = 32)."""
         return torch.linalg.solve_ex(gram_NxFxF, inner_NxF[..., None])[0][..., 0]
+
+    def _solve(self, X_NxHxW: Tensor, indices_NxF: Tensor) -> Float[Tensor, "tokens feat"]:
+        """Least squares on the support: (G + ridge I) a = Phi^T x."""
+        return self._solve_system(*self._system(X_NxHxW, indices_NxF))
 
     def _residual(self, X_NxHxW: Tensor, indices_NxF: Tensor, values_NxF: Tensor) -> Tensor:
         return X_NxHxW - self._decode_grid(indices_NxF, values_NxF)
