@@ -77,6 +77,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     run.add_argument("--threads", type=int, default=None, help="CPU threads for torch (default: torch's choice)")
     run.add_argument("--compile", action=argparse.BooleanOptionalAction, default=None,
                      help="torch.compile the model (default: on CUDA yes, on the CPU no)")
+    run.add_argument("--compile-mode", default=None,
+                     help="torch.compile mode: default, reduce-overhead (CUDA graphs), max-autotune or "
+                          "max-autotune-no-cudagraphs (default: reduce-overhead on one CUDA device, else default)")
     run.add_argument("--fsdp", action="store_true", help="shard the model with FSDP2 (torchrun only)")
     run.add_argument("--max-minutes", type=float, default=None,
                      help="stop cleanly (checkpoint, evaluate, save) once this much wall time has passed")
@@ -175,6 +178,7 @@ def build_train_config(args: argparse.Namespace) -> Any:
         seed=args.seed,
         max_minutes=args.max_minutes,
         compile=args.compile,
+        compile_mode=args.compile_mode,
         micro_batch=args.micro_batch,
         fsdp=args.fsdp,
     )

@@ -18,7 +18,12 @@ perm_e[p mod n] of epoch e = p // n, each epoch a fresh seeded permutation. So t
 checkpoint is just its step, and a resumed run draws exactly the batches the uninterrupted one would have.
 
 Speed: on CUDA the model is compiled with torch.compile unless `compile=False` (CLI --no-compile); the
-circuitlab fast paths are custom operators, so the compiled graph keeps them. A step of `batch_size` sequences
+circuitlab fast paths are custom operators, so the compiled graph keeps them. On one CUDA device the default
+`compile_mode` is "reduce-overhead": the compiled steps replay as CUDA graphs, so the GPU no longer waits
+while the host launches each kernel. That wait was what held legible-stories back (on one H200 its compiled
+step ran 19.1 ms of kernels in a 32.5 ms step; with CUDA graphs the step took 20.5 ms: BENCHMARKS.md). Runs
+over several ranks, and models with a layer that cannot be captured (the product parity bottleneck), keep
+torch's default mode (`default_compile_mode`). A step of `batch_size` sequences
 runs as micro-batches of `micro_batch` sequences per rank with gradients accumulated (`micro_batch=0`, the
 default: batch_size / (ranks x grad_accum)); with the default on one CUDA device, running out of memory halves
 the micro-batch and redoes the step, so the largest micro-batch that fits is found while the effective batch
@@ -81,6 +86,17 @@ from circuitlab.training.schedule import wsd_lr
 LOG_FILE = "train_log.jsonl"
 
 
+# torch.compile modes a run may ask for ("reduce-overhead": CUDA graphs)
+COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
+
+
+def default_compile_mode(model: nn.Module, device: torch.device | str, distributed: bool = False) -> str:
+    """"reduce-overhead" (CUDA graphs) on one CUDA device when every layer can be captured (CodeLayer.cuda_graphs),
+    else torch's "default"."""
+    capturable = all(getattr(module, "cuda_graphs", True) for module in model.modules())
+    return "reduce-overhead" if torch.device(device).type == "cuda" and not distributed and capturable else "default"
+
+
 @dataclass
 class TrainConfig:
     """Everything that determines the sequence of updates (plus a few knobs that do not, see RESUMABLE_CHANGES)."""
@@ -108,6 +124,7 @@ class TrainConfig:
     guard_factor: float = 2.0
     max_minutes: float | None = None
     compile: bool | None = None  # torch.compile the model; None: on CUDA yes, on the CPU no
+    compile_mode: str | None = None  # torch.compile mode; None: "reduce-overhead" on one CUDA device, else "default"
     micro_batch: int = 0  # sequences per forward/backward on each rank; 0: picked (see Trainer.micro_batch)
     fsdp: bool = False
 
@@ -124,6 +141,8 @@ class TrainConfig:
         need(self.grad_clip >= 0, f"grad_clip must be >= 0 (0 disables clipping), got {self.grad_clip}")
         need(self.eval_every >= 0 and self.ckpt_every >= 0, "eval_every and ckpt_every must be >= 0 (0 = never)")
         need(self.max_minutes is None or self.max_minutes > 0, f"max_minutes must be positive, got {self.max_minutes}")
+        need(self.compile_mode is None or self.compile_mode in COMPILE_MODES,
+             f"compile_mode must be one of {', '.join(COMPILE_MODES)}, got {self.compile_mode!r}")
         need(self.micro_batch >= 0, f"micro_batch must be >= 0 (0 = picked for the device), got {self.micro_batch}")
         per_rank = self.batch_size // max(1, world_size)
         need(
@@ -151,7 +170,7 @@ class TrainConfig:
 # settings that may differ between a checkpoint and the run resuming it without changing any update
 # (how a step is split into micro-batches changes float rounding only, not the update)
 RESUMABLE_CHANGES = frozenset({"eval_every", "eval_sequences", "eval_batch_size", "ckpt_every", "keep_checkpoints",
-                               "max_minutes", "compile", "micro_batch"})
+                               "max_minutes", "compile", "compile_mode", "micro_batch"})
 
 
 @dataclass
@@ -276,7 +295,10 @@ class Trainer:
         self.base_model = model.to(self.device)
         self.model = wrap_model(self.base_model, self.context, fsdp=config.fsdp)
         self.compiled = config.compile if config.compile is not None else self.device.type == "cuda"
-        self.forward_model = torch.compile(self.model) if self.compiled else self.model
+        self.compile_mode = config.compile_mode or default_compile_mode(self.base_model, self.device, self.context.enabled)
+        # CUDA graphs reuse their output buffers: each forward starts a new step (see _forward)
+        self.cuda_graphs = self.compiled and self.compile_mode == "reduce-overhead" and self.device.type == "cuda"
+        self.forward_model = torch.compile(self.model, mode=self.compile_mode) if self.compiled else self.model
         self.compile_proven = False  # set by the first step that runs; until then a compile error falls back to eager
         per_rank = config.batch_size // self.context.world_size
         # sequences per forward/backward: the asked-for split, made smaller on running out of GPU memory
@@ -387,7 +409,7 @@ class Trainer:
         for start in range(0, local.shape[0], self.config.eval_batch_size):
             batch = local[start : start + self.config.eval_batch_size].to(self.device).long()
             with autocast_for(self.device):
-                logits_BxTxV = self.forward_model(batch[:, :-1])
+                logits_BxTxV = self._forward(batch[:, :-1])
             loss_sum = F.cross_entropy(
                 logits_BxTxV.float().reshape(-1, logits_BxTxV.shape[-1]), batch[:, 1:].reshape(-1), reduction="sum"
             )
@@ -395,6 +417,14 @@ class Trainer:
         self.model.train()
         totals = all_reduce_sum(totals, self.context)
         return float(totals[0] / totals[1])
+
+    def _forward(self, tokens_BxT: Tensor, **kwargs):
+        """The (compiled) model on one batch. Under CUDA graphs a forward's outputs live in buffers the next
+        replay overwrites, so every forward is marked as a new step; each caller is done with the previous
+        outputs (reduced to detached scalars) before it runs the next one."""
+        if self.cuda_graphs and self.forward_model is not self.model:
+            torch.compiler.cudagraph_mark_step_begin()
+        return self.forward_model(tokens_BxT, **kwargs)
 
     def _log(self, record: dict[str, Any]) -> None:
         self.history.append(record)
@@ -488,7 +518,7 @@ class Trainer:
             inputs_BxT, targets_BxT = batch[:, :-1], batch[:, 1:]
             with self._micro_batch_context(micro):
                 with autocast_for(self.device):
-                    logits_BxTxV, aux = self.forward_model(inputs_BxT, return_aux=True)
+                    logits_BxTxV, aux = self._forward(inputs_BxT, return_aux=True)
                 lm_loss = F.cross_entropy(logits_BxTxV.float().reshape(-1, logits_BxTxV.shape[-1]), targets_BxT.reshape(-1))
                 # the pressure schedule (circuitlab.training.pressure): ramp, then a cap relative to the LM loss
                 scale = pressure_scale(step, lm_loss.detach(), aux["selectivity"].detach().float(), pressures)
@@ -499,6 +529,12 @@ class Trainer:
                     loss = loss + self.lambda_recon * reconstruction
                     reconstruction_total += reconstruction.detach()
                 (loss / n_micro).backward()
+            if self.cuda_graphs and micro == 0 and n_micro > 1:
+                # the first micro-batch's gradients are outputs of a CUDA graph, which the next micro-batch's
+                # replay overwrites: move them out before accumulating into them (later ones add in place)
+                for parameter in self.base_model.parameters():
+                    if parameter.grad is not None:
+                        parameter.grad = parameter.grad.clone()
             lm_total += lm_loss.detach()
             selectivity_total += selectivity.detach()
             scale_total += scale
