@@ -110,9 +110,15 @@ def make_step(model_name: str, batch: int, seq: int, device: str, compiled: bool
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=device == "cuda")
     gen = torch.Generator(device=device).manual_seed(5)
     batches = [torch.randint(0, config.d_vocab, (batch, seq + 1), device=device, generator=gen) for _ in range(3)]
+    if compile_mode == "auto":  # what the trainer picks for this model
+        from circuitlab.training.trainer import default_compile_mode
+
+        compile_mode = default_compile_mode(model, device)
     forward = torch.compile(model, backend=compile_backend, mode=compile_mode) if compiled else model
 
     def step(tokens):
+        if compiled and compile_mode == "reduce-overhead":  # as the trainer does: a new step of the CUDA graphs
+            torch.compiler.cudagraph_mark_step_begin()
         with torch.autocast(device_type=device, dtype=torch.bfloat16, enabled=device == "cuda"):
             logits, aux = forward(tokens[:, :-1], return_aux=True)
         loss = F.cross_entropy(logits.flatten(0, 1).float(), tokens[:, 1:].flatten()) + aux["selectivity"].float()
@@ -153,9 +159,13 @@ def training_case(preset: str, model_name: str, batch: int, seq: int, device: st
             seconds.append((time.perf_counter() - start) / steps)
         median = sorted(seconds)[len(seconds) // 2]
         row.update(ok=True, ms_per_step=median * 1e3, tokens_per_s=batch * seq / median, last_loss=float(loss))
-        if profile:  # GPU time per kernel of one step (torch.profiler), the 25 largest kept
+        if profile:  # GPU time per kernel of one step (torch.profiler), the 60 largest kept
             label = f"{preset} {row['mode']}"
-            row["kernels"] = kb.kernel_breakdown(label, lambda: step(batches[0]), device, top=15)[:25]
+            kernels = kb.kernel_breakdown(label, lambda: step(batches[0]), device, top=15)
+            row["kernels"] = kernels[:60]
+            # all kernels of the step against its wall time: the difference is time the GPU waits on the host
+            row["kernel_ms_total"] = sum(kernel["ms"] for kernel in kernels)
+            row["kernel_launches"] = sum(kernel["launches"] for kernel in kernels)
     except Exception as error:  # noqa: BLE001 - a preset that fails is a result, the others still run
         row.update(ok=False, error=first_line(error), error_detail="".join(traceback.format_exception_only(error))[:4000])
     row["graph_breaks"] = int(sum(counters["graph_break"].values())) if compiled else None
@@ -456,7 +466,9 @@ def _fmt(value, spec: str = ".2f", missing: str = "n/a") -> str:
 
 def markdown(results: dict) -> str:
     lines = [f"Run of `benchmarks/bench_gpu.py` on {results['date']}: {results['device']}, torch {results['torch']}, "
-             f"triton {results['triton']}{' (SMOKE: tiny sizes on the CPU, not a measurement)' if results['smoke'] else ''}.",
+             f"triton {results['triton']}{' (SMOKE: tiny sizes on the CPU, not a measurement)' if results['smoke'] else ''}; "
+             f"torch.compile mode {results.get('compile_mode') or 'default'}"
+             f"{' (as the trainer picks: reduce-overhead, i.e. CUDA graphs, except for parity-stories)' if results.get('compile_mode') == 'auto' else ''}.",
              ""]
     training = results.get("training") or []
     if training:
@@ -556,7 +568,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--compile-backend", default=None,
                         help="torch.compile backend (default inductor; aot_eager with --smoke: no C++ build on the CPU)")
     parser.add_argument("--compile-mode", default=None,
-                        help="torch.compile mode for the training steps (default: the default mode; e.g. reduce-overhead)")
+                        help="torch.compile mode for the training steps (default auto: what the trainer picks on one GPU, "
+                             "reduce-overhead = CUDA graphs where every layer can be captured; torch's default with --smoke)")
     parser.add_argument("--skip", default="", help="comma list: training,layers,parts,paired")
     parser.add_argument("--pairs", default=",".join(f"{p}:{b}" for p, b in PAIRS),
                         help="comma list of preset:baseline timed side by side in alternating rounds")
@@ -572,6 +585,7 @@ def main(argv: list[str] | None = None) -> int:
     if unknown:
         parser.error(f"unknown presets {unknown}; choose from {', '.join(PRESETS)}")
     args.compile_backend = args.compile_backend or ("aot_eager" if args.smoke else "inductor")
+    args.compile_mode = args.compile_mode or ("default" if args.smoke else "auto")
     if args.smoke:
         os.environ.setdefault("TRITON_INTERPRET", "1")
         os.environ.setdefault("CIRCUITLAB_KERNELS_TUNE", "0")
