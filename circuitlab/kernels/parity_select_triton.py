@@ -17,10 +17,11 @@ column whose P scores are all equal) the bisection cannot separate them; then th
 upper end `hi` (fewer than `count`) are written first and the tied ones fill the remaining slots, so the
 result is still a valid top-`count` (ties broken by position).
 
-Measured on one H200 (2026-12-01, 65,536 tokens, P 256, C 64, heavy-tailed random writes): the kernel and the
-top-k over its slots take 7.4 ms against 16.4 ms for the PyTorch product, abs and top-k, for both k = 32 and
-the pursuit's 2k = 64; 16 warps give the same, 4 warps spill (26 ms), and 64, 128 or 256 slots differ by
-under 5%. A first version that flattened the score tile to number the slots took 15.6 ms: the reshape of a
+Choosing the design on one H200 (2026-12-01, 65,536 tokens, P 256, C 64, heavy-tailed random writes; a sweep
+run once, not kept as a script): the kernel and the top-k over its slots took 7.4 ms against 16.4 ms for the
+PyTorch product, abs and top-k, for both k = 32 and the pursuit's 2k = 64; 16 warps gave the same, 4 warps
+spilled (26 ms), and 64, 128 or 256 slots differed by under 5%. benchmarks/bench_parity.py times the result
+inside the layer. A first version that flattened the score tile to number the slots took 15.6 ms: the reshape of a
 [P, C] tile costs a round trip through shared memory, so slots are now numbered per row (`_slots`).
 """
 
