@@ -23,7 +23,7 @@ circuitlab fast paths are custom operators, so the compiled graph keeps them. On
 while the host launches each kernel. That wait was what held legible-stories back (on one H200 its compiled
 step ran 19.1 ms of kernels in a 32.5 ms step; with CUDA graphs the step took 20.5 ms: BENCHMARKS.md). Runs
 over several ranks, and models with a layer that cannot be captured (the product parity bottleneck), keep
-torch's default mode (`default_compile_mode`). A step of `batch_size` sequences
+torch's default mode (`default_compile_mode`), and so does a run after it first runs out of GPU memory. A step of `batch_size` sequences
 runs as micro-batches of `micro_batch` sequences per rank with gradients accumulated (`micro_batch=0`, the
 default: batch_size / (ranks x grad_accum)); with the default on one CUDA device, running out of memory halves
 the micro-batch and redoes the step, so the largest micro-batch that fits is found while the effective batch
@@ -295,10 +295,7 @@ class Trainer:
         self.base_model = model.to(self.device)
         self.model = wrap_model(self.base_model, self.context, fsdp=config.fsdp)
         self.compiled = config.compile if config.compile is not None else self.device.type == "cuda"
-        self.compile_mode = config.compile_mode or default_compile_mode(self.base_model, self.device, self.context.enabled)
-        # CUDA graphs reuse their output buffers: each forward starts a new step (see _forward)
-        self.cuda_graphs = self.compiled and self.compile_mode == "reduce-overhead" and self.device.type == "cuda"
-        self.forward_model = torch.compile(self.model, mode=self.compile_mode) if self.compiled else self.model
+        self._compile(config.compile_mode or default_compile_mode(self.base_model, self.device, self.context.enabled))
         self.compile_proven = False  # set by the first step that runs; until then a compile error falls back to eager
         per_rank = config.batch_size // self.context.world_size
         # sequences per forward/backward: the asked-for split, made smaller on running out of GPU memory
@@ -418,6 +415,13 @@ class Trainer:
         totals = all_reduce_sum(totals, self.context)
         return float(totals[0] / totals[1])
 
+    def _compile(self, mode: str) -> None:
+        """Set forward_model: the model compiled in `mode` (when compiling), else the model itself."""
+        self.compile_mode = mode
+        # CUDA graphs reuse their output buffers: each forward starts a new step (see _forward)
+        self.cuda_graphs = self.compiled and mode == "reduce-overhead" and self.device.type == "cuda"
+        self.forward_model = torch.compile(self.model, mode=mode) if self.compiled else self.model
+
     def _forward(self, tokens_BxT: Tensor, **kwargs):
         """The (compiled) model on one batch. Under CUDA graphs a forward's outputs live in buffers the next
         replay overwrites, so every forward is marked as a new step; each caller is done with the previous
@@ -489,8 +493,12 @@ class Trainer:
                     print(f"warning: torch.compile failed on the first step ({failure[0]}: {failure[1]}); "
                           "training continues eager (pass --no-compile to skip compiling)", file=sys.stderr)
                 self.forward_model = self.model
-                self.compiled = False
+                self.compiled = self.cuda_graphs = False
                 continue
+            if self.cuda_graphs:
+                # the graphs recorded at the larger micro-batch keep their memory pool: recompile without them
+                torch._dynamo.reset()
+                self._compile("default")
             torch.cuda.empty_cache()
             if self.context.is_main:
                 print(f"note: out of GPU memory at micro-batch {self.micro_batch}; retrying step {step + 1} with "

@@ -258,6 +258,26 @@ def test_running_out_of_memory_halves_the_picked_micro_batch(tmp_path):
         assert a["grad_norm"] == pytest.approx(b["grad_norm"], rel=1e-5)
 
 
+def test_running_out_of_memory_under_cuda_graphs_recompiles_without_them(tmp_path, monkeypatch):
+    """The graphs recorded at the larger micro-batch would keep their memory pool: after running out of memory
+    the trainer compiles again in torch's default mode (torch.compile is stood in for here: no GPU)."""
+    modes: list[str | None] = []
+    monkeypatch.setattr(torch, "compile", lambda model, mode=None: modes.append(mode) or model)
+    trainer = make_trainer(tmp_path, steps=2, eval_every=0)
+    forward = trainer.model
+    trainer.compiled, trainer.cuda_graphs, trainer.compile_mode = True, True, "reduce-overhead"
+
+    def forward_that_fits_two_sequences(tokens, **kwargs):
+        if trainer.base_model.training and tokens.shape[0] > 2:
+            raise torch.cuda.OutOfMemoryError("CUDA out of memory (simulated)")
+        return forward(tokens, **kwargs)
+
+    trainer.forward_model = forward_that_fits_two_sequences
+    trainer.fit()
+    assert trainer.micro_batch == 2 and modes == ["default"]
+    assert trainer.compile_mode == "default" and not trainer.cuda_graphs
+
+
 def test_an_explicit_micro_batch_never_shrinks(tmp_path):
     trainer = make_trainer(tmp_path, steps=1, eval_every=0, micro_batch=2)
     assert (trainer.micro_batch, trainer.micro_batch_picked, trainer.compiled) == (2, False, False)
