@@ -6,7 +6,9 @@
 
 1. Training tokens/s of the story presets (gelu, sgatlin, legible, parity), eager and torch.compile'd, at
    batch 256 x 256 tokens: bf16 autocast, fused AdamW, random tokens, untrained weights, circuitlab kernels on
-   their default backend (Triton on CUDA). Each ratio is against gelu-stories compiled at the same batch.
+   their default backend (Triton on CUDA), each model compiled in the mode the trainer picks for it (CUDA
+   graphs where every layer can be captured: --compile-mode auto, the default). Each ratio is against
+   gelu-stories compiled at the same batch.
    Per preset: whether it compiled, the graph breaks dynamo counted, the compile time (first step), and the
    loss of the first step compiled vs eager on the same batch (the compiled model computes the same thing).
 2. The sgatlin layer (router + fused combine) forward+backward against a dense SwiGLU at the TinyStories shape

@@ -21,7 +21,7 @@ Speed: on CUDA the model is compiled with torch.compile unless `compile=False` (
 circuitlab fast paths are custom operators, so the compiled graph keeps them. On one CUDA device the default
 `compile_mode` is "reduce-overhead": the compiled steps replay as CUDA graphs, so the GPU no longer waits
 while the host launches each kernel. That wait was what held legible-stories back (on one H200 its compiled
-step ran 19.1 ms of kernels in a 32.5 ms step; with CUDA graphs the step took 20.5 ms: BENCHMARKS.md). Runs
+step ran 19.1 ms of kernels in a 32.5 ms step; with CUDA graphs its steps took 20.1-20.5 ms: BENCHMARKS.md). Runs
 over several ranks, and models with a layer that cannot be captured (the product parity bottleneck), keep
 torch's default mode (`default_compile_mode`), and so does a run after it first runs out of GPU memory. A step of `batch_size` sequences
 runs as micro-batches of `micro_batch` sequences per rank with gradients accumulated (`micro_batch=0`, the
