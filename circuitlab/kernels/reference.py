@@ -158,5 +158,6 @@ def parity_beam_top(
 ) -> tuple[Float[Tensor, "tokens count"], Int[Tensor, "tokens count"]]:
     """The `count` largest |(signs @ y)[n]| of each token, descending, with their flat positions p * C + c
     (the product encoder's scores of P row patterns times C kept column patterns; parity.py)."""
-    scores_NxPxC = (signs_PxH.float() @ y_NxHxC.float()).abs_()
+    dtype = torch.promote_types(y_NxHxC.dtype, torch.float32)  # float64 writes are scored in float64
+    scores_NxPxC = (signs_PxH.to(dtype) @ y_NxHxC.to(dtype)).abs_()
     return scores_NxPxC.flatten(1).topk(count, dim=-1)

@@ -110,6 +110,16 @@ def test_two_matmul_scores_are_the_exhaustive_top_k():
     assert all(same_sets(a, b) for a, b in zip(ids, brute_ids))
 
 
+def test_the_beam_scores_keep_float64_precision():
+    """Scores of a float64 write (analyses) are computed in float64, not rounded through float32."""
+    layer = shipped_size()
+    x = torch.randn(20, 256, generator=torch.Generator().manual_seed(9), dtype=torch.float64)
+    ids, scores, _ = layer.top_scores(layer._grid(x), 32, beam=layer.beam)
+    assert scores.dtype == torch.float64
+    exact = (x[:, None, :] * layer.feature_directions(ids).double()).sum(-1).abs()
+    torch.testing.assert_close(scores, exact, rtol=0, atol=1e-12)
+
+
 def test_fast_encoder_equals_exhaustive_where_certified():
     """Writes concentrated on 8 column patterns (32 features, coefficients in [1, 2], Gaussian noise 0.2):
     measured certified fractions 0.03 / 1.0 / 1.0 at beams 16 / 64 / 256, and at beam 16 the uncertified
