@@ -90,10 +90,44 @@ def test_xor_identity_gram_tables_and_coherence_match_brute_force():
     u1, u2 = layer._split(support[..., :, None] ^ support[..., None, :])
     torch.testing.assert_close(layer.col_means[u1].double() * layer.row_means[u2].double(), phi @ phi.transpose(-1, -2),
                                rtol=0, atol=1e-12)
+    # float32, as the layer solves: the table's entries are multiples of 1/256, so still exact
+    torch.testing.assert_close(layer.gram(support).double(), phi @ phi.transpose(-1, -2), rtol=0, atol=0)
     dictionary = layer.dictionary().double()
     overlaps = (dictionary @ dictionary.T).abs().fill_diagonal_(0)
     assert layer.coherence() == pytest.approx(overlaps.max().item(), abs=1e-12)
     assert 0 < layer.coherence() < 1
+
+
+def test_gram_without_the_overlap_table_reads_the_two_factor_tables(monkeypatch):
+    """Above m = 2^OVERLAP_TABLE_BITS the layer keeps no table of m overlaps and multiplies two lookups."""
+    import circuitlab.architectures.feedforward.parity as parity
+
+    monkeypatch.setattr(parity, "OVERLAP_TABLE_BITS", 4)
+    layer = bottleneck()
+    assert layer.overlaps is None
+    support = torch.randint(0, layer.n_features, (5, 9), generator=torch.Generator().manual_seed(1))
+    phi = layer.feature_directions(support).double()
+    torch.testing.assert_close(layer.gram(support, torch.float64), phi @ phi.transpose(-1, -2), rtol=0, atol=1e-12)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device (LU without pivoting is CUDA-only)")
+def test_pivot_free_solves_on_cuda_equal_partial_pivoting():
+    """The layer's systems (Gram + ridge, symmetric positive definite) solved without row swaps on CUDA agree
+    with partial pivoting and with a float64 solve, at the shipped size, 64 features of random supports."""
+    layer = shipped_size().cuda()
+    generator = torch.Generator(device="cuda").manual_seed(2)
+    support = torch.randint(0, layer.n_features, (2048, 64), generator=generator, device="cuda")
+    support = support[(support.sort(-1).values.diff(dim=-1) != 0).all(-1)]  # distinct features per token
+    X = torch.randn(support.shape[0], layer.grid_rows, layer.grid_cols, generator=generator, device="cuda")
+    gram, inner = layer._system(X, support)
+    assert layer.pivot_free
+    fast = layer._solve_system(gram, inner)
+    layer.pivot_free = False
+    pivoted = layer._solve_system(gram, inner)
+    exact = torch.linalg.solve(gram.double(), inner.double()[..., None])[..., 0]
+    error = ((fast.double() - exact).norm(dim=-1) / exact.norm(dim=-1)).max()
+    pivoted_error = ((pivoted.double() - exact).norm(dim=-1) / exact.norm(dim=-1)).max()
+    assert error < 1e-3 and error < 10 * pivoted_error + 1e-5
 
 
 # --- the encoder ------------------------------------------------------------------------------------------------

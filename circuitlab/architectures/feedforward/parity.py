@@ -23,9 +23,9 @@ bound (no unvisited feature can beat it): `top_scores` reports this per token. T
 top-k over all m scores of a token.
 
 Coefficients: least squares on the support S, differentiable in x, a = (G_S + ridge I)^-1 Phi_S^T x, with the
-Gram matrix factorised as tP[u2 xor u2'] * tQ[u1 xor u1'] and each factor computed as a product of the
-features' short row or column patterns (no d-dimensional direction built), batched over tokens,
-so x_hat = sum a_i phi_i is the best write on the chosen support (up to the small ridge that keeps the
+Gram matrix read from the xor-group identity, <phi_u, phi_v> = <phi_0, phi_(u xor v)> = tP[u2 xor v2] *
+tQ[u1 xor v1], one lookup per entry in a table of the m overlaps (no d-dimensional direction built), batched
+over tokens, so x_hat = sum a_i phi_i is the best write on the chosen support (up to the small ridge that keeps the
 solve stable when features overlap). Then `pursuit_rounds - 1` subspace-pursuit rounds: score the residual
 with the same fast encoder, add its best k features that are not in the support, solve on the 2k, keep the
 k largest |a|, solve again, and keep the new support only where it lowers the residual (so more rounds
@@ -65,13 +65,32 @@ Choices and why:
   kernel per token (`kernels.parity_beam_top`, a custom operator; kernels/parity_select_triton.py) that
   never writes the N x 2^r2 x beam scores to memory: one `top_scores` call at 65,536 tokens went from 19.5 to
   10.6 ms on an H200, the whole layer fwd+bwd from 97 to 78 ms, with identical supports on the shipped
-  model (benchmarks/bench_parity.py). The only tables are the two 2^8 x 16 sign tables (32 KB in float32),
-  so a kernel that builds patterns from index bits saves no dictionary bytes here; the first design's
-  kernels (kernels/parity_triton.py) serve the prefix design.
+  model (benchmarks/bench_parity.py). The only tables are the two 2^8 x 16 sign tables (32 KB in float32)
+  and the m overlaps <phi_0, phi_w> (256 KB at m = 2^16), so a kernel that builds patterns from index bits
+  saves no dictionary bytes here; the first design's kernels (kernels/parity_triton.py) serve the prefix
+  design.
+- the Gram matrix by lookup in the overlap table instead of two batched matmuls of the features' row and
+  column patterns: equal entries (both exact). Compared once on an H200 at 65,536 tokens (a one-off run, not
+  kept as a script): 0.25 against 3.4 ms (k = 32) and 2.4 against 8.1 ms (64 features) compiled; on 2 CPU
+  cores, 4,096 tokens, 6.5 against 18.4 ms (k = 32) and 88 against 146 ms (64).
+- LU without pivoting on CUDA (`pivot_free`): the systems are symmetric positive definite, and partial
+  pivoting's batched LU was 101 of the 241 ms of kernels of a compiled parity-stories training step on an
+  H200, its row swaps alone 54 ms (benchmarks/results/gpu_2026-12-01_parity_profile.json). Without pivoting
+  the pursuit's 2k-feature solve takes 15.7 ms instead of 37.8, the encoder 54 ms instead of 94, the layer
+  fwd+bwd 65 ms instead of 105 (benchmarks/bench_parity.py, 65,536 tokens). It rounds differently, so the
+  pursuit's near-tie choices can differ: on 16,384 held-out natural tokens the shipped model kept the same
+  support on 0.999, 0.994, 0.986 and 0.973 of tokens in layers 0-3, with the same reconstruction errors
+  (0.0058, 0.0075, 0.0070, 0.0113) and held-out loss (3.19837). torch's cuSOLVER backend solves the 64-feature
+  systems slower (8.7 against 6.2 ms without pivoting; one-off run), so the default backend is kept.
 - the pursuit round solves the 2k-feature union once and takes the kept k's system (rows and columns of the
   union's Gram matrix, entries of its Phi^T x) from it instead of rebuilding it; same supports.
 - no CUDA graphs (`cuda_graphs = False`): capturing a compiled parity-stories step failed on an H200, so the
-  trainer compiles this model in torch's default mode.
+  trainer compiles this model in torch's default mode. The batched LU is what refuses capture: captured one
+  at a time (torch 2.11, H200, one-off run), solve_ex and lu_factor_ex failed with and without pivoting,
+  while cholesky_ex, topk and the fused selection kernel were captured; with
+  `torch.backends.cuda.preferred_linalg_library("cusolver")` the LU solves were captured too, but that
+  setting is process-wide and slower (above), and the step is kernel-bound (241 of 249 ms), so graphs would
+  buy little.
 
 Letters: B batch, T position, D d_model, N tokens (B*T), K code (k features), H grid rows (g_r), W grid
 columns (g_c), U column patterns (2^r1), P row patterns (2^r2), C beam (column patterns kept), F features
@@ -96,6 +115,7 @@ from circuitlab.config import ModelConfig, product_layout
 
 FACTOR_CODE_TRIES = 64  # seeded draws per factor code; the least coherent full-rank one is kept
 EXHAUSTIVE_CHUNK = 1024  # tokens per chunk of the exhaustive encoder (chunk x m scores in memory)
+OVERLAP_TABLE_BITS = 20  # up to m = 2^20 the m overlaps <phi_0, phi_w> are kept as a table (4 MB in float32)
 
 
 # --- F2 codes ------------------------------------------------------------------------------------------------
@@ -214,6 +234,8 @@ class ParityBottleneck(FeatureCodeLayer):
     # capturing a compiled parity-stories step in a CUDA graph failed on an H200 (torch 2.11: "operation failed
     # due to a previous error during capture"; 2026-12-01, benchmarks/bench_gpu.py), so it trains without them
     cuda_graphs = False
+    # LU without row swaps where the device has it (CUDA); False: partial pivoting everywhere, as until 2026-12-01
+    pivot_free = True
 
     def __init__(self, config: ModelConfig):
         super().__init__()
@@ -237,6 +259,9 @@ class ParityBottleneck(FeatureCodeLayer):
         self.register_buffer("col_signs", col_signs, persistent=False)  # [U, W]
         self.register_buffer("row_means", row_signs.mean(-1), persistent=False)  # [P]
         self.register_buffer("col_means", col_signs.mean(-1), persistent=False)  # [U]
+        # <phi_0, phi_w> = tP[w2] tQ[w1] for every w (flat index w2 * U + w1 = w), so <phi_u, phi_v> is one lookup
+        overlaps = (row_signs.mean(-1)[:, None] * col_signs.mean(-1)[None, :]).flatten()
+        self.register_buffer("overlaps", overlaps if self.n_bits <= OVERLAP_TABLE_BITS else None, persistent=False)
 
         self.hook_in = HookPoint()  # [B, T, D] the FFN write entering the bottleneck
         self.hook_code_indices = HookPoint()  # [B, T, K] feature ids in [0, m)
@@ -338,14 +363,15 @@ class ParityBottleneck(FeatureCodeLayer):
         return row_signs[u2], col_signs[u1]
 
     def gram(self, indices_NxF: Int[Tensor, "tokens feat"], dtype: torch.dtype = torch.float32) -> Tensor:
-        """<phi_i, phi_j> = tP[u2_i xor u2_j] * tQ[u1_i xor u1_j], each factor a mean of products of signs,
-        computed as two small matmuls of the features' patterns (no [N, F, F] index tensors)."""
-        rows_NxFxH, cols_NxFxW = self._patterns(indices_NxF, dtype)
-        return self._gram(rows_NxFxH, cols_NxFxW)
-
-    def _gram(self, rows_NxFxH: Tensor, cols_NxFxW: Tensor) -> Tensor:
-        row_overlap = rows_NxFxH @ rows_NxFxH.transpose(-1, -2) / self.grid_rows
-        return row_overlap * (cols_NxFxW @ cols_NxFxW.transpose(-1, -2) / self.grid_cols)
+        """<phi_i, phi_j> = tP[u2_i xor u2_j] * tQ[u1_i xor u1_j] (the xor-group identity): one lookup per entry
+        in the table of all m overlaps <phi_0, phi_w> (two lookups in tP and tQ where m > 2^OVERLAP_TABLE_BITS),
+        exact, with no pattern or d-dimensional direction built."""
+        indices = indices_NxF.long()
+        xor_NxFxF = indices[..., :, None] ^ indices[..., None, :]
+        if self.overlaps is not None:
+            return self.overlaps.to(dtype)[xor_NxFxF]
+        _, _, row_means, col_means = self._tables(dtype)
+        return row_means[xor_NxFxF >> self.col_bits] * col_means[xor_NxFxF & (2**self.col_bits - 1)]
 
     def _inner(self, X_NxHxW: Tensor, rows_NxFxH: Tensor, cols_NxFxW: Tensor) -> Float[Tensor, "tokens feat"]:
         """<x, phi_i> for the listed features: sP(u2)^T x_grid sQ(u1) / sqrt(d)."""
@@ -360,15 +386,20 @@ class ParityBottleneck(FeatureCodeLayer):
     def _system(self, X_NxHxW: Tensor, indices_NxF: Tensor) -> tuple[Tensor, Tensor]:
         """The normal equations of least squares on the support: (G + ridge I, Phi^T x)."""
         rows_NxFxH, cols_NxFxW = self._patterns(indices_NxF, X_NxHxW.dtype)
-        gram_NxFxF = self._gram(rows_NxFxH, cols_NxFxW)
+        gram_NxFxF = self.gram(indices_NxF, X_NxHxW.dtype)
         gram_NxFxF = gram_NxFxF + self.ridge * torch.eye(gram_NxFxF.shape[-1], dtype=gram_NxFxF.dtype, device=gram_NxFxF.device)
         return gram_NxFxF, self._inner(X_NxHxW, rows_NxFxH, cols_NxFxW)
 
-    @staticmethod
-    def _solve_system(gram_NxFxF: Tensor, inner_NxF: Tensor) -> Float[Tensor, "tokens feat"]:
-        """(G + ridge I) a = Phi^T x. LU (solve_ex: no host sync to check for singular systems; the ridge keeps
-        them regular). Cholesky was measured slower on both devices at the shipped sizes (H200, 65,536 tokens:
-        7.7 against 5.8 ms a solve; 2 CPU cores: 28 against 16 ms at 4,096 tokens of k = 32)."""
+    def _solve_system(self, gram_NxFxF: Tensor, inner_NxF: Tensor) -> Float[Tensor, "tokens feat"]:
+        """(G + ridge I) a = Phi^T x, by LU without a host sync (no check for singular systems: the ridge keeps
+        them regular). The systems are symmetric positive definite, for which elimination without pivoting is
+        stable; on CUDA (`pivot_free`) it skips the row swaps: the pursuit's 2k-feature system built and solved
+        in 15.7 instead of 37.8 ms (H200, 65,536 tokens, benchmarks/bench_parity.py). The CPU has only partial
+        pivoting. Cholesky was measured slower on both devices (H200: 11.3 against 6.2 ms for LU without
+        pivoting at 64 features; 2 CPU cores: 28 against 16 ms at 4,096 tokens of k = 32)."""
+        if self.pivot_free and gram_NxFxF.is_cuda:
+            factors, pivots, _ = torch.linalg.lu_factor_ex(gram_NxFxF, pivot=False)
+            return torch.linalg.lu_solve(factors, pivots, inner_NxF[..., None])[..., 0]
         return torch.linalg.solve_ex(gram_NxFxF, inner_NxF[..., None])[0][..., 0]
 
     def _solve(self, X_NxHxW: Tensor, indices_NxF: Tensor) -> Float[Tensor, "tokens feat"]:
