@@ -6,10 +6,12 @@ and prints the GPU kernel breakdown of the whole bottleneck, so the training rat
 measured stage times. `--smoke` runs it tiny on the CPU.
 
 Each stage is timed on two paths in the same run: "before", the plain-PyTorch scores and top-k (every
-score written to memory, then torch.topk), as the encoder ran until 2026-12-01; and "now", what the layer
-runs by default (on CUDA the fused scores-and-selection kernel, kernels/parity_select_triton.py). With the
-shipped parity-stories weights present it also encodes held-out natural text on both paths and reports how
-often the supports agree and the held-out loss of each.
+score written to memory, then torch.topk) and LU with partial pivoting, as the encoder ran until the morning
+of 2026-12-01; and "now", what the layer runs by default (on CUDA the fused scores-and-selection kernel,
+kernels/parity_select_triton.py, and LU without pivoting). Both paths read the Gram matrix from the overlap
+table (exact, so equal on both). With the shipped parity-stories weights present it also encodes held-out
+natural text on both paths and reports how often the supports agree, the reconstruction error per layer
+and the held-out loss of each.
 
     python benchmarks/bench_parity.py [--tokens 65536] [--json out.json]
 """
@@ -29,15 +31,20 @@ import bench_kernels as kb  # noqa: E402
 
 import circuitlab.kernels as kernels  # noqa: E402
 from circuitlab.architectures.feedforward.dense import MLP  # noqa: E402
-from circuitlab.architectures.feedforward.parity import ParityBottleneck  # noqa: E402
+from circuitlab.architectures.feedforward.parity import ParityBottleneck, relative_error  # noqa: E402
 from circuitlab.config import ModelConfig  # noqa: E402
 
 
 @contextlib.contextmanager
 def path(name: str):
-    """"before": the PyTorch scores and top-k; "now": the layer's defaults."""
-    with kernels.use_backend("reference" if name == "before" else "auto"):
-        yield
+    """"before": the PyTorch scores and top-k, LU with partial pivoting; "now": the layer's defaults."""
+    pivot_free = ParityBottleneck.pivot_free
+    ParityBottleneck.pivot_free = name != "before"
+    try:
+        with kernels.use_backend("reference" if name == "before" else "auto"):
+            yield
+    finally:
+        ParityBottleneck.pivot_free = pivot_free
 
 
 def shipped_model_check(device: str, n_windows: int) -> dict | None:
@@ -56,20 +63,28 @@ def shipped_model_check(device: str, n_windows: int) -> dict | None:
     from parity_report import natural_windows
 
     windows = natural_windows(model, default_folder(), n_windows * 256, 256).to(device)
-    names = [f"blocks.{i}.bottleneck.hook_code_indices" for i in range(model.cfg.n_layers)]
+    layers = range(model.cfg.n_layers)
+    names = [f"blocks.{i}.bottleneck.hook_{hook}" for i in layers for hook in ("code_indices", "in", "recon")]
     out = {}
     with torch.inference_mode():
         for name in ("before", "now"):
             with path(name):
                 logits, cache = model.run_with_cache(windows[:, :-1], names_filter=lambda hook: hook in names)
             loss = F.cross_entropy(logits.flatten(0, 1).float(), windows[:, 1:].flatten())
-            out[name] = dict(loss=float(loss), supports=[cache[hook].sort(-1).values for hook in names])
+            hook = "blocks.{}.bottleneck.hook_{}".format
+            out[name] = dict(
+                loss=float(loss), supports=[cache[hook(i, "code_indices")].sort(-1).values for i in layers],
+                errors=[float(relative_error(cache[hook(i, "in")], cache[hook(i, "recon")])) for i in layers],
+            )
     agree = [float((a == b).all(-1).float().mean()) for a, b in zip(out["before"]["supports"], out["now"]["supports"])]
     result = dict(tokens=int(windows[:, :-1].numel()), loss_before=out["before"]["loss"], loss_now=out["now"]["loss"],
-                  identical_supports_per_layer=agree)
-    print(f"  shipped parity-stories on {result['tokens']:,} held-out natural tokens: loss {result['loss_before']:.4f} "
-          f"before, {result['loss_now']:.4f} now; tokens whose support is identical per layer: "
+                  identical_supports_per_layer=agree, reconstruction_error_before=out["before"]["errors"],
+                  reconstruction_error_now=out["now"]["errors"])
+    print(f"  shipped parity-stories on {result['tokens']:,} held-out natural tokens: loss {result['loss_before']:.5f} "
+          f"before, {result['loss_now']:.5f} now; tokens whose support is identical per layer: "
           + ", ".join(f"{a:.4f}" for a in agree))
+    print("  relative reconstruction error per layer, before: " + ", ".join(f"{e:.5f}" for e in out["before"]["errors"])
+          + "; now: " + ", ".join(f"{e:.5f}" for e in out["now"]["errors"]))
     return result
 
 
@@ -91,6 +106,7 @@ def main(argv: list[str] | None = None) -> int:
     X = bottleneck._grid(x.detach()).float()
     support = bottleneck.encode_indices(x.detach())
     support_N = support.reshape(n, -1)
+    union_N = bottleneck.top_scores(X, 2 * bottleneck.k, bottleneck.beam)[0]  # 2k distinct features, as the pursuit's
 
     def time_ms(fn) -> float:
         return timer(fn)
@@ -115,6 +131,8 @@ def main(argv: list[str] | None = None) -> int:
         "bottleneck: encoder with its pursuit rounds (no grad)": lambda: bottleneck.encode_indices(x.detach()),
         "bottleneck: least-squares coefficients, fwd+bwd": coefficients_fwd_bwd,
         "bottleneck: one least-squares solve (no grad)": lambda: bottleneck._solve(X, support_N),
+        "bottleneck: the pursuit's least-squares solve on 2k features (no grad)": lambda: bottleneck._solve(X, union_N),
+        "bottleneck: Gram matrix of 2k features (no grad)": lambda: bottleneck.gram(union_N),
         "bottleneck: decode (no grad)": decode_fwd,
         "bottleneck: whole layer, fwd+bwd": bottleneck_fwd_bwd,
     }
