@@ -25,11 +25,11 @@ top-k over all m scores of a token.
 Coefficients: least squares on the support S, differentiable in x, a = (G_S + ridge I)^-1 Phi_S^T x, with the
 Gram matrix read from the xor-group identity, <phi_u, phi_v> = <phi_0, phi_(u xor v)> = tP[u2 xor v2] *
 tQ[u1 xor v1], one lookup per entry in a table of the m overlaps (no d-dimensional direction built), batched
-over tokens, so x_hat = sum a_i phi_i is the best write on the chosen support (up to the small ridge that keeps the
-solve stable when features overlap). Then `pursuit_rounds - 1` subspace-pursuit rounds: score the residual
-with the same fast encoder, add its best k features that are not in the support, solve on the 2k, keep the
-k largest |a|, solve again, and keep the new support only where it lowers the residual (so more rounds
-never reconstruct worse). The support carries no gradient; x gets its gradient through the final solve.
+over tokens, so x_hat = sum a_i phi_i is the best write on the chosen support (up to the small ridge that
+keeps the solve stable when features overlap). Then `pursuit_rounds - 1` subspace-pursuit rounds: score the
+residual with the same fast encoder, add its best k features that are not in the support, solve on the 2k,
+keep the k largest |a|, solve again, and keep the new support only where it lowers the residual (so more
+rounds never reconstruct worse). The support carries no gradient; x gets its gradient through the final solve.
 
 Where it sits: on each block's FFN write (FFN -> hook_in -> bottleneck -> hook_recon = hook_mlp_out ->
 residual), so everything the FFN writes into the residual stream is a sum of k dictionary features.
@@ -65,10 +65,10 @@ Choices and why:
   kernel per token (`kernels.parity_beam_top`, a custom operator; kernels/parity_select_triton.py) that
   never writes the N x 2^r2 x beam scores to memory: one `top_scores` call at 65,536 tokens went from 19.5 to
   10.6 ms on an H200 (8.8 ms once its slots were numbered in one scan), the whole layer fwd+bwd from 97
-  to 78 ms, with identical supports on the shipped model (benchmarks/bench_parity.py). The only tables are the two 2^8 x 16 sign tables (32 KB in float32)
-  and the m overlaps <phi_0, phi_w> (256 KB at m = 2^16), so a kernel that builds patterns from index bits
-  saves no dictionary bytes here; the first design's kernels (kernels/parity_triton.py) serve the prefix
-  design.
+  to 78 ms, with identical supports on the shipped model (benchmarks/bench_parity.py). The only tables are
+  the two 2^8 x 16 sign tables (32 KB in float32) and the m overlaps <phi_0, phi_w> (256 KB at m = 2^16), so
+  a kernel that builds patterns from index bits saves no dictionary bytes here; the first design's kernels
+  (kernels/parity_triton.py) serve the prefix design.
 - the Gram matrix by lookup in the overlap table instead of two batched matmuls of the features' row and
   column patterns: equal entries (both exact). Compared once on an H200 at 65,536 tokens (a one-off run, not
   kept as a script): 0.25 against 3.4 ms (k = 32) and 2.4 against 8.1 ms (64 features) compiled; on 2 CPU
