@@ -56,6 +56,9 @@ def rank_worker(rank: int, world_size: int, port: int, out: str, preset: str, fs
 
             save_file({k: v.contiguous() for k, v in state.items()}, os.path.join(out, "final.safetensors"))
             Path(out, "result.json").write_text(json.dumps({"held_out_loss": result.held_out_loss}))
+        # both ranks tear the group down together: a rank that left while rank 0 was still writing aborted once
+        # in gloo's teardown ("terminate called without an active exception", 2026-12-01, CI on 2 cores)
+        dist.barrier()
     finally:
         dist.destroy_process_group()
 
