@@ -5,12 +5,13 @@ and pursuit rounds), each stage of one bottleneck layer against one GELU MLP (d_
 and prints the GPU kernel breakdown of the whole bottleneck, so the training ratio's miss is explained by
 measured stage times. `--smoke` runs it tiny on the CPU.
 
-Each stage is timed on two paths in the same run: "before", the plain-PyTorch scores and top-k (every
-score written to memory, then torch.topk) and LU with partial pivoting, as the encoder ran until the morning
-of 2026-12-01; and "now", what the layer runs by default (on CUDA the fused scores-and-selection kernel,
-kernels/parity_select_triton.py, and LU without pivoting). Both paths read the Gram matrix from the overlap
-table (exact, so equal on both). With the shipped parity-stories weights present it also encodes held-out
-natural text on both paths and reports how often the supports agree, the reconstruction error per layer
+Each stage is timed on two paths in the same run: "before", the layer as it ran at the end of 2026-12-01 (on
+CUDA the fused scores-and-selection kernel, kernels/parity_select_triton.py, then PyTorch gathers of the
+features' sign patterns, batched matmuls and LU without pivoting for the least squares and the decode); and
+"now", what the layer runs by default (on CUDA the least squares and decode fused too, one kernel per token
+that builds the patterns on chip and solves in registers, kernels/parity_solve_triton.py). With the shipped
+parity-stories weights present it also encodes held-out natural text on both paths and reports how often the
+supports agree (with each other, and with the same encoder run in float64), the reconstruction error per layer
 and the held-out loss of each.
 
     python benchmarks/bench_parity.py [--tokens 65536] [--json out.json]
@@ -26,10 +27,11 @@ from pathlib import Path
 
 import torch
 
+import circuitlab.kernels as kernels
+
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import bench_kernels as kb  # noqa: E402
 
-import circuitlab.kernels as kernels  # noqa: E402
 from circuitlab.architectures.feedforward.dense import MLP  # noqa: E402
 from circuitlab.architectures.feedforward.parity import ParityBottleneck, relative_error  # noqa: E402
 from circuitlab.config import ModelConfig  # noqa: E402
@@ -37,14 +39,13 @@ from circuitlab.config import ModelConfig  # noqa: E402
 
 @contextlib.contextmanager
 def path(name: str):
-    """"before": the PyTorch scores and top-k, LU with partial pivoting; "now": the layer's defaults."""
-    pivot_free = ParityBottleneck.pivot_free
-    ParityBottleneck.pivot_free = name != "before"
+    """"before": least squares and decode in PyTorch (no fused solves); "now": the layer's defaults."""
+    fused_solves = ParityBottleneck.fused_solves
+    ParityBottleneck.fused_solves = name != "before"
     try:
-        with kernels.use_backend("reference" if name == "before" else "auto"):
-            yield
+        yield
     finally:
-        ParityBottleneck.pivot_free = pivot_free
+        ParityBottleneck.fused_solves = fused_solves
 
 
 def shipped_model_check(device: str, n_windows: int) -> dict | None:
@@ -66,23 +67,36 @@ def shipped_model_check(device: str, n_windows: int) -> dict | None:
     layers = range(model.cfg.n_layers)
     names = [f"blocks.{i}.bottleneck.hook_{hook}" for i in layers for hook in ("code_indices", "in", "recon")]
     out = {}
+    hook = "blocks.{}.bottleneck.hook_{}".format
     with torch.inference_mode():
         for name in ("before", "now"):
             with path(name):
                 logits, cache = model.run_with_cache(windows[:, :-1], names_filter=lambda hook: hook in names)
             loss = F.cross_entropy(logits.flatten(0, 1).float(), windows[:, 1:].flatten())
-            hook = "blocks.{}.bottleneck.hook_{}".format
             out[name] = dict(
                 loss=float(loss), supports=[cache[hook(i, "code_indices")].sort(-1).values for i in layers],
                 errors=[float(relative_error(cache[hook(i, "in")], cache[hook(i, "recon")])) for i in layers],
             )
-    agree = [float((a == b).all(-1).float().mean()) for a, b in zip(out["before"]["supports"], out["now"]["supports"])]
+    # the same encoder in float64 (PyTorch selection and solves) on each layer's input of the "now" run
+    with torch.inference_mode(), kernels.use_backend("reference"):
+        exact = [model.blocks[i].bottleneck._pursue(model.blocks[i].bottleneck._grid(cache[hook(i, "in")].double()), False)
+                 .sort(-1).values.reshape(out["now"]["supports"][i].shape) for i in layers]
+
+    def agreement(supports: list[torch.Tensor], others: list[torch.Tensor]) -> list[float]:
+        return [float((a == b).all(-1).float().mean()) for a, b in zip(supports, others)]
+
+    agree = agreement(out["before"]["supports"], out["now"]["supports"])
     result = dict(tokens=int(windows[:, :-1].numel()), loss_before=out["before"]["loss"], loss_now=out["now"]["loss"],
                   identical_supports_per_layer=agree, reconstruction_error_before=out["before"]["errors"],
-                  reconstruction_error_now=out["now"]["errors"])
+                  reconstruction_error_now=out["now"]["errors"],
+                  same_support_as_float64_before=agreement(out["before"]["supports"], exact),
+                  same_support_as_float64_now=agreement(out["now"]["supports"], exact))
     print(f"  shipped parity-stories on {result['tokens']:,} held-out natural tokens: loss {result['loss_before']:.5f} "
           f"before, {result['loss_now']:.5f} now; tokens whose support is identical per layer: "
           + ", ".join(f"{a:.4f}" for a in agree))
+    print("  tokens whose support equals the float64 encoder's (on the now-path's layer inputs), before: "
+          + ", ".join(f"{a:.4f}" for a in result["same_support_as_float64_before"]) + "; now: "
+          + ", ".join(f"{a:.4f}" for a in result["same_support_as_float64_now"]))
     print("  relative reconstruction error per layer, before: " + ", ".join(f"{e:.5f}" for e in out["before"]["errors"])
           + "; now: " + ", ".join(f"{e:.5f}" for e in out["now"]["errors"]))
     return result

@@ -160,6 +160,48 @@ def parity_beam_top(
     return reference.parity_beam_top(y_NxHxC, signs_PxH, count)
 
 
+MAX_SOLVE_FEATURES = 64  # the fused solve keeps a token's F x F system in registers
+
+
+def _feature_solve_unsupported(n_features: int, row_signs_PxH: Tensor, col_signs_UxW: Tensor) -> str | None:
+    if row_signs_PxH.dim() != 2 or col_signs_UxW.dim() != 2:
+        return f"row signs [P, H] and column signs [U, W] expected, got {tuple(row_signs_PxH.shape)}, {tuple(col_signs_UxW.shape)}"
+    n_col_patterns = col_signs_UxW.shape[0]
+    if n_col_patterns & (n_col_patterns - 1):
+        return f"the column patterns must number a power of two, got {n_col_patterns}"
+    if n_features > MAX_SOLVE_FEATURES or max(row_signs_PxH.shape[1], col_signs_UxW.shape[1]) > 64:
+        return (f"the fused solve takes at most {MAX_SOLVE_FEATURES} features and grids of at most 64 x 64, got "
+                f"{n_features} features, grid {row_signs_PxH.shape[1]} x {col_signs_UxW.shape[1]}")
+    return None
+
+
+def parity_feature_solve_backend(x: Tensor, n_features: int, row_signs_PxH: Tensor, col_signs_UxW: Tensor) -> str:
+    """The backend ("triton" or "reference") `parity_feature_solve` would run now on `n_features` features per
+    token of x's device."""
+    unsupported = _feature_solve_unsupported(n_features, row_signs_PxH, col_signs_UxW)
+    return backend_for(x, row_signs_PxH, col_signs_UxW, unsupported=unsupported)
+
+
+def parity_feature_solve(
+    x_NxD: Tensor, v_NxF: Tensor, indices_NxF: Int[Tensor, "tokens feat"], row_signs_PxH: Tensor, col_signs_UxW: Tensor,
+    ridge: float, solve: bool = True, write_a: bool = True, decode: bool = False,
+) -> tuple[Tensor, Tensor]:
+    """The product parity layer's least squares and decode on each token's support (float32): b = Phi^T x + v,
+    a = (Phi^T Phi + ridge I)^-1 b (or b when not `solve`), x_hat = Phi a, where feature u's direction is
+    outer(sP[u2], sQ[u1]).flatten() / sqrt(D), u1 the low log2(U) bits of u. Returns (a, x_hat), each an empty
+    [0] when not asked for (`write_a`, `decode`); x or v empty ([0]) counts as zero. Differentiable in x and v.
+    The fast path builds the patterns on chip and solves in registers (parity_solve_triton.py)."""
+    if indices_NxF.dim() != 2:
+        raise ValueError(f"indices must be [N, F], got shape {tuple(indices_NxF.shape)}")
+    unsupported = _feature_solve_unsupported(indices_NxF.shape[1], row_signs_PxH, col_signs_UxW)
+    tensors = [t for t in (x_NxD, v_NxF) if t.numel()] + [indices_NxF, row_signs_PxH, col_signs_UxW]
+    if backend_for(*tensors, unsupported=unsupported) == "triton" and fast_ready("parity_solve_triton"):
+        return ops.parity_feature_solve(x_NxD, v_NxF, indices_NxF, row_signs_PxH, col_signs_UxW, float(ridge),
+                                        solve, write_a, decode)
+    return reference.parity_feature_solve(x_NxD, v_NxF, indices_NxF, row_signs_PxH, col_signs_UxW, ridge, solve,
+                                          write_a, decode)
+
+
 def kernel_backend(*tensors: torch.Tensor) -> str:
     """The backend ("triton" or "reference") a kernel call on these tensors would run now."""
     return backend_for(*tensors)
@@ -176,6 +218,8 @@ __all__ = [
     "parity_beam_top",
     "parity_decode",
     "parity_directions",
+    "parity_feature_solve",
+    "parity_feature_solve_backend",
     "parity_scores",
     "parity_signs",
     "proportion_loop",

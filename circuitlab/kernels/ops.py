@@ -23,6 +23,9 @@ S sequences, T positions, U units):
   quantifier_scan_bwd(dout, membership, decay, out, won, is_max) -> dmembership, ddecay [U] float32
   parity_beam_candidates(y [M, H, C], signs [P, H], count) -> values [M, CAP] float32, positions [M, CAP] int32
       (a superset of each token's `count` largest |signs @ y|; no gradient: the encoder's support)
+  parity_feature_solve(x [M, D] or [0], v [M, F] or [0], indices [M, F], row_signs [P, H], col_signs [U, W],
+      ridge, solve, write_a, decode) -> a [M, F] or [0], x_hat [M, D] or [0], float32
+      (b = Phi^T x + v, a = (G + ridge I)^-1 b or b, x_hat = Phi a; its backward is the same operator)
 """
 
 from __future__ import annotations
@@ -206,6 +209,48 @@ parity_beam_candidates = kernel_op(
     "parity_beam_candidates", "(Tensor y, Tensor signs, int count) -> (Tensor, Tensor)",
     "parity_select_triton", "beam_candidates", _beam_candidates_fake,
 )
+
+
+# --- parity product layer: least squares and decode on a support -----------------------------------------------
+
+
+def _feature_solve_fake(x, v, indices, row_signs, col_signs, ridge, solve, write_a, decode):
+    n_tokens, n_features = indices.shape
+    d_model = row_signs.shape[1] * col_signs.shape[1]
+    a = indices.new_empty((n_tokens, n_features) if write_a else (0,), dtype=torch.float32)
+    return a, indices.new_empty((n_tokens, d_model) if decode else (0,), dtype=torch.float32)
+
+
+parity_feature_solve = kernel_op(
+    "parity_feature_solve",
+    "(Tensor x, Tensor v, Tensor indices, Tensor row_signs, Tensor col_signs, float ridge, bool solve, "
+    "bool write_a, bool decode) -> (Tensor, Tensor)",
+    "parity_solve_triton", "feature_solve", _feature_solve_fake,
+)
+
+
+def _feature_solve_setup(ctx, inputs, output):
+    x, v, indices, row_signs, col_signs, ridge, solve, write_a, decode = inputs
+    ctx.save_for_backward(indices, row_signs, col_signs)
+    ctx.meta = (ridge, solve, write_a, decode, x.numel() > 0, v.numel() > 0)
+
+
+def _feature_solve_backward(ctx, da, dx_hat):
+    """The map (x, v) -> (a, x_hat) is linear and its solve symmetric, so dL/dv and dL/dx are the a and x_hat
+    of the same operator run on (dL/dx_hat, dL/da)."""
+    indices, row_signs, col_signs = ctx.saved_tensors
+    ridge, solve, write_a, decode, has_x, has_v = ctx.meta
+    empty = indices.new_empty(0, dtype=torch.float32)
+    upstream_x = dx_hat.float() if decode and dx_hat is not None else empty
+    upstream_v = da.float() if write_a and da is not None else empty
+    no_gradient = (None,) * 9
+    if not (has_x or has_v) or (upstream_x.numel() == 0 and upstream_v.numel() == 0):
+        return no_gradient
+    dv, dx = parity_feature_solve(upstream_x, upstream_v, indices, row_signs, col_signs, ridge, solve, has_v, has_x)
+    return (dx if has_x else None, dv if has_v else None) + no_gradient[2:]
+
+
+parity_feature_solve.register_autograd(_feature_solve_backward, setup_context=_feature_solve_setup)
 
 
 # --- what circuitlab.kernels calls: reshape to the operators' layout, autocast, call ---------------------------

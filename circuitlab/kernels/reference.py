@@ -161,3 +161,32 @@ def parity_beam_top(
     dtype = torch.promote_types(y_NxHxC.dtype, torch.float32)  # float64 writes are scored in float64
     scores_NxPxC = (signs_PxH.to(dtype) @ y_NxHxC.to(dtype)).abs_()
     return scores_NxPxC.flatten(1).topk(count, dim=-1)
+
+
+def parity_feature_solve(
+    x_NxD: Float[Tensor, "tokens d_model"], v_NxF: Float[Tensor, "tokens feat"], indices_NxF: Int[Tensor, "tokens feat"],
+    row_signs_PxH: Float[Tensor, "row_patterns rows"], col_signs_UxW: Float[Tensor, "col_patterns cols"],
+    ridge: float, solve: bool, write_a: bool, decode: bool,
+) -> tuple[Tensor, Tensor]:
+    """The product parity layer's features of each token, phi_u = outer(sP[u2], sQ[u1]).flatten() / sqrt(D) with
+    u1 the low log2(U) bits of u, materialised: b = Phi^T x + v, a = (Phi^T Phi + ridge I)^-1 b (or b when not
+    `solve`), x_hat = Phi a. Returns (a or an empty [0], x_hat or an empty [0]); x or v empty ([0]) counts as
+    zero. Computes in the inputs' floating dtype (at least float32)."""
+    n_tokens, n_features = indices_NxF.shape
+    dtype = torch.promote_types(torch.promote_types(x_NxD.dtype, v_NxF.dtype), torch.float32)
+    n_col_patterns, d_model = col_signs_UxW.shape[0], row_signs_PxH.shape[1] * col_signs_UxW.shape[1]
+    u1, u2 = indices_NxF.long() % n_col_patterns, indices_NxF.long() // n_col_patterns
+    outer = row_signs_PxH.to(dtype)[u2][..., :, None] * col_signs_UxW.to(dtype)[u1][..., None, :]
+    phi_NxFxD = outer.flatten(-2) / d_model**0.5
+    b = torch.zeros((n_tokens, n_features), dtype=dtype, device=indices_NxF.device)
+    if x_NxD.numel():
+        b = b + (phi_NxFxD @ x_NxD.to(dtype)[..., None])[..., 0]
+    if v_NxF.numel():
+        b = b + v_NxF.to(dtype)
+    a = b
+    if solve:
+        gram = phi_NxFxD @ phi_NxFxD.transpose(-1, -2) + ridge * torch.eye(n_features, dtype=dtype, device=b.device)
+        a = torch.linalg.solve(gram, b[..., None])[..., 0]
+    empty = b.new_empty(0)
+    x_hat = (a[..., None, :] @ phi_NxFxD)[..., 0, :] if decode else empty
+    return (a if write_a else empty), x_hat

@@ -426,3 +426,99 @@ def test_the_product_encoder_gives_the_same_supports_on_both_paths(device):
     with kernels.use_backend("triton"):
         fast_support = layer.encode_indices(x)
     assert torch.equal(fast_support.sort(-1).values, reference_support.sort(-1).values)
+
+
+# --- parity product layer: least squares and decode on a support -------------------------------------------
+
+# (tokens, grid rows, grid cols, row bits, col bits, features): F not a multiple of the 16-feature blocks (one,
+# two and three of four blocks used), grids padded to 16, the shipped 16 x 16 grid with the pursuit's 64 features
+SOLVE_SHAPES = [(5, 8, 8, 5, 5, 20), (3, 4, 8, 3, 4, 7), (2, 8, 8, 5, 5, 40), (2, 16, 16, 8, 8, 64)]
+# (solve, write_a, decode): least squares, least squares and decode, decode alone, inner products alone
+SOLVE_MODES = [(True, True, False), (True, True, True), (False, False, True), (False, True, False)]
+
+
+def feature_tables(n_rows: int, n_cols: int, row_bits: int, col_bits: int) -> tuple[torch.Tensor, torch.Tensor]:
+    from circuitlab.architectures.feedforward.parity import make_factor_code, sign_table
+
+    return sign_table(make_factor_code(n_rows, row_bits, 5)), sign_table(make_factor_code(n_cols, col_bits, 6))
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("shape", SOLVE_SHAPES)
+@pytest.mark.parametrize("mode", SOLVE_MODES)
+def test_parity_feature_solve_matches_the_materialised_reference(device, shape, mode):
+    """Values and gradients (in x and v) of the fused least squares / decode against the float64 reference,
+    which materialises every feature direction and solves with torch.linalg.solve."""
+    n_tokens, n_rows, n_cols, row_bits, col_bits, n_features = shape
+    solve, write_a, decode = mode
+    rows, cols = feature_tables(n_rows, n_cols, row_bits, col_bits)
+    gen = torch.Generator().manual_seed(sum(shape))
+    indices = torch.stack([torch.randperm(2 ** (row_bits + col_bits), generator=gen)[:n_features] for _ in range(n_tokens)])
+    x = torch.randn(n_tokens, n_rows * n_cols, generator=gen)
+    v = torch.randn(n_tokens, n_features, generator=gen)
+    upstream_a, upstream_x = torch.randn(n_tokens, n_features, generator=gen), torch.randn(n_tokens, n_rows * n_cols, generator=gen)
+
+    def run(fn, x, v):
+        a, x_hat = fn(x, v, indices.to(x.device), rows.to(x.device), cols.to(x.device), 1e-2, solve, write_a, decode)
+        loss = (a * upstream_a.to(a)).sum() if write_a else 0.0
+        loss = loss + ((x_hat * upstream_x.to(x_hat)).sum() if decode else 0.0)
+        return (a, x_hat, *torch.autograd.grad(loss, [x, v]))
+
+    with kernels.use_backend("triton"):
+        fast = run(kernels.parity_feature_solve, leaf(x, torch.float32, device), leaf(v, torch.float32, device))
+    expected = run(reference.parity_feature_solve, float64_twin(x), float64_twin(v))
+    for got, want, name in zip(fast, expected, ("a", "x_hat", "dx", "dv")):
+        if want.numel() == 0:
+            assert got.numel() == 0, name
+            continue
+        assert got.dtype == torch.float32 and relative_error(got.cpu(), want) < 1e-5, name
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_parity_feature_solve_is_least_squares(device):
+    """Invariant: the residual x - x_hat of an unridged solve is orthogonal to every feature of the support."""
+    rows, cols = feature_tables(8, 8, 5, 5)
+    gen = torch.Generator().manual_seed(3)
+    indices = torch.stack([torch.randperm(1024, generator=gen)[:12] for _ in range(4)])
+    x = torch.randn(4, 64, generator=gen)
+    empty = torch.empty(0)
+    with kernels.use_backend("triton"):
+        a, x_hat = kernels.parity_feature_solve(
+            x.to(device), empty.to(device), indices.to(device), rows.to(device), cols.to(device), 0.0, True, True, True
+        )
+    inner_of_residual, _ = reference.parity_feature_solve(x - x_hat.cpu(), empty, indices, rows, cols, 0.0, False, True, False)
+    assert inner_of_residual.abs().max() < 1e-4 * x.abs().max()
+    # and x_hat is the decode of the coefficients written beside it
+    _, decoded = reference.parity_feature_solve(empty, a.cpu().double(), indices, rows, cols, 0.0, False, False, True)
+    torch.testing.assert_close(x_hat.cpu().double(), decoded, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_the_product_layer_gives_the_same_code_and_gradients_with_fused_solves(device):
+    """The whole product parity layer (encoder with its pursuit round, least-squares coefficients, decode, and
+    the gradient through them) with its solves fused or in PyTorch."""
+    from circuitlab.architectures.feedforward.parity import ParityBottleneck
+    from circuitlab.config import ModelConfig
+
+    layer = ParityBottleneck(ModelConfig.preset("tiny-parity")).to(device)
+    x = torch.randn(2, 9, layer.d_model, generator=torch.Generator().manual_seed(4)).to(device)
+    upstream = torch.randn(x.shape, generator=torch.Generator().manual_seed(5)).to(device)
+    results = {}
+    for fused in (False, True):
+        xs = x.clone().requires_grad_(True)
+        with kernels.use_backend("triton"), torch.no_grad():
+            support = layer.encode_indices(xs)
+        previous, ParityBottleneck.fused_solves = ParityBottleneck.fused_solves, fused
+        try:
+            with kernels.use_backend("triton" if fused else "reference"):
+                values = layer.coefficients(xs, support)
+                x_hat = layer.decode(support, values)
+                (dx,) = torch.autograd.grad((x_hat * upstream).sum(), xs)
+                fused_support = layer.encode_indices(xs)
+        finally:
+            ParityBottleneck.fused_solves = previous
+        results[fused] = (fused_support.sort(-1).values, values, x_hat, dx)
+        assert ran_op(values, "parity_feature_solve") == fused
+    assert torch.equal(results[False][0], results[True][0])
+    for got, want in zip(results[True][1:], results[False][1:]):
+        assert relative_error(got, want) < 1e-5

@@ -83,7 +83,18 @@ Choices and why:
   (0.0058, 0.0075, 0.0070, 0.0113) and held-out loss (3.19837). torch's cuSOLVER backend solves the 64-feature
   systems slower (8.7 against 6.2 ms without pivoting; one-off run), so the default backend is kept.
 - the pursuit round solves the 2k-feature union once and takes the kept k's system (rows and columns of the
-  union's Gram matrix, entries of its Phi^T x) from it instead of rebuilding it; same supports.
+  union's Gram matrix, entries of its Phi^T x) from it instead of rebuilding it; same supports. (The fused
+  path below rebuilds it on chip, which costs less than gathering it.)
+- on CUDA (`fused_solves`) the least squares and the decode are one Triton kernel per token
+  (`kernels.parity_feature_solve`, kernels/parity_solve_triton.py): the features' patterns are built from the
+  sign tables and never written out, the Gram matrix is factored in 16 x 16 blocks without pivoting and the
+  solution refined once, x_hat is decoded in the same launch; the launch is also its own backward. Twelve
+  pattern gathers had taken 17.7 of a layer call's 58.9 ms of kernels; with the kernel the layer fwd+bwd takes
+  31.6 instead of 60.6 ms and the training step 127 instead of 154 ms (H200, 65,536 tokens,
+  benchmarks/bench_parity.py and bench_gpu.py). Its rounding differs from the LU's, so near-tie pursuit
+  choices can too: on 16,384 held-out natural tokens the shipped model's supports equal those of the same
+  encoder run in float64 on 0.995, 0.989, 0.968, 0.993 of tokens in layers 0-3 (PyTorch's float32 path: 0.997,
+  0.986, 0.961, 0.917), the held-out loss is 3.19821 (3.19837). The CPU keeps the PyTorch path.
 - no CUDA graphs (`cuda_graphs = False`): capturing a compiled parity-stories step failed on an H200, so the
   trainer compiles this model in torch's default mode. The batched LU is what refuses capture: captured one
   at a time (torch 2.11, H200, one-off run), solve_ex and lu_factor_ex failed with and without pivoting,
@@ -236,6 +247,9 @@ class ParityBottleneck(FeatureCodeLayer):
     cuda_graphs = False
     # LU without row swaps where the device has it (CUDA); False: partial pivoting everywhere, as until 2026-12-01
     pivot_free = True
+    # on CUDA, least squares and decode in one fused kernel per token (kernels.parity_feature_solve); False: the
+    # PyTorch gathers, batched matmuls and LU everywhere (the CPU's path; on CUDA until 2026-12-01, 15:30 UTC)
+    fused_solves = True
 
     def __init__(self, config: ModelConfig):
         super().__init__()
@@ -329,8 +343,11 @@ class ParityBottleneck(FeatureCodeLayer):
     def _pursue(self, X: Float[Tensor, "tokens rows cols"], exhaustive: bool) -> Int[Tensor, "tokens k"]:
         beam = None if exhaustive else self.beam
         support = self.top_scores(X, self.k, beam)[0]
-        coefficients = self._solve(X, support)
-        residual = self._residual(X, support, coefficients)
+        fused = self._fused(X, 2 * self.k)
+        if fused:
+            residual = self._fused_residual(X, support)
+        else:
+            residual = self._residual(X, support, self._solve(X, support))
         error = residual.pow(2).sum((-2, -1))
         for _ in range(self.pursuit_rounds - 1):
             fresh = self.top_scores(residual, 2 * self.k, beam)[0]
@@ -339,14 +356,19 @@ class ParityBottleneck(FeatureCodeLayer):
             rank = outside * torch.arange(2 * self.k, 0, -1, device=X.device)
             fresh = fresh.gather(-1, rank.topk(self.k, dim=-1).indices)
             union = torch.cat([support, fresh], dim=-1)
-            gram, inner = self._system(X, union)
-            keep = self._solve_system(gram, inner).abs().topk(self.k, dim=-1).indices
-            candidate = union.gather(-1, keep)
-            # the candidate's system is the kept rows and columns of the union's
-            rows = gram.gather(1, keep[:, :, None].expand(-1, -1, union.shape[-1]))
-            candidate_gram = rows.gather(2, keep[:, None, :].expand(-1, self.k, -1))
-            candidate_coefficients = self._solve_system(candidate_gram, inner.gather(-1, keep))
-            candidate_residual = self._residual(X, candidate, candidate_coefficients)
+            if fused:  # one kernel solves the union, one the kept k (their systems rebuilt on chip)
+                keep = self._solve(X, union).abs().topk(self.k, dim=-1).indices
+                candidate = union.gather(-1, keep)
+                candidate_residual = self._fused_residual(X, candidate)
+            else:
+                gram, inner = self._system(X, union)
+                keep = self._solve_system(gram, inner).abs().topk(self.k, dim=-1).indices
+                candidate = union.gather(-1, keep)
+                # the candidate's system is the kept rows and columns of the union's
+                rows = gram.gather(1, keep[:, :, None].expand(-1, -1, union.shape[-1]))
+                candidate_gram = rows.gather(2, keep[:, None, :].expand(-1, self.k, -1))
+                candidate_coefficients = self._solve_system(candidate_gram, inner.gather(-1, keep))
+                candidate_residual = self._residual(X, candidate, candidate_coefficients)
             candidate_error = candidate_residual.pow(2).sum((-2, -1))
             better = candidate_error < error
             support = torch.where(better[:, None], candidate, support)
@@ -380,6 +402,9 @@ class ParityBottleneck(FeatureCodeLayer):
 
     def _decode_grid(self, indices_NxF: Tensor, values_NxF: Tensor) -> Float[Tensor, "tokens rows cols"]:
         """sum_i a_i outer(sP(u2_i), sQ(u1_i)) / sqrt(d): one [H, F] @ [F, W] matmul per token."""
+        if self._fused(values_NxF, indices_NxF.shape[-1]):
+            x_hat = self._fused_call(values_NxF.new_empty(0), values_NxF, indices_NxF, False, False, True)[1]
+            return x_hat.view(-1, self.grid_rows, self.grid_cols)
         rows_NxFxH, cols_NxFxW = self._patterns(indices_NxF, values_NxF.dtype)
         return (rows_NxFxH * values_NxF[..., None]).transpose(-1, -2) @ cols_NxFxW * self.scale
 
@@ -402,8 +427,26 @@ class ParityBottleneck(FeatureCodeLayer):
             return torch.linalg.lu_solve(factors, pivots, inner_NxF[..., None])[..., 0]
         return torch.linalg.solve_ex(gram_NxFxF, inner_NxF[..., None])[0][..., 0]
 
+    def _fused(self, X: Tensor, n_features: int) -> bool:
+        """Whether least squares and decode on `n_features` features run fused (`kernels.parity_feature_solve`,
+        one Triton kernel per token, float32): on CUDA under the "auto" backend, unless `fused_solves` is off."""
+        if not self.fused_solves or X.dtype != torch.float32:
+            return False
+        return kernels.parity_feature_solve_backend(X, n_features, self.row_signs, self.col_signs) == "triton"
+
+    def _fused_call(self, x: Tensor, v: Tensor, indices_NxF: Tensor, solve: bool, write_a: bool, decode: bool):
+        return kernels.parity_feature_solve(x, v, indices_NxF, self.row_signs, self.col_signs, self.ridge, solve,
+                                            write_a, decode)
+
+    def _fused_residual(self, X_NxHxW: Tensor, indices_NxF: Tensor) -> Tensor:
+        """x - x_hat of least squares on the support, fused (no coefficient written)."""
+        _, x_hat = self._fused_call(X_NxHxW.flatten(1), X_NxHxW.new_empty(0), indices_NxF, True, False, True)
+        return X_NxHxW - x_hat.view_as(X_NxHxW)
+
     def _solve(self, X_NxHxW: Tensor, indices_NxF: Tensor) -> Float[Tensor, "tokens feat"]:
         """Least squares on the support: (G + ridge I) a = Phi^T x."""
+        if self._fused(X_NxHxW, indices_NxF.shape[-1]):
+            return self._fused_call(X_NxHxW.flatten(1), X_NxHxW.new_empty(0), indices_NxF, True, True, False)[0]
         return self._solve_system(*self._system(X_NxHxW, indices_NxF))
 
     def _residual(self, X_NxHxW: Tensor, indices_NxF: Tensor, values_NxF: Tensor) -> Tensor:
