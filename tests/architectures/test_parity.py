@@ -234,6 +234,22 @@ def test_pursuit_recovers_planted_sparse_writes(rounds, full_recovery, error):
     assert relative_error(x, x_hat).item() <= error
 
 
+def test_the_cpu_encoder_gives_the_same_supports_in_chunks(monkeypatch):
+    """On the CPU the encoder runs CPU_ENCODE_CHUNK tokens at a time: chunks of 5 (uneven at the end) give the
+    supports of one pass over all 23 tokens, in the same positions."""
+    import circuitlab.architectures.feedforward.parity as parity
+
+    layer = bottleneck()
+    x = torch.randn(1, 23, 64, generator=torch.Generator().manual_seed(12))
+    whole = layer.encode_indices(x)
+    monkeypatch.setattr(parity, "CPU_ENCODE_CHUNK", 5)
+    chunked = layer.encode_indices(x)
+    assert chunked.shape == whole.shape == (1, 23, layer.k)
+    assert torch.equal(chunked, whole)
+    # each token's support is the one it gets alone
+    assert torch.equal(layer.encode_indices(x[:, 17:18])[0, 0], whole[0, 17])
+
+
 def test_more_pursuit_rounds_never_reconstruct_worse():
     generator = torch.Generator().manual_seed(6)
     x = torch.randn(1, 64, 64, generator=generator)
