@@ -84,6 +84,19 @@ def test_parity_beam_candidates_passes_opcheck():
                               test_utils=("test_schema", "test_faketensor", "test_aot_dispatch_dynamic"))
 
 
+@pytest.mark.parametrize("mode", [(True, True, False), (True, True, True), (False, False, True)])
+def test_parity_feature_solve_passes_opcheck(mode):
+    from circuitlab.architectures.feedforward.parity import make_factor_code, sign_table
+
+    gen = torch.Generator().manual_seed(4)
+    rows, cols = sign_table(make_factor_code(8, 4, 1)).to(DEVICE), sign_table(make_factor_code(8, 4, 2)).to(DEVICE)
+    indices = torch.stack([torch.randperm(256, generator=gen)[:10] for _ in range(3)]).to(DEVICE)
+    solve, write_a, decode = mode
+    x = torch.randn(3, 64, generator=gen).to(DEVICE).requires_grad_(True) if solve else torch.empty(0, device=DEVICE)
+    v = torch.randn(3, 10, generator=gen).to(DEVICE).requires_grad_(True) if not solve else torch.empty(0, device=DEVICE)
+    _opcheck(ops.parity_feature_solve, (x, v, indices, rows, cols, 1e-3, solve, write_a, decode))
+
+
 def test_the_operators_give_the_reference_gradients():
     """The layer-facing wrappers (reshape + operator + registered backward) against the references."""
     gen = torch.Generator().manual_seed(2)
@@ -110,7 +123,7 @@ def test_the_operators_give_the_reference_gradients():
 # --- torch.compile of whole models ------------------------------------------------------------------------
 
 # presets whose every circuitlab kernel is a custom operator, compiled with the fast paths forced on
-# (tiny-parity: the product encoder's fused scores and selection)
+# (tiny-parity: the product encoder's fused scores and selection, and the fused least squares and decode)
 FAST_PATH_PRESETS = ["tiny-sgatlin", "tiny-legible", "tiny-parity"]
 # compiled on the reference paths
 REFERENCE_PRESETS = ["tiny-gelu"]
@@ -184,6 +197,7 @@ def test_the_compiled_parity_model_runs_the_fused_encoder_operator():
     with kernels.use_backend("triton"):
         fast = compiled(tokens)
     assert any("circuitlab.parity_beam_candidates" in name for name in recorder.graphs[0]), recorder.graphs[0]
+    assert any("circuitlab.parity_feature_solve" in name for name in recorder.graphs[0]), recorder.graphs[0]
     with kernels.use_backend("reference"):
         torch.testing.assert_close(fast, model(tokens), rtol=1e-4, atol=1e-5)
 
