@@ -160,7 +160,7 @@ def parity_beam_top(
     return reference.parity_beam_top(y_NxHxC, signs_PxH, count)
 
 
-MAX_SOLVE_FEATURES = 64  # the fused solve keeps a token's F x F system in registers
+MAX_SOLVE_FEATURES = 64  # the fused solve keeps a token's system in registers, as at most four 16 x 16 blocks
 
 
 def _feature_solve_unsupported(n_features: int, row_signs_PxH: Tensor, col_signs_UxW: Tensor) -> str | None:

@@ -48,7 +48,7 @@ from circuitlab.kernels._triton_common import next_power_of_2
 
 REFINE_STEPS = 1  # steps of iterative refinement after the solve (see the module docstring)
 BLOCK = 16  # features per block: the solve works on 16 x 16 blocks of the Gram matrix (the smallest tl.dot)
-MAX_BLOCKS = 4
+MAX_BLOCKS = 4  # blocks a token (at most 64 features: the pursuit's 2k at k = 32)
 
 
 @triton.jit

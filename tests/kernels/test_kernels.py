@@ -522,3 +522,17 @@ def test_the_product_layer_gives_the_same_code_and_gradients_with_fused_solves(d
     assert torch.equal(results[False][0], results[True][0])
     for got, want in zip(results[True][1:], results[False][1:]):
         assert relative_error(got, want) < 1e-5
+
+
+def test_parity_feature_solve_says_what_the_fast_path_cannot_take():
+    rows, cols = feature_tables(8, 8, 5, 5)
+    indices = torch.arange(65)[None].expand(2, -1)
+    x, empty = torch.randn(2, 64), torch.empty(0)
+    with kernels.use_backend("triton"), pytest.raises(ValueError, match="at most 64 features"):
+        kernels.parity_feature_solve(x, empty, indices, rows, cols, 1e-3)
+    with pytest.raises(ValueError, match=r"indices must be \[N, F\]"):
+        kernels.parity_feature_solve(x, empty, indices[0], rows, cols, 1e-3)
+    # the reference takes any size (65 features in 64 dimensions: the ridge keeps the system regular)
+    with kernels.use_backend("reference"):
+        a, _ = kernels.parity_feature_solve(x, empty, indices, rows, cols, 1e-3)
+    assert a.shape == (2, 65) and torch.isfinite(a).all()
