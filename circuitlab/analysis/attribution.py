@@ -49,6 +49,8 @@ def resolve_token(model: Any, token: int | str | None, what: str) -> int | None:
     if token is None:
         return None
     if isinstance(token, str):
+        if not token:
+            raise UserError(f"{what} is empty; give a single token (mind the leading space) or its id")
         ids = model.to_tokens(token)[0]
         if ids.numel() != 1:
             raise UserError(
@@ -64,6 +66,8 @@ def resolve_token(model: Any, token: int | str | None, what: str) -> int | None:
 def prompt_tokens(model: Any, prompt: str | list[int] | Tensor) -> Int[Tensor, "pos"]:
     """The token ids of a prompt given as text (needs the model's tokenizer) or as ids."""
     if isinstance(prompt, str):
+        if not prompt:  # to_tokens refuses empty text; say it as bad input
+            raise UserError("the prompt is empty: give at least one token")
         tokens = model.to_tokens(prompt)[0]
     else:
         tokens = torch.as_tensor(prompt, dtype=torch.long).flatten()

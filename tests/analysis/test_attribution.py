@@ -221,3 +221,10 @@ def test_text_prompt_and_token_strings_with_a_tokenizer():
     assert all(isinstance(token, str) and not token.startswith("#") for token in embedding["promote_tokens"])
     with pytest.raises(ValueError, match="tokens; give a single token"):
         direct_logit_attribution(model, "The sun was", target=" hot and cold")
+    # empty text is bad input (UserError: the CLI exits 2 with one line), not a crash
+    from circuitlab.errors import UserError
+
+    with pytest.raises(UserError, match="target is empty"):
+        direct_logit_attribution(model, "The sun was", target="")
+    with pytest.raises(UserError, match="the prompt is empty"):
+        direct_logit_attribution(model, "", target=" hot")
