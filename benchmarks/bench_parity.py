@@ -5,7 +5,7 @@ and pursuit rounds), each stage of one bottleneck layer against one GELU MLP (d_
 and prints the GPU kernel breakdown of the whole bottleneck, so the training ratio's miss is explained by
 measured stage times. `--smoke` runs it tiny on the CPU.
 
-Each stage is timed on two paths in the same run: "before", the layer as it ran at the end of 2026-12-01 (on
+Each stage is timed on two paths in the same run: "before", the layer as it ran until 2026-12-01, 15:30 UTC (on
 CUDA the fused scores-and-selection kernel, kernels/parity_select_triton.py, then PyTorch gathers of the
 features' sign patterns, batched matmuls and LU without pivoting for the least squares and the decode); and
 "now", what the layer runs by default (on CUDA the least squares and decode fused too, one kernel per token

@@ -439,7 +439,8 @@ class ParityBottleneck(FeatureCodeLayer):
 
     def _fused(self, X: Tensor, n_features: int) -> bool:
         """Whether least squares and decode on `n_features` features run fused (`kernels.parity_feature_solve`,
-        one Triton kernel per token, float32): on CUDA under the "auto" backend, unless `fused_solves` is off."""
+        one Triton kernel per token, float32): where that kernel runs (CUDA under the "auto" backend, or a forced
+        "triton" backend), unless `fused_solves` is off."""
         if not self.fused_solves or X.dtype != torch.float32:
             return False
         return kernels.parity_feature_solve_backend(X, n_features, self.row_signs, self.col_signs) == "triton"
