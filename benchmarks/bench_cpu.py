@@ -127,7 +127,7 @@ def search_benchmark(n_codes: int, n_queries: int, settings: list[tuple[int, int
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--n", type=int, default=1_000_000, help="stored codes for the search benchmark")
-    parser.add_argument("--queries", type=int, default=300)
+    parser.add_argument("--queries", type=int, default=1000)
     parser.add_argument("--rounds", type=int, default=3, help="interleaved forward rounds (best kept)")
     parser.add_argument("--stories", type=int, default=256, help="held-out stories collected")
     parser.add_argument("--batch-size", type=int, default=16)

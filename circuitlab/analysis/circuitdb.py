@@ -156,14 +156,11 @@ class CircuitDB:
         db.tokenizer = tokenizer if tokenizer is not None else getattr(model, "tokenizer", None)
         if index is not None:
             if index == "auto":
+                import importlib.util
+
                 from circuitlab.analysis import postings
 
-                try:
-                    import faiss  # noqa: F401
-                except ImportError:
-                    if postings.available():
-                        db.build_index(kind="postings", progress=progress)
-                        return db
+                if not postings.available() and importlib.util.find_spec("faiss") is None:
                     warnings.warn("neither numba nor faiss is installed: building the database without approximate indexes")
                     return db
             db.build_index(kind=index, sketch=sketch, progress=progress)

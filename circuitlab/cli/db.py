@@ -55,8 +55,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     build.add_argument("--batch-size", type=int, default=16, help="texts per forward pass (default 16)")
     build.add_argument("--device", default="cpu", help="cpu or cuda (default cpu)")
     build.add_argument("--index", default="auto", choices=("auto", "postings", "flat", "ivf", "hnsw", "none"),
-                       help="approximate index per layer (default auto: FAISS flat below 20k circuits, IVF above; "
-                       "postings when faiss is missing; none: exact only)")
+                       help="approximate index per layer (default auto: posting lists where numba is installed; "
+                       "otherwise FAISS flat below 20k circuits, IVF above; none: exact only)")
     build.add_argument("--value-dtype", default="float32", choices=("float32", "float16"), help="stored code values")
     build.add_argument("--quiet", action="store_true", help="no progress bars")
     build.set_defaults(func=run_build)

@@ -94,7 +94,9 @@ def test_save_load_round_trip(tmp_path):
 
 def test_postings_index_round_trip_rebuilds_from_the_codes(tmp_path):
     pytest.importorskip("numba")
+    pytest.importorskip("faiss")
     db = make_db(0)
+    db.build_index([0], kind="flat", progress=False, n_recall_queries=50)  # a FAISS index beside the postings
     db.build_index([1], kind="postings", progress=False, n_recall_queries=50, terms=20, candidates=64)
     folder = db.save(tmp_path / "db")
     manifest = json.loads((folder / "manifest.json").read_text())

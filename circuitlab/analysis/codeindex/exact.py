@@ -20,15 +20,16 @@ class ExactIndex:
     """One layer's codes prepared for exact search, by one of two engines that give the same answer:
 
     - "postings" (when numba is installed): per unit, the rows active on it (`postings.PostingLists`); a
-      compiled loop walks a query's lists into an accumulator, one query per thread at a time.
+      compiled loop walks a query's lists into an accumulator, one query per thread at a time, one block of
+      `block_rows` rows (default `postings.BLOCK_ROWS`) after another.
     - "scipy": row blocks of a scipy CSR matrix [R, size] in float64. A block of queries becomes a CSR
       matrix [Q, size]; `rows @ queries.T` [rows, Q] holds the dot product of every stored row with every
-      query that shares a neuron with it, and every pair it leaves out has cosine 0 exactly. Row blocks
-      bound the memory of one product.
+      query that shares a neuron with it, and every pair it leaves out has cosine 0 exactly. Row blocks of
+      `block_rows` rows (default 2^18) bound the memory of one product.
     engine "auto" takes postings when numba imports, scipy otherwise.
     """
 
-    def __init__(self, codes: CodeMatrix, block_rows: int = 1 << 18, engine: str = "auto") -> None:
+    def __init__(self, codes: CodeMatrix, block_rows: int | None = None, engine: str = "auto") -> None:
         from circuitlab.analysis import postings
 
         if engine not in ("auto", "postings", "scipy"):
@@ -42,9 +43,10 @@ class ExactIndex:
         self.blocks = []
         self.postings = None
         if engine == "postings":
-            self.postings = postings.PostingLists(codes)
+            self.postings = postings.PostingLists(codes, block_rows or postings.BLOCK_ROWS)
             self.posting_lengths = self.postings.posting_lengths
             return
+        block_rows = block_rows or 1 << 18
         for start in range(0, max(len(codes), 1), block_rows):
             part = codes.rows(np.arange(start, min(start + block_rows, len(codes))))
             self.blocks.append((start, part.to_csr(np.float64)))
@@ -208,8 +210,8 @@ def _all_distances(index: ExactIndex, queries: CodeMatrix, slot: int) -> Float[n
         lists = index.postings
         dots = np.zeros(index.n_rows, dtype=np.float64)
         for unit, weight in zip(queries.indices[slot].tolist(), queries.values[slot].astype(np.float64).tolist()):
-            lo, hi = lists.indptr[unit], lists.indptr[unit + 1]
-            dots += np.bincount(lists.rows[lo:hi], weights=weight * lists.values[lo:hi], minlength=index.n_rows)
+            rows, values = lists.unit_entries(unit)
+            dots += np.bincount(rows, weights=weight * values, minlength=index.n_rows)
         denominator = query_norm * index.norms
         cosine = np.divide(dots, denominator, out=np.zeros_like(dots), where=denominator > 0)
         return np.clip(1.0 - cosine, 0.0, 2.0)
