@@ -524,10 +524,11 @@ def test_the_product_layer_gives_the_same_code_and_gradients_with_fused_solves(d
         assert relative_error(got, want) < 1e-5
 
 
-def test_parity_feature_solve_says_what_the_fast_path_cannot_take():
-    rows, cols = feature_tables(8, 8, 5, 5)
-    indices = torch.arange(65)[None].expand(2, -1)
-    x, empty = torch.randn(2, 64), torch.empty(0)
+@pytest.mark.parametrize("device", DEVICES)
+def test_parity_feature_solve_says_what_the_fast_path_cannot_take(device):
+    rows, cols = (table.to(device) for table in feature_tables(8, 8, 5, 5))
+    indices = torch.arange(65, device=device)[None].expand(2, -1)
+    x, empty = torch.randn(2, 64, device=device), torch.empty(0, device=device)
     with kernels.use_backend("triton"), pytest.raises(ValueError, match="at most 64 features"):
         kernels.parity_feature_solve(x, empty, indices, rows, cols, 1e-3)
     with pytest.raises(ValueError, match=r"indices must be \[N, F\]"):
