@@ -5,11 +5,11 @@ and pursuit rounds), each stage of one bottleneck layer against one GELU MLP (d_
 and prints the GPU kernel breakdown of the whole bottleneck, so the training ratio's miss is explained by
 measured stage times. `--smoke` runs it tiny on the CPU.
 
-Each stage is timed on two paths in the same run: "before", the layer as it ran until 2026-12-01, 18:30 UTC
-(the encoder's first top-k over the whole beam at once); and "now", what the layer runs by default (that top-k
-first on half the beam, the whole beam only for the tokens not settled there: `settle_first_call`). Until that day's evening the before-path was the layer as it ran until 15:30 UTC (least
-squares and decode in PyTorch instead of the fused kernel, kernels/parity_solve_triton.py); those runs'
-results (parity_2026-12-01_fusedsolve.*) compare those two. With the shipped
+Each stage is timed on two paths in the same run: "before", the layer as it ran until 2026-12-01, 15:30 UTC (on
+CUDA the fused scores-and-selection kernel, kernels/parity_select_triton.py, then PyTorch gathers of the
+features' sign patterns, batched matmuls and LU without pivoting for the least squares and the decode); and
+"now", what the layer runs by default (on CUDA the least squares and decode fused too, one kernel per token
+that builds the patterns on chip and solves in registers, kernels/parity_solve_triton.py). With the shipped
 parity-stories weights present it also encodes held-out natural text on both paths and reports how often the
 supports agree (with each other, and with the same encoder run in float64), the reconstruction error per layer
 and the held-out loss of each.
@@ -39,18 +39,17 @@ from circuitlab.config import ModelConfig  # noqa: E402
 
 @contextlib.contextmanager
 def path(name: str):
-    """"before": the encoder's first top-k over the whole beam at once; "now": the layer's defaults."""
-    settle = ParityBottleneck.settle_first_call
-    ParityBottleneck.settle_first_call = name != "before"
+    """"before": least squares and decode in PyTorch (no fused solves); "now": the layer's defaults."""
+    fused_solves = ParityBottleneck.fused_solves
+    ParityBottleneck.fused_solves = name != "before"
     try:
         yield
     finally:
-        ParityBottleneck.settle_first_call = settle
+        ParityBottleneck.fused_solves = fused_solves
 
 
-def shipped_model_check(device: str, n_windows: int, timer) -> dict | None:
-    """Supports and held-out loss of the shipped parity-stories on both paths, and each layer's encoder timed
-    on its own held-out writes (None without its weights)."""
+def shipped_model_check(device: str, n_windows: int) -> dict | None:
+    """Supports and held-out loss of the shipped parity-stories on both paths (None without its weights)."""
     import torch.nn.functional as F
 
     from circuitlab.architectures.checkpoint import load_model
@@ -78,13 +77,6 @@ def shipped_model_check(device: str, n_windows: int, timer) -> dict | None:
                 loss=float(loss), supports=[cache[hook(i, "code_indices")].sort(-1).values for i in layers],
                 errors=[float(relative_error(cache[hook(i, "in")], cache[hook(i, "recon")])) for i in layers],
             )
-    # the encoder on the trained model's own writes (the random writes of the stage table settle less often)
-    encoder_ms = {name: [] for name in ("before", "now")}
-    for i in layers:
-        bottleneck, writes = model.blocks[i].bottleneck, cache[hook(i, "in")]
-        for name in ("before", "now"):
-            with path(name), torch.no_grad():
-                encoder_ms[name].append(timer(lambda: bottleneck.encode_indices(writes)))
     # the same encoder in float64 (PyTorch selection and solves) on each layer's input of the "now" run
     with torch.inference_mode(), kernels.use_backend("reference"):
         exact = [model.blocks[i].bottleneck._pursue(model.blocks[i].bottleneck._grid(cache[hook(i, "in")].double()), False)
@@ -98,16 +90,13 @@ def shipped_model_check(device: str, n_windows: int, timer) -> dict | None:
                   identical_supports_per_layer=agree, reconstruction_error_before=out["before"]["errors"],
                   reconstruction_error_now=out["now"]["errors"],
                   same_support_as_float64_before=agreement(out["before"]["supports"], exact),
-                  same_support_as_float64_now=agreement(out["now"]["supports"], exact),
-                  encoder_ms_on_held_out_writes_before=encoder_ms["before"], encoder_ms_on_held_out_writes_now=encoder_ms["now"])
+                  same_support_as_float64_now=agreement(out["now"]["supports"], exact))
     print(f"  shipped parity-stories on {result['tokens']:,} held-out natural tokens: loss {result['loss_before']:.5f} "
           f"before, {result['loss_now']:.5f} now; tokens whose support is identical per layer: "
           + ", ".join(f"{a:.4f}" for a in agree))
     print("  tokens whose support equals the float64 encoder's (on the now-path's layer inputs), before: "
           + ", ".join(f"{a:.4f}" for a in result["same_support_as_float64_before"]) + "; now: "
           + ", ".join(f"{a:.4f}" for a in result["same_support_as_float64_now"]))
-    print(f"  encoder on each layer's {result['tokens']:,} held-out writes, ms, before: "
-          + ", ".join(f"{t:.2f}" for t in encoder_ms["before"]) + "; now: " + ", ".join(f"{t:.2f}" for t in encoder_ms["now"]))
     print("  relative reconstruction error per layer, before: " + ", ".join(f"{e:.5f}" for e in out["before"]["errors"])
           + "; now: " + ", ".join(f"{e:.5f}" for e in out["now"]["errors"]))
     return result
@@ -177,7 +166,7 @@ def main(argv: list[str] | None = None) -> int:
     results["bottleneck_over_mlp_before"] = results["stages_ms_before"]["bottleneck: whole layer, fwd+bwd"] / dense
     print(f"  one bottleneck layer fwd+bwd = {whole / dense:.1f}x one GELU MLP fwd+bwd "
           f"(before: {results['bottleneck_over_mlp_before']:.1f}x)")
-    results["shipped_model"] = shipped_model_check(device, 4 if args.smoke else 64, timer)
+    results["shipped_model"] = shipped_model_check(device, 4 if args.smoke else 64)
     results["breakdown"] = kb.kernel_breakdown("parity bottleneck fwd+bwd", bottleneck_fwd_bwd, device, top=12)
     if args.json:
         args.json.write_text(json.dumps(results, indent=1))

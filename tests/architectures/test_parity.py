@@ -4,7 +4,7 @@ claim of the module docstring against a brute force over the materialised dictio
 import pytest
 import torch
 
-from circuitlab import CircuitTransformer, ModelConfig, kernels
+from circuitlab import CircuitTransformer, ModelConfig
 from circuitlab.architectures.checkpoint import load_model
 from circuitlab.architectures.feedforward.parity import (
     ParityBottleneck,
@@ -177,39 +177,6 @@ def test_fast_encoder_equals_exhaustive_where_certified():
     assert fractions[256] == 1.0  # every column pattern kept: exhaustive
     assert 0 < fractions[16] < 0.5 and agreements[16] < 0.9  # the certificate is not vacuous, nor always true
     assert fractions[64] > 0.9
-
-
-SETTLE_PATHS = ["reference"] + (["triton"] if kernels.triton_interpreting() or torch.cuda.is_available() else [])
-
-
-@pytest.mark.parametrize("backend", SETTLE_PATHS)
-def test_settling_on_half_the_beam_first_gives_the_whole_beams_result(backend):
-    """`settle_first`: tokens whose k-th score on the first columns beats the next column's bound keep that
-    result, the others are scored on the whole beam; either way ids, scores and certificates equal one pass
-    over the whole beam. Planted writes (concentrated on 8 column patterns) settle, Gaussian ones mostly not.
-    The two stages run on the CPU only (eager), with either selection backend (triton: the fused kernel under
-    TRITON_INTERPRET=1); on CUDA the layer scores the whole beam at once, so the equalities hold trivially."""
-    device = "cuda" if backend == "triton" and torch.cuda.is_available() else "cpu"
-    layer = shipped_size().to(device)
-    generator = torch.Generator().manual_seed(4)
-    n_planted = 200 if backend == "reference" else 24
-    columns = torch.randint(0, 256, (n_planted, 8), generator=generator)
-    u1 = columns.gather(1, torch.randint(0, 8, (n_planted, 32), generator=generator))
-    u2 = torch.randint(0, 256, (n_planted, 32), generator=generator)
-    planted = torch.einsum("nk,nkd->nd", 1 + torch.rand(n_planted, 32, generator=generator),
-                           layer.feature_directions(u1 | (u2 << 8)))
-    x = torch.cat([planted, torch.randn(n_planted, 256, generator=generator)]).to(device)
-    X = layer._grid(x)
-    with kernels.use_backend(backend):
-        whole_ids, whole_scores, whole_certified = layer.top_scores(X, 32, beam=64)
-        ids, scores, certified = layer.top_scores(X, 32, beam=64, settle_first=32)
-        first, _, _ = layer.top_scores(X, 32, beam=32)
-        assert torch.equal(layer.top_scores(X, 32, beam=64, settle_first=64)[0], whole_ids)  # the whole beam: one pass
-    torch.testing.assert_close(scores, whole_scores, rtol=0, atol=0)
-    assert torch.equal(ids, whole_ids) and torch.equal(certified, whole_certified)
-    # both branches ran: some tokens settled on the first 32 columns, some needed all 64
-    settled = (first.sort(-1).values == whole_ids.sort(-1).values).all(-1).cpu()
-    assert settled[:n_planted].float().mean() > 0.9 and settled[n_planted:].float().mean() < 0.5
 
 
 def test_configured_beam_agrees_with_the_exhaustive_top_k_on_gaussian_inputs():

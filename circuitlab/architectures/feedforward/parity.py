@@ -95,14 +95,10 @@ Choices and why:
   choices can too: on 16,384 held-out natural tokens the shipped model's supports equal those of the same
   encoder run in float64 on 0.995, 0.989, 0.968, 0.993 of tokens in layers 0-3 (PyTorch's float32 path: 0.997,
   0.986, 0.961, 0.917), the held-out loss is 3.19821 (3.19837). The CPU keeps the PyTorch path.
-- on the CPU the encoder's first top-k scores half the beam first (`settle_first_call`): a token whose k-th score
-  there beats the best bound of the rest of the beam has the whole beam's top k already, and only the others
-  are scored on the whole beam. Same supports (tested, and on the shipped model's held-out writes). On the
-  shipped model every token settled on 32 of the 64 columns in all four layers; the pursuit's 2k on the
-  residual settled for only 10-44% of tokens, so that call is one pass. The four encoders on 4,096 tokens of
-  the shipped model took 2.51 instead of 2.79 s (medians of eight interleaved rounds on 2 cores, 2026-12-01).
-  On CUDA the same two stages lost (H200: 29.0 -> 32.9 ms on random writes, 7.36 -> 7.10 ms on trained ones;
-  `top_scores`), so there the beam is scored at once.
+- the first top-k scores the whole beam at once. Tried and not kept (2026-12-01, BENCHMARKS.md): half the beam
+  first, the whole beam only for tokens whose k-th score there does not beat every bound left (same
+  supports). On the shipped model's writes every token settled, and the encoder gained 5-10% on 2 CPU cores
+  and 3.5% on an H200; on random writes, as training starts with, a layer lost 12-14% on both.
 - no CUDA graphs (`cuda_graphs = False`): capturing a compiled parity-stories step failed on an H200, so the
   trainer compiles this model in torch's default mode. The batched LU is what refuses capture: captured one
   at a time (torch 2.11, H200, one-off run), solve_ex and lu_factor_ex failed with and without pivoting,
@@ -262,10 +258,6 @@ class ParityBottleneck(FeatureCodeLayer):
     # on CUDA, least squares and decode in one fused kernel per token (kernels.parity_feature_solve); False: the
     # PyTorch gathers, batched matmuls and LU everywhere (the CPU's path; on CUDA until 2026-12-01, 15:30 UTC)
     fused_solves = True
-    # on the CPU (eager) the encoder's first top-k scores half the beam first and the whole beam only for tokens not
-    # settled there (`top_scores(settle_first=...)`, same supports); False: the whole beam at once, as until
-    # 2026-12-01, 18:30 UTC
-    settle_first_call = True
 
     def __init__(self, config: ModelConfig):
         super().__init__()
@@ -317,22 +309,13 @@ class ParityBottleneck(FeatureCodeLayer):
 
     @torch.no_grad()
     def top_scores(
-        self, x_NxHxW: Float[Tensor, "tokens rows cols"], count: int, beam: int | None, settle_first: int | None = None
+        self, x_NxHxW: Float[Tensor, "tokens rows cols"], count: int, beam: int | None
     ) -> tuple[Int[Tensor, "tokens count"], Float[Tensor, "tokens count"], Tensor]:
         """The `count` features of largest |<x, phi_u>| per token: (ids, |scores| descending, certified).
 
         beam None (or >= 2^r1): exhaustive over all m features. Otherwise only the `beam` column patterns of
         largest bound ||Y[:, u1]||_1 / sqrt(d) are scored; certified[n] says the result is the exhaustive
-        top-`count` (the count-th score is >= the best bound left out).
-
-        settle_first (the CPU in eager mode; elsewhere one pass over the whole beam): score the first
-        `settle_first` columns of the beam for every token, and the whole beam only for the tokens whose
-        count-th score there does not exceed the next column's bound (no feature further down the beam could
-        enter, so the others' results are the whole beam's). Same result, less work where most tokens settle
-        early (see `_pursue`). On CUDA the same two stages, the second a launch of the fused selection kernel
-        that skipped settled tokens, were measured and not kept: on an H200 the encoder on the shipped model's
-        held-out writes took 7.10 instead of 7.36 ms a layer (16,384 tokens), on random writes 32.9 instead of
-        29.0 ms (65,536 tokens; benchmarks/results/parity_2026-12-01_settle_gpu_refuted.txt)."""
+        top-`count` (the count-th score is >= the best bound left out)."""
         dtype = torch.promote_types(x_NxHxW.dtype, torch.float32)
         with torch.autocast(device_type=x_NxHxW.device.type, enabled=False):
             row_signs, col_signs, _, _ = self._tables(dtype)
@@ -350,27 +333,12 @@ class ParityBottleneck(FeatureCodeLayer):
             bounds_NxU = Y_NxHxU.abs().sum(-2)
             kept_bounds, columns_NxC1 = bounds_NxU.topk(beam + 1, dim=-1)
             columns_NxC = columns_NxC1[:, :beam]
-            first = settle_first or 0
-            eager_cpu = x_NxHxW.device.type == "cpu" and not torch.compiler.is_compiling()
-            if 0 < first < beam and first * row_signs.shape[0] >= count and eager_cpu:
-                ids, best_scores = self._beam_top(Y_NxHxU, columns_NxC[:, :first], row_signs, count)
-                unsettled = (best_scores[:, -1] <= kept_bounds[:, first]).nonzero().squeeze(-1)
-                if unsettled.numel():  # the whole beam for these tokens alone
-                    ids[unsettled], best_scores[unsettled] = self._beam_top(
-                        Y_NxHxU[unsettled], columns_NxC[unsettled], row_signs, count)
-            else:
-                ids, best_scores = self._beam_top(Y_NxHxU, columns_NxC, row_signs, count)
+            Y_NxHxC = Y_NxHxU.gather(-1, columns_NxC[:, None, :].expand(-1, self.grid_rows, -1))
+            # |row_signs @ Y_NxHxC| and its top `count` per token (on CUDA one fused kernel: kernels/parity_select_triton.py)
+            best_scores, flat = kernels.parity_beam_top(Y_NxHxC, row_signs, count)
+            u2, u1 = flat // beam, columns_NxC.gather(-1, flat % beam)
             certified = best_scores[:, -1] >= kept_bounds[:, beam]
-            return ids, best_scores * self.scale, certified
-
-    def _beam_top(self, Y_NxHxU: Tensor, columns_NxC: Tensor, row_signs: Tensor, count: int) -> tuple[Tensor, Tensor]:
-        """(feature ids, |scores| unscaled, descending) of the `count` best among the listed columns' features."""
-        beam = columns_NxC.shape[-1]
-        Y_NxHxC = Y_NxHxU.gather(-1, columns_NxC[:, None, :].expand(-1, self.grid_rows, -1))
-        # |row_signs @ Y_NxHxC| and its top `count` per token (on CUDA one fused kernel: kernels/parity_select_triton.py)
-        best_scores, flat = kernels.parity_beam_top(Y_NxHxC, row_signs, count)
-        u2, u1 = flat // beam, columns_NxC.gather(-1, flat % beam)
-        return u1 | (u2 << self.col_bits), best_scores
+            return u1 | (u2 << self.col_bits), best_scores * self.scale, certified
 
     @torch.no_grad()
     def encode_indices(
@@ -388,11 +356,7 @@ class ParityBottleneck(FeatureCodeLayer):
 
     def _pursue(self, X: Float[Tensor, "tokens rows cols"], exhaustive: bool) -> Int[Tensor, "tokens k"]:
         beam = None if exhaustive else self.beam
-        # on the CPU the first call scores half the beam first: on the shipped model's held-out writes its top k
-        # settled there for every token (beam 32 of 64, all four layers, 4,096 tokens); the pursuit's 2k on the
-        # residual settled for 10-44% of tokens only, so that call scores the whole beam at once
-        settle = beam // 2 if beam is not None and self.settle_first_call else None
-        support = self.top_scores(X, self.k, beam, settle_first=settle)[0]
+        support = self.top_scores(X, self.k, beam)[0]
         fused = self._fused(X, 2 * self.k)
         if fused:
             residual = self._fused_residual(X, support)
