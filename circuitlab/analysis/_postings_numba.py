@@ -107,6 +107,13 @@ def marked_rows(acc, norms, base, stop, cutoff, any_nonzero, norm_low, norm_high
     return count
 
 
+@numba.njit(cache=True)
+def block_scratch(block_rows):
+    """One thread's arrays for a block: accumulator, byte marks (and their 8-byte words), marked rows, their dots."""
+    flags = np.zeros(block_rows, dtype=np.uint8)
+    return np.zeros(block_rows), flags, flags.view(np.uint64), np.empty(block_rows, dtype=np.int64), np.empty(block_rows)
+
+
 @numba.njit(parallel=True, cache=True)
 def exact(segments, block_rows, rows, values, norms, norm_low, norm_high, q_indices, q_values, q_norms, exclude, k,
           n_chunks):
@@ -117,11 +124,7 @@ def exact(segments, block_rows, rows, values, norms, norm_low, norm_high, q_indi
     out_distances = np.full((n_queries, k), np.inf)
     found = np.zeros(n_queries, dtype=np.int64)
     for chunk in numba.prange(n_chunks):
-        acc = np.zeros(block_rows)
-        flags = np.zeros(block_rows, dtype=np.uint8)
-        words = flags.view(np.uint64)
-        hits = np.empty(block_rows, dtype=np.int64)
-        dots = np.empty(block_rows)
+        acc, flags, words, hits, dots = block_scratch(block_rows)
         for query in range(chunk * n_queries // n_chunks, (chunk + 1) * n_queries // n_chunks):
             terms, weights, q_norm = q_indices[query], q_values[query], q_norms[query]
             best_d, best_i = out_distances[query], out_ids[query]
@@ -156,11 +159,7 @@ def pruned(segments, block_rows, rows, values, norms, norm_low, norm_high, code_
     out_ids = np.full((n_queries, k), -1, dtype=np.int64)
     out_distances = np.full((n_queries, k), np.inf)
     for chunk in numba.prange(n_chunks):
-        acc = np.zeros(block_rows)
-        flags = np.zeros(block_rows, dtype=np.uint8)
-        words = flags.view(np.uint64)
-        hits = np.empty(block_rows, dtype=np.int64)
-        dots = np.empty(block_rows)
+        acc, flags, words, hits, dots = block_scratch(block_rows)
         dense_query = np.zeros(size)
         cand_d = np.empty(n_candidates)
         cand_i = np.empty(n_candidates, dtype=np.int64)
