@@ -11,16 +11,17 @@ Row blocks. The rows are cut into blocks of `block_rows` (32,768 by default: a f
 stays in a core's L2 cache), and each unit's list into one segment per block (its rows ascend, so a segment
 is a slice; `PostingLists.segments` holds where each starts). A query walks its lists block by block: the
 segments of one block add into the block's accumulator, then one pass over the accumulator turns the dot
-products into distances and the accumulator is cleared. That pass first marks the rows that can still
-enter the k best (dot > cutoff * |x|, with the cutoff read from the k-th best distance so far, less a margin
-of 1e-9 that rounding cannot cross) in a byte mask without branches, then skips the mask eight rows at a
-time, so only the few marked rows pay for a division and an insertion. Each row's dot product adds up its
-units' contributions in the same order as a whole-list walk, so the distances are bit for bit those of
-the previous engine. At 10^6 structured codes on 2 cores (benchmarks/bench_cpu.py; first timed in a
-one-off script, 2026-12-01): exact search went from 66-89 to 616-644 queries/s, the pruned search (24
-units, 256 candidates) from 143-173 to 902-1,049, with the same answers; the blocks alone, with a second
-walk of the lists to score rows, gave 147-190 (the accumulator of a whole million rows, 8 MB a thread, had
-left every update to L3).
+products into distances and clears it. That pass marks, without branches, the rows that can still enter
+the k best (dot above the cutoff times the block's smallest norm; the cutoff is read from the k-th best
+distance so far, less a margin of 1e-9 that rounding cannot cross), then skips the marks eight rows at a
+time, so only the few marked rows are checked against their own norm and pay for a division and an
+insertion. Each row's dot product adds up its units' contributions in the same order as a walk of whole
+lists, so the distances are bit for bit those of the previous engine (one accumulator of all rows, a second
+walk of the lists to score them). Entries are 6 bytes (a uint16 row offset within its block, a float32
+value), since the walk streams them from memory. At 10^6 structured codes on 2 cores,
+`benchmarks/bench_cpu.py` measured 843-897 exact and 1,124-1,156 pruned queries/s (24 units, 256 candidates,
+recall@10 0.995), against 67 and 176 for the previous engine (BENCHMARKS.md has the steps between).
+The loops live in `_postings_numba` (module level, so numba's disk cache serves later processes).
 
 Approximate search walks only the posting lists of the query's `terms` largest units (by |value|), keeps
 the `candidates` rows of highest partial cosine, and re-ranks those exactly against their full stored

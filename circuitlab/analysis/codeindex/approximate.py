@@ -3,12 +3,12 @@
 Two kinds of proposer. Where numba is installed the default ("auto") is the postings index: the posting
 lists of each query's largest units propose candidates (circuitlab/analysis/postings.py); it shares the exact
 index's lists, so it costs nothing to build. At 10^6 structured sgatlin-shape codes on 2 cores it answered
-1,152 queries/s at recall@10 0.995 (24 units, 256 candidates) against FAISS IVF's 314 at 0.996 after a 23 s
-build (2026-12-01, benchmarks/bench_cpu.py). The FAISS kinds remain: every code is compressed to a dense
-sketch of `dim` floats (a sparse signed random projection, seeded, so it needs no stored matrix whatever the
-code size), the normalised sketches go into a FAISS inner-product index, FAISS proposes candidates and those
-are re-ranked with the exact sparse cosine distance. Densified sgatlin
-codes (8192 dims) would take 32 GB per million rows; sketches of 512 dims quantised to 8 bits take 0.5 GB.
+1,124-1,156 queries/s at recall@10 0.995 (24 units, 256 candidates), FAISS IVF 301-303 at 0.996 after a 25 s
+build (2026-12-01, two runs of benchmarks/bench_cpu.py). The FAISS kinds remain: every code is compressed to
+a dense sketch of `dim` floats (a sparse signed random projection, seeded, so it needs no stored matrix
+whatever the code size), the normalised sketches go into a FAISS inner-product index, FAISS proposes
+candidates and those are re-ranked with the exact sparse cosine distance. Densified sgatlin codes (8192
+dims) would take 32 GB per million rows; sketches of 512 dims quantised to 8 bits take 0.5 GB.
 `recall_at_k` scores an approximate answer against the exact one.
 
 Shape letters: R stored rows (circuits), Q queries, K non-zeros per code, D sketch dimensions, M candidates
@@ -88,11 +88,12 @@ class ApproximateIndex:
     """One layer's candidate proposer for exact re-ranking: posting lists, or sketches in a FAISS index.
 
     kind "postings" walks the posting lists of each query's `terms` largest units and keeps `candidates` rows
-    (needs numba; the default of "auto" where numba is installed). kind "flat" scans every sketch (small stores); "ivf" scans the `nprobe` nearest of `nlist` k-means cells
-    (default sqrt(rows) cells, 32 probed, float32 sketches: on CPU FAISS scans float32 lists faster than
-    8-bit ones, and a million 512-float sketches take 2 GB); "hnsw" walks a graph. Without numba, "auto"
-    picks flat below 20k rows, ivf above. k-means trains on 40 sketches per cell (FAISS's own lower bound for a stable
-    clustering). Measured on 10^6 structured sgatlin-shape codes: benchmarks/bench_circuitdb.py.
+    (needs numba; the default of "auto" where numba is installed). kind "flat" scans every sketch (small
+    stores); "ivf" scans the `nprobe` nearest of `nlist` k-means cells (default sqrt(rows) cells, 32 probed,
+    float32 sketches: on CPU FAISS scans float32 lists faster than 8-bit ones, and a million 512-float
+    sketches take 2 GB); "hnsw" walks a graph. Without numba, "auto" picks flat below 20k rows, ivf above.
+    k-means trains on 40 sketches per cell (FAISS's own lower bound for a stable clustering). Measured on
+    10^6 structured sgatlin-shape codes: benchmarks/bench_cpu.py and benchmarks/bench_circuitdb.py.
     """
 
     def __init__(self, faiss_index, spec: SketchSpec, kind: str, params: dict, postings=None) -> None:
