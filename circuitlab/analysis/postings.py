@@ -128,6 +128,8 @@ def exact_top_k(
     """Per query the k rows of smallest cosine distance among those with cosine > 0, ordered by (distance,
     id), and how many were found, up to k (fewer than k: no more exist, and the caller fills up with rows at
     distance 1)."""
+    if k < 1:
+        raise ValueError(f"k must be at least 1, got {k}")
     exact = _kernels()[0]
     q_indices, q_values, q_norms, exclude = _query_arrays(queries, exclude, len(queries))
     n_chunks = max(1, min(len(queries), 4 * _threads()))
@@ -140,6 +142,8 @@ def pruned_top_k(
 ) -> tuple[Int[np.ndarray, "Q k"], Float[np.ndarray, "Q k"]]:
     """Approximate: candidates from the posting lists of each query's `terms` largest units, re-ranked by
     exact cosine distance; -1 / inf where fewer than k candidates exist."""
+    if k < 1 or terms < 1:
+        raise ValueError(f"k and terms must be at least 1, got k={k}, terms={terms}")
     pruned = _kernels()[1]
     q_indices, q_values, q_norms, exclude = _query_arrays(queries, exclude, len(queries))
     n_chunks = max(1, min(len(queries), 4 * _threads()))

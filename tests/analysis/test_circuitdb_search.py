@@ -193,6 +193,11 @@ def test_pruned_postings_search_equals_its_dense_reference(block_rows):
             reference_ids, reference_distances = pruned_reference(stored, queries, k, terms, n_candidates, skip)
             np.testing.assert_array_equal(ids, reference_ids)
             np.testing.assert_allclose(distances, reference_distances, rtol=0, atol=1e-12)
+    # the compiled loops index the k-th best: k = 0 is refused before they run
+    with pytest.raises(ValueError, match="k must be at least 1"):
+        postings.exact_top_k(lists, queries, 0)
+    with pytest.raises(ValueError, match="at least 1"):
+        postings.pruned_top_k(lists, queries, 10, 0, 16)
 
 
 @pytest.mark.skipif(not postings.available(), reason="needs numba")
