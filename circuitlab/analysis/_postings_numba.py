@@ -64,11 +64,15 @@ def push(heap_d, heap_i, filled, capacity, distance, row):
 
 
 @numba.njit(cache=True, inline="always")
-def accumulate_block(segments, n_blocks, block, rows, values, terms, weights, acc):
-    """acc[local row] += weight * value over the block's segment of each term's list, in term order."""
+def accumulate_block(segments, unit_slot, n_blocks, block, rows, values, terms, weights, acc):
+    """acc[local row] += weight * value over the block's segment of each term's list, in term order (a unit
+    no stored row uses has no list and no slot)."""
     for term in range(terms.size):
+        slot = unit_slot[terms[term]]
+        if slot < 0:
+            continue
         weight = weights[term]
-        segment = terms[term] * n_blocks + block
+        segment = slot * n_blocks + block
         for entry in range(segments[segment], segments[segment + 1]):
             acc[rows[entry]] += weight * values[entry]
 
@@ -115,7 +119,7 @@ def block_scratch(block_rows):
 
 
 @numba.njit(parallel=True, cache=True)
-def exact(segments, block_rows, rows, values, norms, norm_low, norm_high, q_indices, q_values, q_norms, exclude, k,
+def exact(segments, unit_slot, block_rows, rows, values, norms, norm_low, norm_high, q_indices, q_values, q_norms, exclude, k,
           n_chunks):
     n_queries = q_indices.shape[0]
     n_rows = norms.size
@@ -132,7 +136,7 @@ def exact(segments, block_rows, rows, values, norms, norm_low, norm_high, q_indi
             for block in range(n_blocks):
                 base = block * block_rows
                 stop = min(block_rows, n_rows - base)
-                accumulate_block(segments, n_blocks, block, rows, values, terms, weights, acc)
+                accumulate_block(segments, unit_slot, n_blocks, block, rows, values, terms, weights, acc)
                 # a row enters the k best only if 1 - dot / (|q| |x|) <= the k-th distance so far; before k are
                 # found, any row with cosine > 0 (a row at cosine <= 0 is at distance >= 1 and never kept)
                 cutoff = (1.0 - best_d[k - 1] - ROUND_CUTOFF) * q_norm if filled == k else 0.0
@@ -151,7 +155,7 @@ def exact(segments, block_rows, rows, values, norms, norm_low, norm_high, q_indi
 
 
 @numba.njit(parallel=True, cache=True)
-def pruned(segments, block_rows, rows, values, norms, norm_low, norm_high, code_indices, code_values, q_indices,
+def pruned(segments, unit_slot, block_rows, rows, values, norms, norm_low, norm_high, code_indices, code_values, q_indices,
            q_values, q_norms, exclude, terms, n_candidates, k, size, n_chunks):
     n_queries = q_indices.shape[0]
     n_rows = norms.size
@@ -171,7 +175,7 @@ def pruned(segments, block_rows, rows, values, norms, norm_low, norm_high, code_
             for block in range(n_blocks):
                 base = block * block_rows
                 stop = min(block_rows, n_rows - base)
-                accumulate_block(segments, n_blocks, block, rows, values, top_terms, top_weights, acc)
+                accumulate_block(segments, unit_slot, n_blocks, block, rows, values, top_terms, top_weights, acc)
                 # candidates are ranked by -dot / |x|; once M are kept, a row must beat the M-th (the heap's root)
                 full = filled == n_candidates
                 best = -cand_d[0] if full else 0.0
@@ -202,17 +206,17 @@ def pruned(segments, block_rows, rows, values, norms, norm_low, norm_high, code_
 
 
 @numba.njit(cache=True)
-def segment_starts(indptr, rows, block_rows, n_blocks):
-    """Where each unit's list enters each row block: [size * n_blocks + 1], segment (j, b) is
-    [starts[j * n_blocks + b], starts[j * n_blocks + b + 1])."""
-    size = indptr.size - 1
-    starts = np.empty(size * n_blocks + 1, dtype=np.int64)
-    for unit in range(size):
-        entry, end = indptr[unit], indptr[unit + 1]
+def segment_starts(indptr, rows, units, block_rows, n_blocks):
+    """Where the list of each of `units` (those with a non-empty list, ascending) enters each row block:
+    [units.size * n_blocks + 1]; the segment of units[s] in block b is [starts[s * n_blocks + b],
+    starts[s * n_blocks + b + 1])."""
+    starts = np.empty(units.size * n_blocks + 1, dtype=np.int64)
+    for slot in range(units.size):
+        entry, end = indptr[units[slot]], indptr[units[slot] + 1]
         for block in range(n_blocks):
-            starts[unit * n_blocks + block] = entry
+            starts[slot * n_blocks + block] = entry
             limit = (block + 1) * block_rows
             while entry < end and rows[entry] < limit:
                 entry += 1
-    starts[size * n_blocks] = indptr[size]
+    starts[units.size * n_blocks] = indptr[indptr.size - 1]
     return starts

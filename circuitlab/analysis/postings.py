@@ -9,7 +9,8 @@ loop: no sparse result matrix is built, sorted or transposed.
 
 Row blocks. The rows are cut into blocks of `block_rows` (32,768 by default: a float64 accumulator of 256 KB
 stays in a core's L2 cache), and each unit's list into one segment per block (its rows ascend, so a segment
-is a slice; `PostingLists.segments` holds where each starts). A query walks its lists block by block: the
+is a slice; `PostingLists.segments` holds where each starts, for the units some row uses: the table grows with
+those units times the blocks, not with the code size). A query walks its lists block by block: the
 segments of one block add into the block's accumulator, then one pass over the accumulator turns the dot
 products into distances and clears it. That pass marks, without branches, the rows that can still enter
 the k best (dot above the cutoff times the block's smallest norm; the cutoff is read from the k-th best
@@ -87,7 +88,10 @@ class PostingLists:
         # the mask of a block is read eight bytes at a time, so blocks hold a multiple of 64 rows
         self.block_rows = -(-min(block_rows, max(self.n_rows, 1), 1 << 16) // 64) * 64
         self.n_blocks = -(-self.n_rows // self.block_rows)
-        self.segments = _kernels()[2](self.indptr, rows, self.block_rows, self.n_blocks)
+        used = np.flatnonzero(np.diff(self.indptr))
+        self.unit_slot = np.full(self.size, -1, dtype=np.int32)  # row of each used unit in the segment table
+        self.unit_slot[used] = np.arange(used.size, dtype=np.int32)
+        self.segments = _kernels()[2](self.indptr, rows, used, self.block_rows, self.n_blocks)
         self.rows = (rows % self.block_rows).astype(np.uint16)
         padded = np.full(self.n_blocks * self.block_rows, np.nan)
         padded[: self.n_rows] = self.norms
@@ -96,9 +100,12 @@ class PostingLists:
 
     def unit_entries(self, unit: int) -> tuple[Int[np.ndarray, " n"], Float[np.ndarray, " n"]]:
         """The rows active on `unit` (global ids, ascending) and their values (float64)."""
-        starts = self.segments[unit * self.n_blocks : (unit + 1) * self.n_blocks + 1]
-        block_of_entry = np.repeat(np.arange(self.n_blocks, dtype=np.int64), np.diff(starts))
         lo, hi = self.indptr[unit], self.indptr[unit + 1]
+        if lo == hi:
+            return np.zeros(0, dtype=np.int64), np.zeros(0)
+        slot = self.unit_slot[unit]
+        starts = self.segments[slot * self.n_blocks : (slot + 1) * self.n_blocks + 1]
+        block_of_entry = np.repeat(np.arange(self.n_blocks, dtype=np.int64), np.diff(starts))
         return block_of_entry * self.block_rows + self.rows[lo:hi], self.values[lo:hi].astype(np.float64)
 
     @property
@@ -133,7 +140,7 @@ def exact_top_k(
     exact = _kernels()[0]
     q_indices, q_values, q_norms, exclude = _query_arrays(queries, exclude, len(queries))
     n_chunks = max(1, min(len(queries), 4 * _threads()))
-    return exact(postings.segments, postings.block_rows, postings.rows, postings.values, postings.norms,
+    return exact(postings.segments, postings.unit_slot, postings.block_rows, postings.rows, postings.values, postings.norms,
                  postings.block_norm_low, postings.block_norm_high, q_indices, q_values, q_norms, exclude, int(k), n_chunks)
 
 
@@ -147,7 +154,7 @@ def pruned_top_k(
     pruned = _kernels()[1]
     q_indices, q_values, q_norms, exclude = _query_arrays(queries, exclude, len(queries))
     n_chunks = max(1, min(len(queries), 4 * _threads()))
-    return pruned(postings.segments, postings.block_rows, postings.rows, postings.values, postings.norms,
+    return pruned(postings.segments, postings.unit_slot, postings.block_rows, postings.rows, postings.values, postings.norms,
                   postings.block_norm_low, postings.block_norm_high, postings.code_indices,
                   postings.code_values, q_indices, q_values, q_norms, exclude, int(terms), int(max(n_candidates, k)),
                   int(k), int(postings.size), n_chunks)

@@ -131,7 +131,10 @@ def test_posting_segments_cut_each_list_at_the_row_blocks():
     stored = awkward_codes(517, size=301, nnz=5, seed=5)
     lists = postings.PostingLists(stored, block_rows=100)  # rounded up to 128 rows: blocks 0-3, the last partial
     assert (lists.block_rows, lists.n_blocks) == (128, 5)
-    assert lists.segments.shape == (301 * 5 + 1,) and lists.segments[-1] == lists.indptr[-1]
+    used = np.flatnonzero(np.bincount(stored.indices.ravel(), minlength=301))
+    assert used.size < 301  # some units are used by no row: they take no place in the segment table
+    assert lists.segments.shape == (used.size * 5 + 1,) and lists.segments[-1] == lists.indptr[-1]
+    assert (lists.unit_slot[used] == np.arange(used.size)).all() and (np.delete(lists.unit_slot, used) == -1).all()
     # code values are float32 (a repeated index is summed when the code matrix is built), kept exactly
     assert lists.rows.dtype == np.uint16 and lists.values.dtype == np.float32
     columns = stored.to_csr(np.float64).tocsc()
@@ -140,10 +143,32 @@ def test_posting_segments_cut_each_list_at_the_row_blocks():
         global_rows, values = lists.unit_entries(unit)
         np.testing.assert_array_equal(global_rows, rows)
         np.testing.assert_array_equal(values, columns.data[columns.indptr[unit] : columns.indptr[unit + 1]])
+        if lists.unit_slot[unit] < 0:
+            assert rows.size == 0 and global_rows.size == 0
+            continue
+        slot = lists.unit_slot[unit]
         for block in range(5):
-            segment = lists.rows[lists.segments[unit * 5 + block] : lists.segments[unit * 5 + block + 1]]
+            segment = lists.rows[lists.segments[slot * 5 + block] : lists.segments[slot * 5 + block + 1]]
             np.testing.assert_array_equal(128 * block + segment.astype(np.int64),
                                           rows[(rows >= 128 * block) & (rows < 128 * (block + 1))])
+
+
+@pytest.mark.skipif(not postings.available(), reason="needs numba")
+def test_posting_lists_of_a_large_code_space_keep_segments_for_used_units_only():
+    """Codes of size 2^16 that use 40 units: the segment table has 40 rows, not 65,536, and exact search over
+    several blocks (queries touching unused units too) still equals brute force."""
+    rng = np.random.default_rng(12)
+    units = rng.choice(2**16, 40, replace=False)
+    stored = CodeMatrix(units[rng.integers(0, 40, (300, 6))], rng.integers(1, 4, (300, 6)).astype(np.float32), 2**16)
+    queries = CodeMatrix(np.concatenate([units[rng.integers(0, 40, (12, 4))], rng.integers(0, 2**16, (12, 2))], 1),
+                         rng.integers(1, 4, (12, 6)).astype(np.float32), 2**16)
+    index = ExactIndex(stored, block_rows=64, engine="postings")
+    lists = index.postings
+    assert lists.n_blocks == 5 and lists.segments.shape == (40 * 5 + 1,)
+    ids, distances = exact_search(stored, index, queries, 7)
+    reference_ids, reference_distances = brute_force_search(stored, queries, 7)
+    np.testing.assert_array_equal(ids, reference_ids)
+    np.testing.assert_allclose(distances, reference_distances, rtol=0, atol=1e-12)
 
 
 def pruned_reference(stored: CodeMatrix, queries: CodeMatrix, k: int, terms: int, n_candidates: int, exclude=None):
