@@ -20,8 +20,9 @@ insertion. Each row's dot product adds up its units' contributions in the same o
 lists, so the distances are bit for bit those of the previous engine (one accumulator of all rows, a second
 walk of the lists to score them). Entries are 6 bytes (a uint16 row offset within its block, a float32
 value), since the walk streams them from memory. At 10^6 structured codes on 2 cores,
-`benchmarks/bench_cpu.py` measured 843-897 exact and 1,124-1,156 pruned queries/s (24 units, 256 candidates,
-recall@10 0.995), against 67 and 176 for the previous engine (BENCHMARKS.md has the steps between).
+`benchmarks/bench_cpu.py` measured 651-897 exact and 1,119-1,156 pruned queries/s (24 units, 256 candidates,
+recall@10 0.995) on an idle machine, against 67 and 176 for the previous engine (BENCHMARKS.md has the steps
+between, and a run under load).
 The loops live in `_postings_numba` (module level, so numba's disk cache serves later processes).
 
 Approximate search walks only the posting lists of the query's `terms` largest units (by |value|), keeps
