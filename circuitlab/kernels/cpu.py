@@ -16,6 +16,10 @@ per half, M tokens (B*T flattened).
 
 from __future__ import annotations
 
+import contextlib
+import functools
+import math
+
 import torch
 import torch.nn.functional as F
 from jaxtyping import Float, Int
@@ -118,3 +122,65 @@ def takes(*tensors: Tensor) -> bool:
         and all(t.device.type == "cpu" for t in tensors)
         and not torch.is_autocast_enabled("cpu")
     )
+
+
+MAX_COMPILED_BITS = 22  # the compiled parity encoder's largest dictionary: 4 MB of flags per chunk of tokens
+
+
+@functools.cache
+def numba_available() -> bool:
+    try:
+        import numba  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def parity_encode(
+    X_NxHxW: Float[Tensor, "tokens rows cols"], row_signs_PxH: Tensor, col_signs_UxW: Tensor, k: int,
+    beam: int | None, rounds: int, ridge: float,
+) -> tuple[Int[Tensor, "tokens k"], Float[Tensor, "tokens k"]] | None:
+    """The product parity encoder compiled for the CPU (kernels/_parity_numba.py): (supports, least-squares
+    coefficients), or None where it does not run (numba missing, a backend forced, not on the CPU, or inside
+    torch.compile, or a dictionary above 2^MAX_COMPILED_BITS features, whose flags for the pursuit's excluded
+    features each thread would hold). `beam` None is the exhaustive encoder. Same supports as
+    ParityBottleneck._pursue up to float32 near-ties."""
+    n_features = row_signs_PxH.shape[0] * col_signs_UxW.shape[0]
+    if not (numba_available() and takes(X_NxHxW)) or X_NxHxW.shape[0] == 0 or n_features > 2**MAX_COMPILED_BITS:
+        return None
+    import numba
+
+    from circuitlab.kernels import _parity_numba as compiled
+
+    n_cols = col_signs_UxW.shape[0]
+    grid = X_NxHxW.detach().to(torch.float32).contiguous().numpy()
+    n_chunks = min(grid.shape[0], 8 * numba.get_num_threads())  # chunks of tokens shared out over the threads
+    with _blas_on_one_thread():
+        support, values, _ = compiled.encode(
+            grid, row_signs_PxH.to(torch.float32).contiguous().numpy(),
+            col_signs_UxW.to(torch.float32).contiguous().numpy(),
+            row_signs_PxH.mean(-1).double().numpy(), col_signs_UxW.mean(-1).double().numpy(), k,
+            n_cols if beam is None else min(beam, n_cols), rounds, float(ridge),
+            1.0 / math.sqrt(row_signs_PxH.shape[1] * col_signs_UxW.shape[1]), int(n_cols).bit_length() - 1, n_chunks,
+        )
+    return torch.from_numpy(support), torch.from_numpy(values)
+
+
+@functools.cache
+def _blas_controller():
+    try:
+        import scipy.linalg.cython_blas  # noqa: F401  (the BLAS numba calls for np.dot, loaded before the scan)
+        from threadpoolctl import ThreadpoolController
+    except ImportError:
+        return None
+    return ThreadpoolController()
+
+
+def _blas_on_one_thread():
+    """The compiled encoder runs its tokens on numba's threads and calls BLAS on small products from each: a
+    BLAS that keeps threads of its own then competes with them for the cores (2 cores: 33 against 24 us a
+    token per layer call of parity-stories). threadpoolctl limits it for the call where it is installed."""
+    controller = _blas_controller()
+    if controller is None:
+        return contextlib.nullcontext()
+    return controller.limit(limits=1, user_api="blas")

@@ -240,6 +240,7 @@ def test_the_cpu_encoder_gives_the_same_supports_in_chunks(monkeypatch):
     import circuitlab.architectures.feedforward.parity as parity
 
     layer = bottleneck()
+    layer.compiled_cpu_encoder = False  # the PyTorch encoder's chunks (the compiled one takes one token at a time)
     x = torch.randn(1, 23, 64, generator=torch.Generator().manual_seed(12))
     whole = layer.encode_indices(x)
     monkeypatch.setattr(parity, "CPU_ENCODE_CHUNK", 5)
@@ -248,6 +249,139 @@ def test_the_cpu_encoder_gives_the_same_supports_in_chunks(monkeypatch):
     assert torch.equal(chunked, whole)
     # each token's support is the one it gets alone
     assert torch.equal(layer.encode_indices(x[:, 17:18])[0, 0], whole[0, 17])
+
+
+# --- the compiled CPU encoder (kernels/_parity_numba.py) ----------------------------------------------------
+
+def concentrated(layer, n_tokens, seed, noise=0.2):
+    """Writes on 8 column patterns (32 features, coefficients in [1, 2]) plus Gaussian noise: the visit of the
+    columns can stop early, as on a trained model's writes."""
+    generator = torch.Generator().manual_seed(seed)
+    columns = torch.randint(0, 2**layer.col_bits, (n_tokens, 8), generator=generator)
+    u1 = columns.gather(1, torch.randint(0, 8, (n_tokens, 32), generator=generator))
+    u2 = torch.randint(0, 2**layer.row_bits, (n_tokens, 32), generator=generator)
+    values = 1 + torch.rand(n_tokens, 32, generator=generator)
+    x = torch.einsum("nk,nkd->nd", values, layer.feature_directions(u1 | (u2 << layer.col_bits)))
+    return x + noise * torch.randn(n_tokens, layer.d_model, generator=generator)
+
+
+def compiled_encode(layer, x_NxD, beam="configured", rounds=None):
+    """(supports, coefficients, columns scored per round) of the compiled encoder, called directly."""
+    pytest.importorskip("numba")
+    from circuitlab.kernels import _parity_numba
+
+    X = layer._grid(x_NxD).float().contiguous()
+    n_cols = 2**layer.col_bits
+    beam = layer.beam if beam == "configured" else (n_cols if beam is None else beam)
+    support, values, scored = _parity_numba.encode(
+        X.numpy(), layer.row_signs.numpy(), layer.col_signs.numpy(), layer.row_means.double().numpy(),
+        layer.col_means.double().numpy(), layer.k, min(beam, n_cols), rounds or layer.pursuit_rounds, layer.ridge,
+        layer.scale, layer.col_bits, 3,
+    )
+    return torch.from_numpy(support), torch.from_numpy(values), torch.from_numpy(scored)
+
+
+def squared_residual(layer, x_NxD, support_NxK):
+    """||x - least-squares fit on the support||^2 per token, in float64."""
+    x64 = x_NxD.double()[None]
+    values = layer.coefficients(x64, support_NxK[None])
+    return (x64 - layer.decode(support_NxK[None], values)).pow(2).sum(-1)[0]
+
+
+@pytest.mark.parametrize("kind, ridge", [("gaussian", 1e-3), ("concentrated", 1e-3), ("concentrated", 10.0)])
+def test_compiled_encoder_finds_the_pytorch_encoders_supports(kind, ridge):
+    """The shipped bottleneck's size, both pursuit passes. Same supports, in the same order, except at float32
+    near-ties, where both supports fit the write equally well; on concentrated writes the visit of the columns
+    stops early (the shipped model's writes: 21 and 25 of 64 columns in the two passes, layer 0). With a large
+    ridge the support's own features keep residual scores ridge * a_i, and the pursuit pass must pass over them."""
+    layer = shipped_size(ridge=ridge)
+    if kind == "gaussian":
+        x = torch.randn(300, 256, generator=torch.Generator().manual_seed(21))
+    else:
+        x = concentrated(layer, 300, 22)
+    support, _, scored = compiled_encode(layer, x)
+    reference = layer._pursue(layer._grid(x).float(), False)
+    same = (support == reference).all(-1)
+    assert same.float().mean() >= 0.98
+    differ = ~same
+    if differ.any():
+        compiled_error = squared_residual(layer, x[differ], support[differ])
+        reference_error = squared_residual(layer, x[differ], reference[differ])
+        torch.testing.assert_close(compiled_error, reference_error, rtol=1e-4, atol=1e-8)
+    assert (scored >= 1).all() and (scored <= layer.beam).all()
+    if kind == "concentrated":
+        assert scored[:, 0].float().mean() < layer.beam / 2  # the bound stops the visit early
+
+
+def test_compiled_exhaustive_encoder_is_the_brute_force_top_k():
+    """beam None: every column pattern may be visited; the first pass's support is the top k over the
+    materialised dictionary, though the visit stops as soon as no column left can change it."""
+    layer = bottleneck()
+    x = concentrated(layer, 200, 23, noise=0.05)
+    support, _, scored = compiled_encode(layer, x, beam=None, rounds=1)
+    _, brute_ids = brute_top(layer, x, layer.k)
+    assert all(same_sets(a, b) for a, b in zip(support, brute_ids))
+    assert scored.float().mean() < 2**layer.col_bits  # and it did stop early
+
+
+def test_compiled_coefficients_are_least_squares_on_their_support():
+    layer = shipped_size()
+    x = concentrated(layer, 100, 24)
+    support, values, _ = compiled_encode(layer, x)
+    expected = layer.coefficients(x.double()[None], support[None])[0]
+    torch.testing.assert_close(values.double(), expected, rtol=1e-4, atol=1e-4 * expected.abs().max().item())
+    assert all(len(set(row.tolist())) == layer.k for row in support)  # k distinct features
+
+
+def test_compiled_encoder_takes_zero_writes():
+    layer = shipped_size()
+    support, values, _ = compiled_encode(layer, torch.zeros(3, 256))
+    assert ((support >= 0) & (support < layer.n_features)).all()
+    assert torch.equal(values, torch.zeros_like(values))
+
+
+def test_reconstruct_reuses_the_compiled_coefficients_only_where_it_may():
+    """Without gradient the compiled encoder's coefficients are the block's; with gradient, or when a hook
+    changes the support, least squares runs again (differentiable, on the support the hook gave)."""
+    pytest.importorskip("numba")
+    layer = shipped_size()
+    x = concentrated(layer, 40, 25)[None]
+    with torch.no_grad():
+        x_hat, error = layer.reconstruct(x)
+    layer.compiled_cpu_encoder = False
+    with torch.no_grad():
+        x_hat_reference, error_reference = layer.reconstruct(x)
+    layer.compiled_cpu_encoder = True
+    torch.testing.assert_close(x_hat, x_hat_reference, rtol=1e-4, atol=1e-4)
+    torch.testing.assert_close(error, error_reference, rtol=1e-3, atol=1e-6)
+    # with gradient
+    x_grad = x.clone().requires_grad_(True)
+    x_hat_grad, _ = layer.reconstruct(x_grad)
+    x_hat_grad.pow(2).sum().backward()
+    assert x_grad.grad is not None and x_grad.grad.abs().sum() > 0
+    torch.testing.assert_close(x_hat_grad.detach(), x_hat, rtol=1e-4, atol=1e-4)
+    # a hook that patches the support
+    patched = torch.arange(layer.k).expand(1, 40, layer.k) * 97
+    layer.hook_code_indices.add_hook(lambda indices, hook: patched)
+    try:
+        with torch.no_grad():
+            x_hat_patched, _ = layer.reconstruct(x)
+    finally:
+        layer.hook_code_indices.remove_hooks()
+    expected = layer.decode(patched, layer.coefficients(x, patched))
+    torch.testing.assert_close(x_hat_patched, expected, rtol=1e-5, atol=1e-5)
+
+
+def test_a_forced_backend_keeps_the_pytorch_encoder():
+    pytest.importorskip("numba")
+    from circuitlab import kernels
+
+    layer = shipped_size()
+    X = layer._grid(torch.randn(4, 256))
+    arguments = (X, layer.row_signs, layer.col_signs, layer.k, layer.beam, 2, layer.ridge)
+    assert kernels.cpu.parity_encode(*arguments) is not None
+    with kernels.use_backend("reference"):
+        assert kernels.cpu.parity_encode(*arguments) is None
 
 
 def test_more_pursuit_rounds_never_reconstruct_worse():

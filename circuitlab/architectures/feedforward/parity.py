@@ -94,7 +94,19 @@ Choices and why:
   benchmarks/bench_parity.py and bench_gpu.py). Its rounding differs from the LU's, so near-tie pursuit
   choices can too: on 16,384 held-out natural tokens the shipped model's supports equal those of the same
   encoder run in float64 on 0.995, 0.989, 0.968, 0.993 of tokens in layers 0-3 (PyTorch's float32 path: 0.997,
-  0.986, 0.961, 0.917), the held-out loss is 3.19821 (3.19837). The CPU keeps the PyTorch path.
+  0.986, 0.961, 0.917), the held-out loss is 3.19821 (3.19837).
+- on the CPU (`compiled_cpu_encoder`, where numba is installed) the encoder is compiled and runs one token at
+  a time on numba's threads (kernels/_parity_numba.py): the columns visited in decreasing bound and the visit
+  stopped once the k kept scores beat every bound left (the configured beam's result, found without scoring
+  the columns that cannot change it), the pursuit's k best residual features outside the support asked for
+  directly, Cholesky in float64 with the union's system built on the support's factor. Its coefficients
+  serve the forward pass where no gradient is needed and no hook changed the support. On 2 CPU cores the
+  parity-stories forward went from 1,532-1,608 to 4,535-4,907 tokens/s (0.14-0.15x to 0.43-0.50x
+  gelu-stories', benchmarks/bench_cpu.py); its supports equal the PyTorch encoder's except at float32
+  near-ties, where both fit the write equally well (tested). On the bottleneck inputs of 4,096 random tokens
+  run through the shipped model, its supports equal those of the PyTorch encoder run in float64 on 0.9988-0.9995
+  of tokens by layer (the PyTorch encoder in float32: 0.9949-0.9963). Without numba the CPU runs the PyTorch
+  encoder below, 128 tokens at a time.
 - the first top-k scores the whole beam at once. Tried and not kept (2026-12-01, BENCHMARKS.md): half the beam
   first, the whole beam only for tokens whose k-th score there does not beat every bound left (same
   supports). On the shipped model's writes every token settled, and the encoder gained 5-10% on 2 CPU cores
@@ -258,6 +270,9 @@ class ParityBottleneck(FeatureCodeLayer):
     # on CUDA, least squares and decode in one fused kernel per token (kernels.parity_feature_solve); False: the
     # PyTorch gathers, batched matmuls and LU everywhere (the CPU's path; on CUDA until 2026-12-01, 15:30 UTC)
     fused_solves = True
+    # on the CPU, the encoder compiled with numba where numba is installed (kernels/_parity_numba.py); False: the
+    # batched PyTorch encoder (the reference the compiled one is tested against)
+    compiled_cpu_encoder = True
 
     def __init__(self, config: ModelConfig):
         super().__init__()
@@ -345,14 +360,30 @@ class ParityBottleneck(FeatureCodeLayer):
         self, x_BxTxD: Float[Tensor, "batch pos d_model"], exhaustive: bool = False
     ) -> Int[Tensor, "batch pos k"]:
         """The support: the top k (fast encoder, or exhaustive), refined by the pursuit rounds."""
+        return self._encode(x_BxTxD, exhaustive)[0]
+
+    @torch.no_grad()
+    def _encode(
+        self, x_BxTxD: Float[Tensor, "batch pos d_model"], exhaustive: bool
+    ) -> tuple[Int[Tensor, "batch pos k"], Tensor | None]:
+        """(support, its least-squares coefficients in float32 where the compiled CPU encoder found them, else
+        None)."""
         with torch.autocast(device_type=x_BxTxD.device.type, enabled=False):
             X = self._grid(x_BxTxD).float()
+            if self.compiled_cpu_encoder and not torch.compiler.is_compiling():
+                beam = None if exhaustive else self.beam
+                compiled = kernels.cpu.parity_encode(X, self.row_signs, self.col_signs, self.k, beam,
+                                                     self.pursuit_rounds, self.ridge)
+                if compiled is not None:
+                    support, values = compiled
+                    shape = (*x_BxTxD.shape[:-1], self.k)
+                    return support.to(x_BxTxD.device).reshape(shape), values.reshape(shape)
             if X.device.type == "cpu" and X.shape[0] > CPU_ENCODE_CHUNK and not torch.compiler.is_compiling():
                 chunks = X.split(CPU_ENCODE_CHUNK)  # every token is encoded on its own: same supports
                 support = torch.cat([self._pursue(chunk, exhaustive) for chunk in chunks])
             else:
                 support = self._pursue(X, exhaustive)
-            return support.reshape(*x_BxTxD.shape[:-1], self.k)
+            return support.reshape(*x_BxTxD.shape[:-1], self.k), None
 
     def _pursue(self, X: Float[Tensor, "tokens rows cols"], exhaustive: bool) -> Int[Tensor, "tokens k"]:
         beam = None if exhaustive else self.beam
@@ -497,8 +528,18 @@ class ParityBottleneck(FeatureCodeLayer):
     ) -> tuple[Float[Tensor, "batch pos d_model"], Tensor]:
         """(x_hat, relative reconstruction error ||x - x_hat||^2 / ||x||^2 of the batch)."""
         x_BxTxD = self.hook_in(x_BxTxD)
-        indices_BxTxK = self.hook_code_indices(self.encode_indices(x_BxTxD, exhaustive))
-        values_BxTxK = self.hook_code_values(self.coefficients(x_BxTxD, indices_BxTxK))
+        found_BxTxK, values_BxTxK = self._encode(x_BxTxD, exhaustive)
+        indices_BxTxK = self.hook_code_indices(found_BxTxK)
+        # the compiled CPU encoder's coefficients serve where nothing needs their gradient, x is float32 and no
+        # hook changed the support; else least squares again, differentiable
+        reuse = (
+            values_BxTxK is not None and x_BxTxD.dtype == torch.float32
+            and not (torch.is_grad_enabled() and x_BxTxD.requires_grad)
+            and (indices_BxTxK is found_BxTxK or torch.equal(indices_BxTxK, found_BxTxK))
+        )
+        if not reuse:
+            values_BxTxK = self.coefficients(x_BxTxD, indices_BxTxK)
+        values_BxTxK = self.hook_code_values(values_BxTxK)
         x_hat_BxTxD = self.hook_recon(self.decode(indices_BxTxK, values_BxTxK))
         return x_hat_BxTxD, relative_error(x_BxTxD, x_hat_BxTxD)
 

@@ -1,0 +1,405 @@
+"""The product parity layer's encoder on the CPU, compiled (numba): one token at a time, every step in cache.
+
+The same search as `ParityBottleneck._pursue` (parity.py), written as loops over one token instead of batched
+tensor operations. The PyTorch path writes every pass's 16,384 scores a token to memory and runs top-k, LU
+solves and gathers over the whole batch; on 2 CPU cores that made parity-stories' forward pass 0.15x the GELU
+model's. Here a token's column products Y (H x U), its scores and its systems stay in cache.
+
+Per token and pursuit pass:
+- Y = x_grid @ sQ^T (one small BLAS product) and the column bounds ||Y[:, u1]||_1;
+- the columns are taken in decreasing bound (put in order 24 at a time by one pass of insertions), scored eight
+  at a time (Y[:, columns]^T @ sP^T, one BLAS product), and a column's scores that beat the k-th best kept so
+  far are inserted into the kept lists (a column none of whose scores can enter is passed over after one
+  vectorised count; before the lists fill, a floor read off the first block keeps most scores out). The visit
+  stops once the k kept scores beat the next column's bound by BOUND_MARGIN (no later column can enter them)
+  and never goes past `beam` columns: the result is the configured encoder's, without scoring the columns
+  that cannot change it (on the shipped model's writes 8-24 of 64 columns on average in the first pass,
+  24-30 in the second, by layer);
+- the pursuit pass asks for the k best residual features outside the support, which is what parity.py keeps
+  of its top 2k (its first k outside the support), so it stops on the k-th best instead of the 2k-th;
+- least squares by Cholesky in float64. The union's system reuses the support's factor (a block update:
+  W = L_S^-1 G_SU and the Schur complement's factor), and a support's residual norm comes from
+  ||x||^2 - a.b - ridge ||a||^2 without decoding it; only the support the next pass scores is decoded.
+
+Float32 scores, float64 solves: near-ties may be ordered differently from the PyTorch path (as between any two
+float32 paths; tests/architectures/test_parity.py compares the supports and, where they differ, how well each
+fits).
+
+Letters: N tokens, H grid rows, W grid columns, U column patterns, P row patterns, F features in a solve,
+B columns scored together.
+"""
+
+from __future__ import annotations
+
+import numba
+import numpy as np
+
+# reassociation and contraction allowed (vectorised sums); NaN and infinity keep their meaning
+FAST = {"reassoc", "contract", "nsz", "arcp"}
+# the visit stops when `count` scores exceed the next bound by this relative margin: far above the float32
+# rounding of a 16-term sum taken in another order (about 1e-6 relative)
+BOUND_MARGIN = 1e-4
+COLUMN_BLOCK = 8  # columns scored by one BLAS product
+ORDER_BATCH = 24  # columns put in order by one pass over the bounds (most tokens stop within 24)
+
+
+# --- column products and the top features -------------------------------------------------------------------
+
+
+@numba.njit(cache=True, fastmath=FAST)
+def _column_products(x_HxW, colsT_WxU, Y_HxU, bounds_U):
+    """Y = x_grid @ sQ^T and bounds[u] = sum_h |Y[h, u]|."""
+    np.dot(x_HxW, colsT_WxU, Y_HxU)
+    bounds_U[:] = 0.0
+    for h in range(Y_HxU.shape[0]):
+        for u in range(Y_HxU.shape[1]):
+            bounds_U[u] += abs(Y_HxU[h, u])
+
+
+@numba.njit(cache=True, inline="always")
+def _insert(best_s, best_i, best_v, filled, capacity, score, feature, value):
+    """Insert into the lists kept in decreasing score (of equal scores, the first inserted first); the caller
+    has checked that the score beats the last kept one when the lists are full."""
+    position = filled if filled < capacity else capacity - 1
+    while position > 0 and best_s[position - 1] < score:
+        best_s[position], best_i[position] = best_s[position - 1], best_i[position - 1]
+        best_v[position] = best_v[position - 1]
+        position -= 1
+    best_s[position], best_i[position], best_v[position] = score, feature, value
+    return filled + 1 if filled < capacity else filled
+
+
+@numba.njit(cache=True, inline="always", fastmath=FAST)
+def _count_above(scores, start, stop, limit, strict):
+    """How many |scores[start:stop]| exceed `limit` (reach it when not `strict`): an integer sum of compares,
+    which compiles to vector code where a running maximum does not (15 against 120 ns for 256 scores)."""
+    above = 0
+    if strict:
+        for p in range(start, stop):
+            above += abs(scores[p]) > limit
+    else:
+        for p in range(start, stop):
+            above += abs(scores[p]) >= limit
+    return above
+
+
+@numba.njit(cache=True, fastmath=FAST)
+def _top_features(Y_HxU, bounds_U, rowsT_HxP, count, beam, col_bits, excluded, n_excluded, work, out_i, out_v):
+    """The `count` features of largest |<x, phi_u>| among the `beam` columns of largest bound, leaving out the
+    `n_excluded` features marked in `excluded` (one flag per feature), in decreasing |score|: ids into out_i,
+    signed sqrt(d) <x, phi_u> into out_v. Returns the columns scored."""
+    order_b, order_u, Y_BxH, S_BxP, best_s, floor_bits = work
+    H, U = Y_HxU.shape
+    P = rowsT_HxP.shape[1]
+    B = Y_BxH.shape[0]
+    batch = order_b.size
+    last = min(beam, U)
+    filled = 0  # features kept so far, in best_s / out_i / out_v, decreasing
+    scored = 0
+    ordered = 0  # columns ordered so far: order_u[scored - start ...] holds the batch being scored
+    start = 0
+    taken_b, taken_u = np.inf, -1  # the last column ordered
+    floor = np.float32(0.0)  # while fewer than `count` are kept, scores from the floor up enter
+    while scored < last:
+        if scored == ordered:
+            # the next batch of columns: the largest bounds after the last ordered, in decreasing bound (of
+            # equal bounds, the lower column first), by one pass of insertions over the bounds
+            wanted = min(batch, last - ordered)
+            found = 0
+            for u in range(U):
+                bound = bounds_U[u]
+                if bound < taken_b or (bound == taken_b and u > taken_u):
+                    if found < wanted or bound > order_b[wanted - 1]:
+                        found = _insert(order_b, order_u, order_u, found, wanted, bound, u, u)
+            taken_b, taken_u = order_b[wanted - 1], order_u[wanted - 1]
+            start = ordered
+            ordered += wanted
+        block = min(B, ordered - scored)
+        for c in range(block):
+            u1 = order_u[scored - start + c]
+            for h in range(H):
+                Y_BxH[c, h] = Y_HxU[h, u1]
+        for c in range(block, B):
+            for h in range(H):
+                Y_BxH[c, h] = 0.0
+        np.dot(Y_BxH, rowsT_HxP, S_BxP)
+        if filled == 0:
+            # a first floor: cut the block's scores into `count + n_excluded` groups; each group's largest is a
+            # distinct feature, so at least `count` features outside the excluded score at least the smallest
+            # of these maxima (list insertions fell from about 145 to 80 a token on the shipped model). The
+            # maxima run on the scores' bits: |s| as int32 orders like |s|
+            groups = count + n_excluded
+            size = block * P // groups
+            bits = S_BxP.reshape(B * P).view(np.int32)
+            if size > 0:
+                smallest = np.int32(0x7F800000)
+                for g in range(groups):
+                    largest = np.int32(0)
+                    for j in range(g * size, (g + 1) * size):
+                        largest = max(largest, bits[j] & np.int32(0x7FFFFFFF))
+                    smallest = min(smallest, largest)
+                floor_bits[0] = smallest
+                floor = floor_bits.view(np.float32)[0]
+        for c in range(block):
+            u1 = order_u[scored - start]
+            scored += 1
+            scores = S_BxP[c]
+            # kept lists full: a score must beat the last kept; not yet: reach the floor
+            full = filled == count
+            limit = best_s[count - 1] if full else floor
+            if _count_above(scores, 0, P, limit, full) > 0:
+                # (counted again per chunk of 16 or 64 scores, this took as long or longer)
+                for p in range(P):
+                    value = scores[p]
+                    score = abs(value)
+                    if (score > best_s[count - 1]) if filled == count else (score >= floor):
+                        feature = u1 | (p << col_bits)
+                        if not excluded[feature]:
+                            filled = _insert(best_s, out_i, out_v, filled, count, score, feature, value)
+            if filled == count and scored < last:
+                # stop once the `count` kept scores beat every bound left: the next column's
+                if scored < ordered:
+                    bound = order_b[scored - start]
+                else:
+                    bound = -1.0
+                    for u in range(U):
+                        if bounds_U[u] < taken_b or (bounds_U[u] == taken_b and u > taken_u):
+                            bound = max(bound, bounds_U[u])
+                if best_s[count - 1] > bound * (1.0 + BOUND_MARGIN):
+                    return scored
+    return scored
+
+
+# --- least squares -----------------------------------------------------------------------------------------
+
+
+@numba.njit(cache=True, inline="always")
+def _gram(ids_A, ids_B, row_means, col_means, col_bits, out):
+    """out[i, j] = <phi_a_i, phi_b_j> = tP[u2 xor u2'] tQ[u1 xor u1'] (the xor-group identity: two lookups in
+    tables of 2^r2 and 2^r1 entries)."""
+    mask = (1 << col_bits) - 1
+    for i in range(ids_A.size):
+        u1, u2 = ids_A[i] & mask, ids_A[i] >> col_bits
+        for j in range(ids_B.size):
+            out[i, j] = row_means[u2 ^ (ids_B[j] >> col_bits)] * col_means[u1 ^ (ids_B[j] & mask)]
+
+
+@numba.njit(cache=True, fastmath=FAST)
+def _cholesky(L, F):
+    """The lower Cholesky factor of L[:F, :F] (its lower triangle read), in place, a column at a time: the
+    column's entries below the diagonal are independent dot products, which the core overlaps (row by row,
+    each entry waits on the one before it: 4.4 against 2.5 us at F = 32, 19 against 10 us at F = 64)."""
+    for j in range(F):
+        total = L[j, j]
+        for p in range(j):
+            total -= L[j, p] * L[j, p]
+        diagonal = np.sqrt(total)
+        L[j, j] = diagonal
+        inverse = 1.0 / diagonal
+        for i in range(j + 1, F):
+            total = L[i, j]
+            for p in range(j):
+                total -= L[i, p] * L[j, p]
+            L[i, j] = total * inverse
+
+
+@numba.njit(cache=True, fastmath=FAST)
+def _forward(L, F, b, y):
+    """y = L^-1 b (y may be b)."""
+    for i in range(F):
+        total = b[i]
+        for p in range(i):
+            total -= L[i, p] * y[p]
+        y[i] = total / L[i, i]
+
+
+@numba.njit(cache=True, fastmath=FAST)
+def _backward(L, F, y, a):
+    """a = L^-T y, by rows of L (a[i] is final once the rows below it are done)."""
+    for i in range(F):
+        a[i] = y[i]
+    for i in range(F - 1, -1, -1):
+        a[i] /= L[i, i]
+        value = a[i]
+        for p in range(i):
+            a[p] -= value * L[i, p]
+
+
+@numba.njit(cache=True, fastmath=FAST)
+def _factor_solve(ids, b, row_means, col_means, ridge, col_bits, L, y, a):
+    """Factor G + ridge I of the support into L, y = L^-1 b, a = L^-T y; returns a.b + ridge ||a||^2 (what the
+    fit removes from ||x||^2)."""
+    F = ids.size
+    _gram(ids, ids, row_means, col_means, col_bits, L)
+    for i in range(F):
+        L[i, i] += ridge
+    _cholesky(L, F)
+    _forward(L, F, b, y)
+    _backward(L, F, y, a)
+    explained = 0.0
+    for i in range(F):
+        explained += a[i] * b[i] + ridge * a[i] * a[i]
+    return explained
+
+
+@numba.njit(cache=True, fastmath=FAST)
+def _union_solve(support, fresh, b_S, b_U, L_S, y_S, row_means, col_means, ridge, col_bits, W, WtW, Z, y_U, a):
+    """Least squares on support + fresh from the support's factor L_S and y_S = L_S^-1 b_S: W = L_S^-1 G_SU,
+    the Schur complement G_UU + ridge I - W^T W factored as Z, then both halves of the block solve. The
+    coefficients go to a (support's first)."""
+    K, J = support.size, fresh.size
+    _gram(support, fresh, row_means, col_means, col_bits, W)
+    for i in range(K):  # W = L_S^-1 G_SU, row by row
+        for p in range(i):
+            factor = L_S[i, p]
+            for j in range(J):
+                W[i, j] -= factor * W[p, j]
+        inverse = 1.0 / L_S[i, i]
+        for j in range(J):
+            W[i, j] *= inverse
+    _gram(fresh, fresh, row_means, col_means, col_bits, Z)
+    np.dot(W.T, W, WtW)  # W is K x J (both k)
+    for i in range(J):
+        for j in range(i + 1):
+            Z[i, j] -= WtW[i, j]
+        Z[i, i] += ridge
+    _cholesky(Z, J)
+    for j in range(J):  # y_U = Z^-1 (b_U - W^T y_S)
+        total = b_U[j]
+        for i in range(K):
+            total -= W[i, j] * y_S[i]
+        y_U[j] = total
+    _forward(Z, J, y_U, y_U)
+    _backward(Z, J, y_U, a[K:])
+    for i in range(K):  # a_S = L_S^-T (y_S - W a_U)
+        total = y_S[i]
+        for j in range(J):
+            total -= W[i, j] * a[K + j]
+        a[i] = total
+    _backward(L_S, K, a[:K], a[:K])
+
+
+@numba.njit(cache=True, fastmath=FAST)
+def _inner_products(ids, Y_HxU, rows_PxH, col_bits, scale, b):
+    """b_i = <x, phi_i> = sum_h sP(u2_i)[h] Y[h, u1_i] / sqrt(d), from the token's own Y."""
+    mask = (1 << col_bits) - 1
+    for i in range(ids.size):
+        u1, u2 = ids[i] & mask, ids[i] >> col_bits
+        total = 0.0
+        for h in range(Y_HxU.shape[0]):
+            total += rows_PxH[u2, h] * Y_HxU[h, u1]
+        b[i] = total * scale
+
+
+@numba.njit(cache=True, fastmath=FAST)
+def _residual(x_HxW, ids, a, rows_PxH, cols_UxW, col_bits, scale, A_HxF, C_FxW, x_hat, residual_HxW):
+    """residual = x - sum_i a_i phi_i (float32), as x - (a-weighted row patterns) @ (column patterns)."""
+    mask = (1 << col_bits) - 1
+    F = ids.size
+    H, W = x_HxW.shape
+    for i in range(F):
+        u1, u2 = ids[i] & mask, ids[i] >> col_bits
+        weight = a[i] * scale
+        for h in range(H):
+            A_HxF[h, i] = weight * rows_PxH[u2, h]
+        for w in range(W):
+            C_FxW[i, w] = cols_UxW[u1, w]
+    np.dot(A_HxF, C_FxW, x_hat)  # F = k: the whole arrays
+    for h in range(H):
+        for w in range(W):
+            residual_HxW[h, w] = x_HxW[h, w] - x_hat[h, w]
+
+
+# --- the encoder --------------------------------------------------------------------------------------------
+
+
+@numba.njit(cache=True, parallel=True, fastmath=FAST)
+def encode(X_NxHxW, row_signs_PxH, col_signs_UxW, row_means, col_means, k, beam, rounds, ridge, scale, col_bits,
+           n_chunks):
+    """(supports [N, k] int64 in the order parity.py gives them, their least-squares coefficients [N, k]
+    float32, columns scored [N, rounds])."""
+    N, H, W = X_NxHxW.shape
+    U, P = col_signs_UxW.shape[0], row_signs_PxH.shape[0]
+    support = np.empty((N, k), dtype=np.int64)
+    values = np.empty((N, k), dtype=np.float32)
+    scored = np.zeros((N, rounds), dtype=np.int32)
+    colsT32 = np.ascontiguousarray(col_signs_UxW.T)
+    rowsT32 = np.ascontiguousarray(row_signs_PxH.T)
+    rows64 = row_signs_PxH.astype(np.float64)
+    cols64 = col_signs_UxW.astype(np.float64)
+    row_means64, col_means64 = row_means.astype(np.float64), col_means.astype(np.float64)
+    for chunk in numba.prange(n_chunks):
+        work = (
+            np.empty(ORDER_BATCH, dtype=np.float32), np.empty(ORDER_BATCH, dtype=np.int64),
+            np.empty((COLUMN_BLOCK, H), dtype=np.float32), np.empty((COLUMN_BLOCK, P), dtype=np.float32),
+            np.empty(k, dtype=np.float32), np.empty(1, dtype=np.int32),
+        )
+        Y_x = np.empty((H, U), dtype=np.float32)
+        Y_r = np.empty((H, U), dtype=np.float32)
+        bounds = np.empty(U, dtype=np.float32)
+        top_i = np.empty(k, dtype=np.int64)
+        top_v = np.empty(k, dtype=np.float32)
+        current = np.empty(k, dtype=np.int64)
+        candidate = np.empty(k, dtype=np.int64)
+        union = np.empty(2 * k, dtype=np.int64)
+        b = np.empty(2 * k, dtype=np.float64)
+        b_kept = np.empty(k, dtype=np.float64)
+        a = np.empty(2 * k, dtype=np.float64)
+        a_current = np.empty(k, dtype=np.float64)
+        a_candidate = np.empty(k, dtype=np.float64)
+        L = np.empty((k, k), dtype=np.float64)
+        L_candidate = np.empty((k, k), dtype=np.float64)
+        y = np.empty(k, dtype=np.float64)
+        y_candidate = np.empty(k, dtype=np.float64)
+        W_block = np.empty((k, k), dtype=np.float64)
+        WtW = np.empty((k, k), dtype=np.float64)
+        Z = np.empty((k, k), dtype=np.float64)
+        y_fresh = np.empty(k, dtype=np.float64)
+        A_HxF = np.empty((H, k), dtype=np.float64)
+        C_FxW = np.empty((k, W), dtype=np.float64)
+        x_hat = np.empty((H, W), dtype=np.float64)
+        residual = np.empty((H, W), dtype=np.float32)
+        excluded = np.zeros(U * P, dtype=np.bool_)
+        for n in range(chunk * N // n_chunks, (chunk + 1) * N // n_chunks):
+            x = X_NxHxW[n]
+            norm = 0.0
+            for h in range(H):
+                for w in range(W):
+                    norm += np.float64(x[h, w]) * x[h, w]
+            _column_products(x, colsT32, Y_x, bounds)
+            scored[n, 0] = _top_features(Y_x, bounds, rowsT32, k, beam, col_bits, excluded, 0, work, top_i, top_v)
+            current[:] = top_i
+            _inner_products(current, Y_x, rows64, col_bits, scale, b[:k])
+            error = norm - _factor_solve(current, b[:k], row_means64, col_means64, ridge, col_bits, L, y, a_current)
+            for pass_ in range(1, rounds):
+                _residual(x, current, a_current, rows64, cols64, col_bits, scale, A_HxF, C_FxW, x_hat, residual)
+                _column_products(residual, colsT32, Y_r, bounds)
+                # the k best residual features outside the support: parity.py's first k outside of its top 2k
+                for i in range(k):
+                    excluded[current[i]] = True
+                scored[n, pass_] = _top_features(Y_r, bounds, rowsT32, k, beam, col_bits, excluded, k, work, top_i,
+                                                 top_v)
+                for i in range(k):
+                    excluded[current[i]] = False
+                union[:k] = current
+                union[k:] = top_i
+                _inner_products(top_i, Y_x, rows64, col_bits, scale, b[k:])
+                _union_solve(current, top_i, b[:k], b[k:], L, y, row_means64, col_means64, ridge, col_bits,
+                             W_block, WtW, Z, y_fresh, a)
+                keep = np.argsort(-np.abs(a), kind="mergesort")[:k]
+                for i in range(k):
+                    candidate[i] = union[keep[i]]
+                    b_kept[i] = b[keep[i]]
+                trial_error = norm - _factor_solve(candidate, b_kept, row_means64, col_means64, ridge, col_bits,
+                                                   L_candidate, y_candidate, a_candidate)
+                if trial_error < error:
+                    error = trial_error
+                    current[:] = candidate
+                    a_current[:] = a_candidate
+                    b[:k] = b_kept
+                    L[:, :] = L_candidate
+                    y[:] = y_candidate
+            support[n] = current
+            for i in range(k):
+                values[n, i] = a_current[i]
+    return support, values, scored
