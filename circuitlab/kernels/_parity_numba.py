@@ -57,16 +57,28 @@ def _column_products(x_HxW, colsT_WxU, Y_HxU, bounds_U):
 
 
 @numba.njit(cache=True, inline="always")
-def _insert(best_s, best_i, best_v, filled, capacity, score, feature, value):
-    """Insert into the lists kept in decreasing score (of equal scores, the first inserted first); the caller
-    has checked that the score beats the last kept one when the lists are full."""
+def _insert(keys, filled, capacity, key):
+    """Insert `key` into keys[:filled], kept in decreasing order, at most `capacity` long; the caller has checked
+    that it beats the last key when the list is full. One int64 array: a score and who holds it move together."""
     position = filled if filled < capacity else capacity - 1
-    while position > 0 and best_s[position - 1] < score:
-        best_s[position], best_i[position] = best_s[position - 1], best_i[position - 1]
-        best_v[position] = best_v[position - 1]
+    while position > 0 and keys[position - 1] < key:
+        keys[position] = keys[position - 1]
         position -= 1
-    best_s[position], best_i[position], best_v[position] = score, feature, value
+    keys[position] = key
     return filled + 1 if filled < capacity else filled
+
+
+@numba.njit(cache=True, inline="always")
+def _key(magnitude_bits, payload):
+    """An int64 ordered like the non-negative float32 whose bits are given, then by the payload (< 2^32)."""
+    return (np.int64(magnitude_bits) << 32) | np.int64(payload)
+
+
+@numba.njit(cache=True, inline="always")
+def _key_magnitude(key, bits_1):
+    """The float32 magnitude of a key (bits_1: a one-element int32 scratch array)."""
+    bits_1[0] = np.int32(key >> 32)
+    return bits_1.view(np.float32)[0]
 
 
 @numba.njit(cache=True, inline="always", fastmath=FAST)
@@ -87,36 +99,40 @@ def _count_above(scores, start, stop, limit, strict):
 def _top_features(Y_HxU, bounds_U, rowsT_HxP, count, beam, col_bits, excluded, n_excluded, work, out_i, out_v):
     """The `count` features of largest |<x, phi_u>| among the `beam` columns of largest bound, leaving out the
     `n_excluded` features marked in `excluded` (one flag per feature), in decreasing |score|: ids into out_i,
-    signed sqrt(d) <x, phi_u> into out_v. Returns the columns scored."""
-    order_b, order_u, Y_BxH, S_BxP, best_s, floor_bits = work
+    signed sqrt(d) <x, phi_u> into out_v. Returns the columns scored.
+
+    Kept features are int64 keys, |score|'s bits above the sign (bit 31) and the id: exact scores tie-break by
+    id. Columns are keys too, bound's bits above U - 1 - u (of equal bounds, the lower column first)."""
+    order, Y_BxH, S_BxP, kept, bits_1 = work
     H, U = Y_HxU.shape
     P = rowsT_HxP.shape[1]
     B = Y_BxH.shape[0]
-    batch = order_b.size
+    batch = order.size
     last = min(beam, U)
-    filled = 0  # features kept so far, in best_s / out_i / out_v, decreasing
+    bound_bits = bounds_U.view(np.int32)
+    S_bits = S_BxP.view(np.int32)
+    filled = 0  # features kept so far, keys[:filled] decreasing
+    kth = np.float32(0.0)  # the last kept score once `count` are kept
     scored = 0
-    ordered = 0  # columns ordered so far: order_u[scored - start ...] holds the batch being scored
+    ordered = 0  # columns put in order so far; order[scored - start ...] holds the batch being scored
     start = 0
-    taken_b, taken_u = np.inf, -1  # the last column ordered
+    taken = np.int64(0x7FFFFFFFFFFFFFFF)  # the key of the last column put in order
     floor = np.float32(0.0)  # while fewer than `count` are kept, scores from the floor up enter
     while scored < last:
         if scored == ordered:
-            # the next batch of columns: the largest bounds after the last ordered, in decreasing bound (of
-            # equal bounds, the lower column first), by one pass of insertions over the bounds
+            # the next batch of columns: the largest keys below the last taken, one pass of insertions
             wanted = min(batch, last - ordered)
             found = 0
             for u in range(U):
-                bound = bounds_U[u]
-                if bound < taken_b or (bound == taken_b and u > taken_u):
-                    if found < wanted or bound > order_b[wanted - 1]:
-                        found = _insert(order_b, order_u, order_u, found, wanted, bound, u, u)
-            taken_b, taken_u = order_b[wanted - 1], order_u[wanted - 1]
+                key = _key(bound_bits[u], U - 1 - u)
+                if key < taken and (found < wanted or key > order[wanted - 1]):
+                    found = _insert(order, found, wanted, key)
+            taken = order[wanted - 1]
             start = ordered
             ordered += wanted
         block = min(B, ordered - scored)
         for c in range(block):
-            u1 = order_u[scored - start + c]
+            u1 = U - 1 - np.int64(order[scored - start + c] & 0xFFFFFFFF)
             for h in range(H):
                 Y_BxH[c, h] = Y_HxU[h, u1]
         for c in range(block, B):
@@ -130,43 +146,51 @@ def _top_features(Y_HxU, bounds_U, rowsT_HxP, count, beam, col_bits, excluded, n
             # maxima run on the scores' bits: |s| as int32 orders like |s|
             groups = count + n_excluded
             size = block * P // groups
-            bits = S_BxP.reshape(B * P).view(np.int32)
+            flat_bits = S_bits.reshape(B * P)
             if size > 0:
                 smallest = np.int32(0x7F800000)
                 for g in range(groups):
                     largest = np.int32(0)
                     for j in range(g * size, (g + 1) * size):
-                        largest = max(largest, bits[j] & np.int32(0x7FFFFFFF))
+                        largest = max(largest, flat_bits[j] & np.int32(0x7FFFFFFF))
                     smallest = min(smallest, largest)
-                floor_bits[0] = smallest
-                floor = floor_bits.view(np.float32)[0]
+                bits_1[0] = smallest
+                floor = bits_1.view(np.float32)[0]
         for c in range(block):
-            u1 = order_u[scored - start]
+            u1 = U - 1 - np.int64(order[scored - start] & 0xFFFFFFFF)
             scored += 1
             scores = S_BxP[c]
             # kept lists full: a score must beat the last kept; not yet: reach the floor
             full = filled == count
-            limit = best_s[count - 1] if full else floor
-            if _count_above(scores, 0, P, limit, full) > 0:
+            if _count_above(scores, 0, P, kth if full else floor, full) > 0:
                 # (counted again per chunk of 16 or 64 scores, this took as long or longer)
+                row_bits = S_bits[c]
                 for p in range(P):
-                    value = scores[p]
-                    score = abs(value)
-                    if (score > best_s[count - 1]) if filled == count else (score >= floor):
+                    score = abs(scores[p])
+                    if (score > kth) if filled == count else (score >= floor):
                         feature = u1 | (p << col_bits)
                         if not excluded[feature]:
-                            filled = _insert(best_s, out_i, out_v, filled, count, score, feature, value)
+                            negative = np.int64(row_bits[p] < 0) << 31
+                            filled = _insert(kept, filled, count, _key(row_bits[p] & 0x7FFFFFFF, negative | feature))
+                            if filled == count:
+                                kth = _key_magnitude(kept[count - 1], bits_1)
             if filled == count and scored < last:
                 # stop once the `count` kept scores beat every bound left: the next column's
                 if scored < ordered:
-                    bound = order_b[scored - start]
+                    bound = _key_magnitude(order[scored - start], bits_1)
                 else:
-                    bound = -1.0
+                    bound = np.float32(0.0)
                     for u in range(U):
-                        if bounds_U[u] < taken_b or (bounds_U[u] == taken_b and u > taken_u):
+                        if _key(bound_bits[u], U - 1 - u) < taken:
                             bound = max(bound, bounds_U[u])
-                if best_s[count - 1] > bound * (1.0 + BOUND_MARGIN):
-                    return scored
+                if kth > bound * (1.0 + BOUND_MARGIN):
+                    last = scored  # ends the visit
+                    break
+    for j in range(filled):
+        key = kept[j]
+        out_i[j] = key & 0x7FFFFFFF
+        magnitude = _key_magnitude(key, bits_1)
+        out_v[j] = -magnitude if (key >> 31) & 1 else magnitude
     return scored
 
 
@@ -330,9 +354,9 @@ def encode(X_NxHxW, row_signs_PxH, col_signs_UxW, row_means, col_means, k, beam,
     row_means64, col_means64 = row_means.astype(np.float64), col_means.astype(np.float64)
     for chunk in numba.prange(n_chunks):
         work = (
-            np.empty(ORDER_BATCH, dtype=np.float32), np.empty(ORDER_BATCH, dtype=np.int64),
+            np.empty(ORDER_BATCH, dtype=np.int64),
             np.empty((COLUMN_BLOCK, H), dtype=np.float32), np.empty((COLUMN_BLOCK, P), dtype=np.float32),
-            np.empty(k, dtype=np.float32), np.empty(1, dtype=np.int32),
+            np.empty(k, dtype=np.int64), np.empty(1, dtype=np.int32),
         )
         Y_x = np.empty((H, U), dtype=np.float32)
         Y_r = np.empty((H, U), dtype=np.float32)
