@@ -290,10 +290,12 @@ def squared_residual(layer, x_NxD, support_NxK):
 
 @pytest.mark.parametrize("kind, ridge", [("gaussian", 1e-3), ("concentrated", 1e-3), ("concentrated", 10.0)])
 def test_compiled_encoder_finds_the_pytorch_encoders_supports(kind, ridge):
-    """The shipped bottleneck's size, both pursuit passes. Same supports, in the same order, except at float32
-    near-ties, where both supports fit the write equally well; on concentrated writes the visit of the columns
-    stops early (the shipped model's writes: 21 and 25 of 64 columns in the two passes, layer 0). With a large
-    ridge the support's own features keep residual scores ridge * a_i, and the pursuit pass must pass over them."""
+    """The shipped bottleneck's size, both pursuit passes. Same supports, in the same order, except where
+    rounding decides a near-tie: among the scores, or among the union's |a| in the pursuit pass, where the two
+    kept sets can then fit the write differently (4% apart on one token of this test on another machine's CPU;
+    within 1e-4 here). On concentrated writes the visit of the columns stops early (the shipped model's writes:
+    21 and 25 of 64 columns in the two passes, layer 0). With a large ridge the support's own features keep
+    residual scores ridge * a_i, and the pursuit pass must pass over them."""
     layer = shipped_size(ridge=ridge)
     if kind == "gaussian":
         x = torch.randn(300, 256, generator=torch.Generator().manual_seed(21))
@@ -304,10 +306,11 @@ def test_compiled_encoder_finds_the_pytorch_encoders_supports(kind, ridge):
     same = (support == reference).all(-1)
     assert same.float().mean() >= 0.98
     differ = ~same
-    if differ.any():
+    if differ.any():  # near-ties: neither fit is far from the other
         compiled_error = squared_residual(layer, x[differ], support[differ])
         reference_error = squared_residual(layer, x[differ], reference[differ])
-        torch.testing.assert_close(compiled_error, reference_error, rtol=1e-4, atol=1e-8)
+        assert (compiled_error <= 1.1 * reference_error + 1e-8).all()
+        assert (reference_error <= 1.1 * compiled_error + 1e-8).all()
     assert (scored >= 1).all() and (scored <= layer.beam).all()
     if kind == "concentrated":
         assert scored[:, 0].float().mean() < layer.beam / 2  # the bound stops the visit early

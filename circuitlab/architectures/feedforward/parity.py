@@ -101,8 +101,8 @@ Choices and why:
   the columns that cannot change it), the pursuit's k best residual features outside the support asked for
   directly, Cholesky in float64 with the union's system built on the support's factor. Its coefficients
   serve the forward pass where no gradient is needed and no hook changed the support. On 2 CPU cores the
-  parity-stories forward went from 1,532-1,608 to 4,535-4,907 tokens/s (0.14-0.15x to 0.43-0.50x
-  gelu-stories', benchmarks/bench_cpu.py); its supports equal the PyTorch encoder's except at float32
+  parity-stories forward went from 1,506-1,669 to 5,279-5,654 tokens/s (0.14-0.15x to 0.47-0.48x
+  gelu-stories' in the runs of record, benchmarks/bench_cpu.py --rounds 8; BENCHMARKS.md); its supports equal the PyTorch encoder's except at float32
   near-ties, where both fit the write equally well (tested). On the bottleneck inputs of 4,096 random tokens
   run through the shipped model, its supports equal those of the PyTorch encoder run in float64 on 0.9988-0.9995
   of tokens by layer (the PyTorch encoder in float32: 0.9949-0.9963). Without numba the CPU runs the PyTorch
