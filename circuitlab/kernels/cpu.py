@@ -144,15 +144,17 @@ def parity_encode(
     coefficients), or None where it does not run (numba missing, a backend forced, not on the CPU, or inside
     torch.compile, or a dictionary above 2^MAX_COMPILED_BITS features, whose flags for the pursuit's excluded
     features each thread would hold). `beam` None is the exhaustive encoder. Same supports as
-    ParityBottleneck._pursue up to float32 near-ties."""
+    ParityBottleneck._pursue except where rounding decides a near-tie."""
     n_features = row_signs_PxH.shape[0] * col_signs_UxW.shape[0]
     if not (numba_available() and takes(X_NxHxW)) or X_NxHxW.shape[0] == 0 or n_features > 2**MAX_COMPILED_BITS:
         return None
+    n_cols = col_signs_UxW.shape[0]
+    if 2 * k > min(n_cols if beam is None else beam, n_cols) * row_signs_PxH.shape[0]:
+        return None  # fewer scored features than the pursuit's 2k: the PyTorch encoder says what is wrong
     import numba
 
     from circuitlab.kernels import _parity_numba as compiled
 
-    n_cols = col_signs_UxW.shape[0]
     grid = X_NxHxW.detach().to(torch.float32).contiguous().numpy()
     n_chunks = min(grid.shape[0], 8 * numba.get_num_threads())  # chunks of tokens shared out over the threads
     with _blas_on_one_thread():

@@ -102,11 +102,12 @@ Choices and why:
   directly, Cholesky in float64 with the union's system built on the support's factor. Its coefficients
   serve the forward pass where no gradient is needed and no hook changed the support. On 2 CPU cores the
   parity-stories forward went from 1,506-1,669 to 5,279-5,654 tokens/s (0.14-0.15x to 0.47-0.48x
-  gelu-stories' in the runs of record, benchmarks/bench_cpu.py --rounds 8; BENCHMARKS.md); its supports equal the PyTorch encoder's except at float32
-  near-ties, where both fit the write equally well (tested). On the bottleneck inputs of 4,096 random tokens
-  run through the shipped model, its supports equal those of the PyTorch encoder run in float64 on 0.9988-0.9995
-  of tokens by layer (the PyTorch encoder in float32: 0.9949-0.9963). Without numba the CPU runs the PyTorch
-  encoder below, 128 tokens at a time.
+  gelu-stories' in the runs of record, benchmarks/bench_cpu.py --rounds 8; BENCHMARKS.md). Its supports equal
+  the PyTorch encoder's except where rounding decides a near-tie, among the scores or the union's |a| (tested:
+  there the two fits stay within 10% of each other; one token 4% apart on another machine's CPU). On the
+  bottleneck inputs of 4,096 random tokens run through the shipped model, its supports equal those of the
+  PyTorch encoder run in float64 on 0.9988-0.9995 of tokens by layer (the PyTorch encoder in float32:
+  0.9949-0.9963). Without numba the CPU runs the PyTorch encoder below, 128 tokens at a time.
 - the first top-k scores the whole beam at once. Tried and not kept (2026-12-01, BENCHMARKS.md): half the beam
   first, the whole beam only for tokens whose k-th score there does not beat every bound left (same
   supports). On the shipped model's writes every token settled, and the encoder gained 5-10% on 2 CPU cores
