@@ -101,8 +101,8 @@ def _top_features(Y_HxU, bounds_U, rowsT_HxP, count, beam, col_bits, excluded, n
     `n_excluded` features marked in `excluded` (one flag per feature), in decreasing |score|: ids into out_i,
     signed sqrt(d) <x, phi_u> into out_v. Returns the columns scored.
 
-    Kept features are int64 keys, |score|'s bits above the sign (bit 31) and the id: exact scores tie-break by
-    id. Columns are keys too, bound's bits above U - 1 - u (of equal bounds, the lower column first)."""
+    Kept features are int64 keys, |score|'s bits above the sign (bit 31) and the id: equal scores tie-break by
+    sign, then id. Columns are keys too, bound's bits above U - 1 - u (of equal bounds, the lower column first)."""
     order, Y_BxH, S_BxP, kept, bits_1 = work
     H, U = Y_HxU.shape
     P = rowsT_HxP.shape[1]

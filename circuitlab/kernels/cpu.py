@@ -151,6 +151,8 @@ def parity_encode(
     n_cols = col_signs_UxW.shape[0]
     if 2 * k > min(n_cols if beam is None else beam, n_cols) * row_signs_PxH.shape[0]:
         return None  # fewer scored features than the pursuit's 2k: the PyTorch encoder says what is wrong
+    if not bool(torch.isfinite(X_NxHxW).all()):
+        return None  # the compiled loops assume finite scores (a NaN would leave kept lists short)
     import numba
 
     from circuitlab.kernels import _parity_numba as compiled

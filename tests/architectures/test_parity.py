@@ -375,6 +375,16 @@ def test_reconstruct_reuses_the_compiled_coefficients_only_where_it_may():
     torch.testing.assert_close(x_hat_patched, expected, rtol=1e-5, atol=1e-5)
 
 
+def test_writes_with_nan_keep_the_pytorch_encoder():
+    pytest.importorskip("numba")
+    from circuitlab import kernels
+
+    layer = shipped_size()
+    X = layer._grid(torch.randn(4, 256))
+    X[2, 3, 5] = float("nan")
+    assert kernels.cpu.parity_encode(X, layer.row_signs, layer.col_signs, layer.k, layer.beam, 2, layer.ridge) is None
+
+
 def test_a_forced_backend_keeps_the_pytorch_encoder():
     pytest.importorskip("numba")
     from circuitlab import kernels
