@@ -7,7 +7,8 @@ gelu-stories), circuit collection tokens/s of sgatlin-stories, and circuit searc
 
 Forward passes run under inference mode on batches of 16 x 256 random tokens; the models are measured in
 interleaved rounds and each keeps its best round, so a burst of other work on shared cores does not land
-on one model only. Collection runs `circuitlab.analysis.collect.collect` over generated held-out stories
+on one model only; the ratios of each round's pair (the models run back to back) are printed beside, their
+median and range. Collection runs `circuitlab.analysis.collect.collect` over generated held-out stories
 (every layer's codes, context excerpts and top-5 predictions written to shards). Search uses structured
 synthetic codes of the sgatlin-stories shape (`structured_synthetic_codes`: size 8192, 64 non-zeros) and
 fresh queries from the same prototypes; recall@10 counts ties with the exact 10th neighbour as correct.
@@ -41,13 +42,14 @@ def load_average() -> float:
     return os.getloadavg()[0]
 
 
-def forward_benchmark(names: list[str], rounds: int, batch: int, length: int) -> dict:
+def forward_benchmark(names: list[str], rounds: int, batch: int, length: int) -> tuple[dict, dict]:
+    """(best tokens/s of each model over the rounds, each model's tokens/s in every round)."""
     from circuitlab.architectures.checkpoint import load_model
 
     models = {name: load_model(name).eval() for name in names}
     tokens = torch.randint(0, min(m.config.d_vocab for m in models.values()), (batch, length),
                            generator=torch.Generator().manual_seed(0))
-    best = {name: 0.0 for name in names}
+    per_round = {name: [] for name in names}
     with torch.inference_mode():
         for model in models.values():
             model(tokens[:2, :32])
@@ -55,8 +57,14 @@ def forward_benchmark(names: list[str], rounds: int, batch: int, length: int) ->
             for name, model in models.items():
                 started = time.perf_counter()
                 model(tokens)
-                best[name] = max(best[name], tokens.numel() / (time.perf_counter() - started))
-    return best
+                per_round[name].append(tokens.numel() / (time.perf_counter() - started))
+    return {name: max(rates) for name, rates in per_round.items()}, per_round
+
+
+def median(values: list[float]) -> float:
+    ordered = sorted(values)
+    middle = len(ordered) // 2
+    return ordered[middle] if len(ordered) % 2 else (ordered[middle - 1] + ordered[middle]) / 2
 
 
 def collection_benchmark(n_stories: int, batch_size: int, rounds: int) -> dict:
@@ -145,8 +153,9 @@ def main() -> None:
         "cpu_count": os.cpu_count(), "torch_threads": torch.get_num_threads(), "load_average_start": load_average(),
     }
     if not args.skip_models:
-        forward = forward_benchmark(["gelu-stories", "sgatlin-stories", "parity-stories"], args.rounds, 16, 256)
+        forward, per_round = forward_benchmark(["gelu-stories", "sgatlin-stories", "parity-stories"], args.rounds, 16, 256)
         results["forward_tokens_per_second"] = forward
+        results["forward_tokens_per_second_by_round"] = per_round
         results["load_average_after_forward"] = load_average()
         print(f"forward tokens/s (load {results['load_average_after_forward']:.1f}): "
               + ", ".join(f"{name} {rate:,.0f}" for name, rate in forward.items()), flush=True)
@@ -174,6 +183,11 @@ def main() -> None:
             lines.append(f"{'forward tokens/s, ' + name:58s} {forward[name]:14,.0f}")
         line("sgatlin-stories forward / gelu-stories", forward["sgatlin-stories"] / gelu, 0.5, ".2f")
         line("parity-stories forward / gelu-stories", forward["parity-stories"] / gelu, 0.5, ".2f")
+        by_round = results["forward_tokens_per_second_by_round"]
+        for name in ("sgatlin-stories", "parity-stories"):  # each round's pair run back to back: the same drift
+            ratios = [rate / base for rate, base in zip(by_round[name], by_round["gelu-stories"])]
+            lines.append(f"{'    ' + name + ' / gelu-stories, median of the rounds (range)':58s} "
+                         f"{median(ratios):14.2f}   ({min(ratios):.2f}-{max(ratios):.2f})")
         line("collection tokens/s, sgatlin-stories", results["collection"]["tokens_per_second"], 2000, ",.0f")
     if "search" in results:
         search = results["search"]

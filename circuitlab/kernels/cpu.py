@@ -139,11 +139,12 @@ def numba_available() -> bool:
 def parity_encode(
     X_NxHxW: Float[Tensor, "tokens rows cols"], row_signs_PxH: Tensor, col_signs_UxW: Tensor, k: int,
     beam: int | None, rounds: int, ridge: float,
-) -> tuple[Int[Tensor, "tokens k"], Float[Tensor, "tokens k"]] | None:
+) -> tuple[Int[Tensor, "tokens k"], Float[Tensor, "tokens k"], Float[Tensor, "tokens rows cols"]] | None:
     """The product parity encoder compiled for the CPU (kernels/_parity_numba.py): (supports, least-squares
-    coefficients), or None where it does not run (numba missing, a backend forced, not on the CPU, or inside
-    torch.compile, or a dictionary above 2^MAX_COMPILED_BITS features, whose flags for the pursuit's excluded
-    features each thread would hold). `beam` None is the exhaustive encoder. Same supports as
+    coefficients, the decoded writes sum_i a_i phi_i as grids), or None where it does not run (numba missing, a
+    backend forced, not on the CPU, or inside torch.compile, a dictionary above 2^MAX_COMPILED_BITS features,
+    whose flags for the pursuit's excluded features each thread would hold, or a write that is not finite or
+    too large for float32 scores). `beam` None is the exhaustive encoder. Same supports as
     ParityBottleneck._pursue except where rounding decides a near-tie."""
     n_features = row_signs_PxH.shape[0] * col_signs_UxW.shape[0]
     if not (numba_available() and takes(X_NxHxW)) or X_NxHxW.shape[0] == 0 or n_features > 2**MAX_COMPILED_BITS:
@@ -151,8 +152,6 @@ def parity_encode(
     n_cols = col_signs_UxW.shape[0]
     if 2 * k > min(n_cols if beam is None else beam, n_cols) * row_signs_PxH.shape[0]:
         return None  # fewer scored features than the pursuit's 2k: the PyTorch encoder says what is wrong
-    if not bool(torch.isfinite(X_NxHxW).all()):
-        return None  # the compiled loops assume finite scores (a NaN would leave kept lists short)
     import numba
 
     from circuitlab.kernels import _parity_numba as compiled
@@ -160,14 +159,16 @@ def parity_encode(
     grid = X_NxHxW.detach().to(torch.float32).contiguous().numpy()
     n_chunks = min(grid.shape[0], 8 * numba.get_num_threads())  # chunks of tokens shared out over the threads
     with _blas_on_one_thread():
-        support, values, _ = compiled.encode(
+        support, values, decoded, _, encoded = compiled.encode(
             grid, row_signs_PxH.to(torch.float32).contiguous().numpy(),
             col_signs_UxW.to(torch.float32).contiguous().numpy(),
             row_signs_PxH.mean(-1).double().numpy(), col_signs_UxW.mean(-1).double().numpy(), k,
             n_cols if beam is None else min(beam, n_cols), rounds, float(ridge),
             1.0 / math.sqrt(row_signs_PxH.shape[1] * col_signs_UxW.shape[1]), int(n_cols).bit_length() - 1, n_chunks,
         )
-    return torch.from_numpy(support), torch.from_numpy(values)
+    if not encoded.all():
+        return None  # writes the compiled loops leave out (not finite, or too large): the PyTorch encoder
+    return torch.from_numpy(support), torch.from_numpy(values), torch.from_numpy(decoded)
 
 
 @functools.cache

@@ -1,6 +1,7 @@
 """The deep parity bottleneck, product design (DESIGN section 5; architectures/feedforward/parity.py): each
 claim of the module docstring against a brute force over the materialised dictionary."""
 
+import numpy as np
 import pytest
 import torch
 
@@ -266,19 +267,24 @@ def concentrated(layer, n_tokens, seed, noise=0.2):
 
 
 def compiled_encode(layer, x_NxD, beam="configured", rounds=None):
-    """(supports, coefficients, columns scored per round) of the compiled encoder, called directly."""
+    """(supports, coefficients, columns scored per round) of the compiled encoder, called directly; checks that
+    every token was encoded and that the decoded writes it returns are sum_i a_i phi_i."""
     pytest.importorskip("numba")
     from circuitlab.kernels import _parity_numba
 
     X = layer._grid(x_NxD).float().contiguous()
     n_cols = 2**layer.col_bits
     beam = layer.beam if beam == "configured" else (n_cols if beam is None else beam)
-    support, values, scored = _parity_numba.encode(
+    support, values, decoded, scored, encoded = map(torch.from_numpy, _parity_numba.encode(
         X.numpy(), layer.row_signs.numpy(), layer.col_signs.numpy(), layer.row_means.double().numpy(),
         layer.col_means.double().numpy(), layer.k, min(beam, n_cols), rounds or layer.pursuit_rounds, layer.ridge,
         layer.scale, layer.col_bits, 3,
-    )
-    return torch.from_numpy(support), torch.from_numpy(values), torch.from_numpy(scored)
+    ))
+    assert encoded.all()
+    expected = layer.decode(support[None], values[None].double())[0]
+    scale = max(expected.abs().max().item(), 1e-30)
+    torch.testing.assert_close(decoded.flatten(1).double(), expected, rtol=1e-5, atol=1e-6 * scale)
+    return support, values, scored
 
 
 def squared_residual(layer, x_NxD, support_NxK):
@@ -336,6 +342,45 @@ def test_compiled_coefficients_are_least_squares_on_their_support():
     assert all(len(set(row.tolist())) == layer.k for row in support)  # k distinct features
 
 
+@pytest.mark.parametrize("spread", [0.1, 1.0, 40.0])
+def test_compiled_encoders_edge_and_first_floor_are_valid_and_near_the_exact_order_statistic(spread):
+    """`_edge`: at least `reach` values attain it, and it lies within one bin (1/16 octave) of the reach-th
+    largest value; spread far (40 octaves) the count is reached only below the bins and the edge is 0.
+    `_first_floor`: at least `groups` distinct scores reach it (so every one of the top `groups - excluded`
+    features does), brute-forced on random blocks, including all-zero and tied scores."""
+    pytest.importorskip("numba")
+    from circuitlab.kernels import _parity_numba as compiled
+
+    generator = np.random.default_rng(31)
+    histogram = np.empty(compiled.FLOOR_BINS + 1, dtype=np.int64)
+    for trial in range(50):
+        values = (2.0 ** (spread * generator.random(256))).astype(np.float32)
+        bits = values.view(np.int32)
+        reach = int(generator.integers(1, 65))
+        edge = compiled._edge(bits, reach, histogram)
+        exact = np.sort(bits)[::-1][reach - 1]
+        if spread > 20:
+            assert edge == 0 or (bits >= edge).sum() >= reach
+            continue
+        assert (bits >= edge).sum() >= reach
+        assert exact - edge < 2**compiled.FLOOR_SHIFT
+    bits_1 = np.empty(1, dtype=np.int32)
+    maxima = np.empty(compiled.COLUMN_BLOCK * 256 // compiled.FLOOR_GROUP, dtype=np.int32)
+    for trial in range(50):
+        block = int(generator.integers(1, compiled.COLUMN_BLOCK + 1))
+        scores = generator.standard_normal(compiled.COLUMN_BLOCK * 256).astype(np.float32) * 2.0 ** (spread * generator.random())
+        if trial % 10 == 0:
+            scores[:] = 0.0
+        elif trial % 10 == 1:
+            scores = np.round(scores)  # many ties
+        groups = int(generator.integers(1, 65))
+        floor = compiled._first_floor(scores.view(np.int32), block * 256, groups, maxima, histogram, bits_1,
+                                      bits_1.view(np.float32))
+        if block * 256 // compiled.FLOOR_GROUP < groups:
+            assert floor == 0.0
+        assert (np.abs(scores[: block * 256]) >= floor).sum() >= groups
+
+
 def test_compiled_encoder_takes_zero_writes():
     layer = shipped_size()
     support, values, _ = compiled_encode(layer, torch.zeros(3, 256))
@@ -373,6 +418,22 @@ def test_reconstruct_reuses_the_compiled_coefficients_only_where_it_may():
         layer.hook_code_indices.remove_hooks()
     expected = layer.decode(patched, layer.coefficients(x, patched))
     torch.testing.assert_close(x_hat_patched, expected, rtol=1e-5, atol=1e-5)
+    # a hook that changes the coefficients in place: the write is decoded from them, not the encoder's
+    layer.hook_code_values.add_hook(lambda values, hook: values.mul_(2.0))
+    try:
+        with torch.no_grad():
+            x_hat_doubled, _ = layer.reconstruct(x)
+    finally:
+        layer.hook_code_values.remove_hooks()
+    torch.testing.assert_close(x_hat_doubled, 2 * x_hat, rtol=1e-4, atol=1e-4)
+    # without hooks on the coefficients the encoder's own decoded write is the block's: no decode runs
+    layer.decode = None
+    try:
+        with torch.no_grad():
+            x_hat_again, _ = layer.reconstruct(x)
+    finally:
+        del layer.decode
+    torch.testing.assert_close(x_hat_again, x_hat, rtol=0, atol=0)
 
 
 def test_writes_with_nan_keep_the_pytorch_encoder():
@@ -383,6 +444,14 @@ def test_writes_with_nan_keep_the_pytorch_encoder():
     X = layer._grid(torch.randn(4, 256))
     X[2, 3, 5] = float("nan")
     assert kernels.cpu.parity_encode(X, layer.row_signs, layer.col_signs, layer.k, layer.beam, 2, layer.ridge) is None
+    X[2, 3, 5] = 1e20  # finite, but float32 scores could overflow
+    assert kernels.cpu.parity_encode(X, layer.row_signs, layer.col_signs, layer.k, layer.beam, 2, layer.ridge) is None
+    X[2, 3, 5] = 1e17
+    assert kernels.cpu.parity_encode(X, layer.row_signs, layer.col_signs, layer.k, layer.beam, 2, layer.ridge) is not None
+    x = torch.randn(1, 4, 256)
+    x[0, 1, 7] = float("inf")
+    x_hat, _ = layer.reconstruct(x)  # the PyTorch encoder's answer, without an error
+    assert x_hat.shape == x.shape
 
 
 def test_a_forced_backend_keeps_the_pytorch_encoder():

@@ -366,9 +366,9 @@ class ParityBottleneck(FeatureCodeLayer):
     @torch.no_grad()
     def _encode(
         self, x_BxTxD: Float[Tensor, "batch pos d_model"], exhaustive: bool
-    ) -> tuple[Int[Tensor, "batch pos k"], Tensor | None]:
-        """(support, its least-squares coefficients in float32 where the compiled CPU encoder found them, else
-        None)."""
+    ) -> tuple[Int[Tensor, "batch pos k"], Tensor | None, Tensor | None]:
+        """(support, its least-squares coefficients in float32 and their decoded write where the compiled CPU
+        encoder found them, else None and None)."""
         with torch.autocast(device_type=x_BxTxD.device.type, enabled=False):
             X = self._grid(x_BxTxD).float()
             if self.compiled_cpu_encoder and not torch.compiler.is_compiling():
@@ -376,15 +376,15 @@ class ParityBottleneck(FeatureCodeLayer):
                 compiled = kernels.cpu.parity_encode(X, self.row_signs, self.col_signs, self.k, beam,
                                                      self.pursuit_rounds, self.ridge)
                 if compiled is not None:
-                    support, values = compiled
+                    support, values, decoded = compiled
                     shape = (*x_BxTxD.shape[:-1], self.k)
-                    return support.to(x_BxTxD.device).reshape(shape), values.reshape(shape)
+                    return support.reshape(shape), values.reshape(shape), decoded.reshape(x_BxTxD.shape)
             if X.device.type == "cpu" and X.shape[0] > CPU_ENCODE_CHUNK and not torch.compiler.is_compiling():
                 chunks = X.split(CPU_ENCODE_CHUNK)  # every token is encoded on its own: same supports
                 support = torch.cat([self._pursue(chunk, exhaustive) for chunk in chunks])
             else:
                 support = self._pursue(X, exhaustive)
-            return support.reshape(*x_BxTxD.shape[:-1], self.k), None
+            return support.reshape(*x_BxTxD.shape[:-1], self.k), None, None
 
     def _pursue(self, X: Float[Tensor, "tokens rows cols"], exhaustive: bool) -> Int[Tensor, "tokens k"]:
         beam = None if exhaustive else self.beam
@@ -529,10 +529,11 @@ class ParityBottleneck(FeatureCodeLayer):
     ) -> tuple[Float[Tensor, "batch pos d_model"], Tensor]:
         """(x_hat, relative reconstruction error ||x - x_hat||^2 / ||x||^2 of the batch)."""
         x_BxTxD = self.hook_in(x_BxTxD)
-        found_BxTxK, values_BxTxK = self._encode(x_BxTxD, exhaustive)
+        found_BxTxK, values_BxTxK, decoded_BxTxD = self._encode(x_BxTxD, exhaustive)
         indices_BxTxK = self.hook_code_indices(found_BxTxK)
         # the compiled CPU encoder's coefficients serve where nothing needs their gradient, x is float32 and no
-        # hook changed the support; else least squares again, differentiable
+        # hook changed the support; else least squares again, differentiable. Its decoded write serves too
+        # where no hook is attached to the coefficients (one could change them in place)
         reuse = (
             values_BxTxK is not None and x_BxTxD.dtype == torch.float32
             and not (torch.is_grad_enabled() and x_BxTxD.requires_grad)
@@ -540,8 +541,14 @@ class ParityBottleneck(FeatureCodeLayer):
         )
         if not reuse:
             values_BxTxK = self.coefficients(x_BxTxD, indices_BxTxK)
+        hooked = self.hook_code_values._forward_hooks or self.hook_code_values._forward_pre_hooks
+        reuse_decoded = reuse and not hooked
         values_BxTxK = self.hook_code_values(values_BxTxK)
-        x_hat_BxTxD = self.hook_recon(self.decode(indices_BxTxK, values_BxTxK))
+        if reuse_decoded:
+            x_hat_BxTxD = decoded_BxTxD.to(x_BxTxD.device)
+        else:
+            x_hat_BxTxD = self.decode(indices_BxTxK, values_BxTxK)
+        x_hat_BxTxD = self.hook_recon(x_hat_BxTxD)
         return x_hat_BxTxD, relative_error(x_BxTxD, x_hat_BxTxD)
 
     # --- the dictionary, explicitly (tests, analyses) -------------------------------------------------------
