@@ -186,8 +186,8 @@ def main() -> None:
         by_round = results["forward_tokens_per_second_by_round"]
         for name in ("sgatlin-stories", "parity-stories"):  # each round's pair run back to back: the same drift
             ratios = [rate / base for rate, base in zip(by_round[name], by_round["gelu-stories"])]
-            lines.append(f"{'    ' + name + ' / gelu-stories, median of the rounds (range)':58s} "
-                         f"{median(ratios):14.2f}   ({min(ratios):.2f}-{max(ratios):.2f})")
+            lines.append(f"{'    ' + name + ' / gelu-stories, paired rounds: median':58s} "
+                         f"{median(ratios):14.2f}   (rounds {min(ratios):.2f}-{max(ratios):.2f})")
         line("collection tokens/s, sgatlin-stories", results["collection"]["tokens_per_second"], 2000, ",.0f")
     if "search" in results:
         search = results["search"]

@@ -100,9 +100,10 @@ Choices and why:
   stopped once the k kept scores beat every bound left (the configured beam's result, found without scoring
   the columns that cannot change it), the pursuit's k best residual features outside the support asked for
   directly, Cholesky in float64 with the union's system built on the support's factor. Its coefficients
-  serve the forward pass where no gradient is needed and no hook changed the support. On 2 CPU cores the
-  parity-stories forward went from 1,506-1,669 to 5,279-5,654 tokens/s (0.14-0.15x to 0.47-0.48x
-  gelu-stories' in the runs of record, benchmarks/bench_cpu.py --rounds 8; BENCHMARKS.md). Its supports equal
+  serve the forward pass where no gradient is needed and no hook changed the support, and its decoded write
+  where, in addition, no hook is attached to the coefficients. On 2 CPU cores the parity-stories forward went
+  from 1,506-1,669 to 5,121-5,674 tokens/s (0.14-0.15x to 0.51-0.60x gelu-stories' in the runs of record,
+  benchmarks/bench_cpu.py --rounds 8; BENCHMARKS.md). Its supports equal
   the PyTorch encoder's except where rounding decides a near-tie, among the scores or the union's |a| (tested:
   there the two fits stay within 10% of each other; one token 4% apart on another machine's CPU). On the
   bottleneck inputs of 4,096 random tokens run through the shipped model, its supports equal those of the
