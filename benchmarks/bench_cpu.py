@@ -153,7 +153,8 @@ def main() -> None:
         "cpu_count": os.cpu_count(), "torch_threads": torch.get_num_threads(), "load_average_start": load_average(),
     }
     if not args.skip_models:
-        forward, per_round = forward_benchmark(["gelu-stories", "sgatlin-stories", "parity-stories"], args.rounds, 16, 256)
+        names = ["gelu-stories", "sgatlin-stories", "parity-stories"]
+        forward, per_round = forward_benchmark(names, args.rounds, 16, 256)
         results["forward_tokens_per_second"] = forward
         results["forward_tokens_per_second_by_round"] = per_round
         results["load_average_after_forward"] = load_average()

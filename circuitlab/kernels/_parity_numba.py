@@ -31,8 +31,9 @@ than reading past the lists: the caller then keeps the PyTorch encoder for the b
 
 On the shipped model's writes (8,192 positions of random tokens, one thread, best of 25 rounds, the two
 versions side by side in one process, two runs) the floor, the edge and the block-sized products took the
-encoder from 40.9 and 41.6 to 35.3 and 35.9 us a token and layer. List insertions a token fell from 66-83 to 45-54 (first pass) and from 88-110 to 63-81 (pursuit pass), column-order insertions from
-83-109 to 26-55 and from 108-133 to 56-79.
+encoder from 40.9 and 41.6 to 35.3 and 35.9 us a token and layer. List insertions a token fell from 66-83 to
+45-54 (first pass) and from 88-110 to 63-81 (pursuit pass), column-order insertions from 83-109 to 26-55 and
+from 108-133 to 56-79.
 
 Float32 scores, float64 solves: near-ties may be ordered differently from the PyTorch path (as between any two
 float32 paths; tests/architectures/test_parity.py compares the supports and, where they differ, how well each
@@ -167,9 +168,9 @@ def _first_floor(flat_bits, n_scores, groups, maxima, histogram, bits_1, float_1
     """A floor under the `groups`-th largest of the first block's scores: cut them into groups of FLOOR_GROUP,
     each group's largest a distinct feature, and find a value that at least `groups` of these maxima reach
     (`_edge`). With groups = count + excluded features, at least `count` features outside the excluded score
-    at least the floor, so no feature of the top `count` is below it (list insertions fell from about 145 to 80
-    a token on the shipped model with the smallest of `groups` slice maxima as the floor, and to about 50 with
-    this one). Runs on the scores' bits (|s| as int32 orders like |s|). Where the count is reached only below
+    at least the floor, so no feature of the top `count` is below it (first-pass list insertions a token on the
+    shipped model: about 145 without a floor, 66-83 with the smallest of `groups` slice maxima, 45-54 with this
+    one). Runs on the scores' bits (|s| as int32 orders like |s|). Where the count is reached only below
     the bins, the floor is the smallest of `groups` maxima of equal slices (valid too, but lower)."""
     n_groups = n_scores // FLOOR_GROUP
     if n_groups < groups:

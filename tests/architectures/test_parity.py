@@ -368,7 +368,8 @@ def test_compiled_encoders_edge_and_first_floor_are_valid_and_near_the_exact_ord
     maxima = np.empty(compiled.COLUMN_BLOCK * 256 // compiled.FLOOR_GROUP, dtype=np.int32)
     for trial in range(50):
         block = int(generator.integers(1, compiled.COLUMN_BLOCK + 1))
-        scores = generator.standard_normal(compiled.COLUMN_BLOCK * 256).astype(np.float32) * 2.0 ** (spread * generator.random())
+        scale = 2.0 ** (spread * generator.random())
+        scores = generator.standard_normal(compiled.COLUMN_BLOCK * 256).astype(np.float32) * scale
         if trial % 10 == 0:
             scores[:] = 0.0
         elif trial % 10 == 1:
