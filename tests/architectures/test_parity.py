@@ -345,7 +345,7 @@ def test_compiled_coefficients_are_least_squares_on_their_support():
 @pytest.mark.parametrize("spread", [0.1, 1.0, 40.0])
 def test_compiled_encoders_edge_and_first_floor_are_valid_and_near_the_exact_order_statistic(spread):
     """`_edge`: at least `reach` values attain it, and it lies within one bin (1/16 octave) of the reach-th
-    largest value; spread far (40 octaves) the count is reached only below the bins and the edge is 0.
+    largest value; spread over 40 octaves, where the count may be reached only below the bins, it is 0 or valid.
     `_first_floor`: at least `groups` distinct scores reach it (so every one of the top `groups - excluded`
     features does), brute-forced on random blocks, including all-zero and tied scores."""
     pytest.importorskip("numba")
@@ -443,12 +443,13 @@ def test_writes_with_nan_keep_the_pytorch_encoder():
 
     layer = shipped_size()
     X = layer._grid(torch.randn(4, 256))
+    arguments = (layer.row_signs, layer.col_signs, layer.k, layer.beam, 2, layer.ridge)
     X[2, 3, 5] = float("nan")
-    assert kernels.cpu.parity_encode(X, layer.row_signs, layer.col_signs, layer.k, layer.beam, 2, layer.ridge) is None
+    assert kernels.cpu.parity_encode(X, *arguments) is None
     X[2, 3, 5] = 1e20  # finite, but float32 scores could overflow
-    assert kernels.cpu.parity_encode(X, layer.row_signs, layer.col_signs, layer.k, layer.beam, 2, layer.ridge) is None
+    assert kernels.cpu.parity_encode(X, *arguments) is None
     X[2, 3, 5] = 1e17
-    assert kernels.cpu.parity_encode(X, layer.row_signs, layer.col_signs, layer.k, layer.beam, 2, layer.ridge) is not None
+    assert kernels.cpu.parity_encode(X, *arguments) is not None
     x = torch.randn(1, 4, 256)
     x[0, 1, 7] = float("inf")
     x_hat, _ = layer.reconstruct(x)  # the PyTorch encoder's answer, without an error
