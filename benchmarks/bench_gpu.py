@@ -19,10 +19,13 @@
 3. The depth question of legible-stories (6 layers against gelu-stories' 4): gelu-stories at 6 layers
    (gelu-stories-6l) is trained beside it as its depth-matched baseline, the 4-layer legible-stories-v1 beside
    gelu-stories, and one block's attention and FFN are timed forward+backward against the GELU block's.
-4. Each preset and its baseline compiled side by side and timed in alternating rounds (--pairs; the targets
+4. sgatlin-stories' router at the training batch: the forward's two designs side by side (one (token,
+   channel) row per thread, the default, against tiles of rows), its backward, and the sort of the assignments
+   by expert row with int16 against int32 keys (--skip router leaves it out).
+5. Each preset and its baseline compiled side by side and timed in alternating rounds (--pairs; the targets
    are judged on these ratios, since drift between runs hits both models of a pair alike), and with
    --profile the GPU time of each kernel of one compiled step.
-5. Writes bench_gpu.json and bench_gpu.md (the tables) into the output folder. One call on one H200 is
+6. Writes bench_gpu.json and bench_gpu.md (the tables) into the output folder. One call on one H200 is
    limited to 10 minutes: run it twice, with --skip paired and with --skip layers,parts,training.
 
 The combine's bytes bound. Forward: each token reads its C*K chosen w_in and w_out rows. Backward: a token
@@ -396,6 +399,42 @@ def layer_table(args, device: str) -> dict:
     return out
 
 
+def router_table(args, device: str) -> dict:
+    """sgatlin-stories' router at the training batch (bf16 subkey scores, its C, n and K): the forward in its two
+    designs (one row per thread against tiles of rows; the same gates and indices, checked), the backward, and
+    the sort of the assignments by expert row that the combine's backward needs, with int16 against int32 keys."""
+    from circuitlab.kernels import sgatlin_triton
+
+    shape = SMOKE_SHAPE if args.smoke else TINYSTORIES
+    n_tokens = shape["n_tokens"] if args.smoke else args.batch * args.seq
+    n_channels, k, n_keys = shape["n_channels"], shape["k"], math.isqrt(shape["n_neurons"])
+    timer = kb.Timer(device, warmup_ms=10, rep_ms=100)
+    gen = torch.Generator(device=device).manual_seed(3)
+    scores = torch.randn(n_tokens, 2 * n_channels * n_keys, device=device, generator=gen).to(torch.bfloat16)
+    out: dict = dict(n_tokens=n_tokens, n_channels=n_channels, n_subkeys=n_keys, k=k)
+    chosen = {design: sgatlin_triton.route_forward(scores, n_channels, k, design=design)
+              for design in sgatlin_triton.ROUTER_DESIGNS}
+    out["designs_agree"] = all(torch.equal(a, b) for a, b in zip(chosen["rows"], chosen["tiled"]))
+    out["fwd_ms"] = {design: timer(lambda design=design: sgatlin_triton.route_forward(scores, n_channels, k, design))
+                     for design in sgatlin_triton.ROUTER_DESIGNS}
+    gates, indices = chosen["rows"]
+    dgates = torch.randn(gates.shape, device=device, generator=gen).to(gates.dtype)
+    out["bwd_ms"] = timer(lambda: sgatlin_triton.route_backward(dgates, indices, n_keys))
+    flat = indices.reshape(n_tokens, n_channels * k)
+    key_dtypes = {"int16": torch.int16, "int32": torch.int32}
+    segments = {name: sgatlin_triton.expert_row_segments(flat, n_channels, n_keys * n_keys, k, dtype)
+                for name, dtype in key_dtypes.items()}
+    out["segments_agree"] = all(torch.equal(a.long(), b.long()) for a, b in zip(segments["int16"], segments["int32"]))
+    out["segments_ms"] = {
+        name: timer(lambda dtype=dtype: sgatlin_triton.expert_row_segments(flat, n_channels, n_keys * n_keys, k, dtype))
+        for name, dtype in key_dtypes.items()}
+    print(f"  router, {n_tokens} tokens: forward rows {out['fwd_ms']['rows']:.3f} ms, tiled {out['fwd_ms']['tiled']:.3f} ms "
+          f"(same choice: {out['designs_agree']}); backward {out['bwd_ms']:.3f} ms; segments int16 "
+          f"{out['segments_ms']['int16']:.3f} ms, int32 {out['segments_ms']['int32']:.3f} ms "
+          f"(same order: {out['segments_agree']})", flush=True)
+    return out
+
+
 def training_ceiling(results: dict, args) -> dict | None:
     """A ceiling on sgatlin-stories' training ratio: gelu-stories' compiled step with its MLPs swapped for the
     combine's bytes floor at the same batch (router time and everything else about sgatlin left out)."""
@@ -532,6 +571,18 @@ def markdown(results: dict) -> str:
                 ratio = legible / gelu if gelu and legible else None
                 lines.append(f"| {part} | {mode} | {_fmt(gelu, '.3f')} | {_fmt(legible, '.3f')} | {_fmt(ratio)} |")
         lines.append("")
+    router = results.get("router") or {}
+    if router:
+        fwd = router["fwd_ms"]
+        lines += [f"sgatlin-stories' router at {router['n_tokens']:,} tokens (bf16 scores, C {router['n_channels']}, "
+                  f"n {router['n_subkeys']}, K {router['k']}), one layer call:", "",
+                  "| part | ms | against | ratio |", "| --- | ---: | --- | ---: |",
+                  f"| forward, one row per thread | {fwd['rows']:.3f} | tiles of rows {fwd['tiled']:.3f} ms "
+                  f"(same gates and indices: {'yes' if router['designs_agree'] else 'NO'}) | {fwd['tiled'] / fwd['rows']:.2f}x |",
+                  f"| backward | {router['bwd_ms']:.3f} | | |",
+                  f"| assignments sorted by expert row, int16 keys | {router['segments_ms']['int16']:.3f} | int32 keys "
+                  f"{router['segments_ms']['int32']:.3f} ms (same order: {'yes' if router['segments_agree'] else 'NO'}) "
+                  f"| {router['segments_ms']['int32'] / router['segments_ms']['int16']:.2f}x |", ""]
     layers = results.get("layers") or {}
     if layers:
         lines += [f"sgatlin layer (router + combine), bf16, fwd+bwd vs SwiGLU; copy bandwidth "
@@ -572,7 +623,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--compile-mode", default=None,
                         help="torch.compile mode for the training steps (default auto: what the trainer picks on one GPU, "
                              "reduce-overhead = CUDA graphs where every layer can be captured; torch's default with --smoke)")
-    parser.add_argument("--skip", default="", help="comma list: training,layers,parts,paired")
+    parser.add_argument("--skip", default="", help="comma list: training,layers,router,parts,paired")
     parser.add_argument("--pairs", default=",".join(f"{p}:{b}" for p, b in PAIRS),
                         help="comma list of preset:baseline timed side by side in alternating rounds")
     parser.add_argument("--profile", default="", help="comma list of presets whose compiled step is profiled per kernel")
@@ -622,6 +673,9 @@ def main(argv: list[str] | None = None) -> int:
 
     if "layers" not in skip:
         results["layers"] = layer_table(args, device)
+        save()
+    if "router" not in skip:
+        results["router"] = router_table(args, device)
         save()
     if "parts" not in skip:
         results["parts"] = block_parts(args, device)

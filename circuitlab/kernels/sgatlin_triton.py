@@ -16,10 +16,16 @@ Combine, backward, one pass ($CIRCUITLAB_SGATLIN_BACKWARD=atomic, opt-in, measur
 benchmarks/bench_gpu.py): the token pass also adds g * back * z and g * neuron_pre * dy into a float32
 expert gradient with atomic adds, so the rows are gathered twice in all instead of three times and no sort
 is needed; the sums' order, hence their last bits, then depends on scheduling.
-Router: one program (one warp) per (token tile, channel) does both top-k selections and the top-k of the
-k * k pair sums in registers. Each candidate is packed into one int64 key (the score's bits made
-order-preserving, above who holds it), so each selection step is a single integer max reduction. Its
-backward scatters the gate gradients back onto the two subkeys of each gate.
+Router: each thread holds one (token, channel) row. It walks the row's n subkey scores of each half,
+inserting each into a descending list of K registers (one comparison per slot with the new score; a slot
+takes the new score or the one above it, so the K slots update independently), then inserts only the pair
+sums that can reach the top K: pair (a, b) of the two ranked lists is beaten by every (a', b') with
+a' <= a and b' <= b, so only (a + 1)(b + 1) <= K can (20 of 64 pairs for K = 8). Ties go to the lower
+subkey, then to the lower neuron i1 * n + i2; -0.0 equals 0.0; with NaN scores the choice is unspecified
+(indices stay in range). For K > ROW_ROUTER_MAX_K the earlier, slower design takes over (BENCHMARKS.md
+compares them): one warp per tile of rows, each selection step an int64 max reduction over keys that pack
+the score's bits above who holds it.
+Backward: the gate gradients scattered onto the two subkeys of each gate.
 """
 
 from __future__ import annotations
@@ -36,6 +42,9 @@ from circuitlab.kernels._triton_common import next_power_of_2, tuning_configs
 MAX_D_MODEL = ops.MAX_D_MODEL
 BACKWARD_ENV_VAR = "CIRCUITLAB_SGATLIN_BACKWARD"
 BACKWARDS = ("sorted", "atomic")
+# the one-row-per-thread router unrolls K^2 log K comparisons and keeps 4K values per thread; beyond this
+# K the tiled router takes over
+ROW_ROUTER_MAX_K = 16
 
 
 def _row_tile_configs(name: str) -> list[triton.Config]:
@@ -230,12 +239,15 @@ def combine_forward(z_MxD, indices_MxCK, gates_MxCK, experts, k):
     return out_MxD, neuron_pre_MxCK
 
 
-def expert_row_segments(indices_MxCK: torch.Tensor, n_channels: int, n_neurons: int, k: int):
+def expert_row_segments(indices_MxCK: torch.Tensor, n_channels: int, n_neurons: int, k: int,
+                        key_dtype: torch.dtype | None = None):
     """The assignments sorted by expert row c * N + i (stable): (order [A], offsets [C*N + 1]), so that row r's
-    assignments are order[offsets[r]:offsets[r + 1]]."""
+    assignments are order[offsets[r]:offsets[r + 1]]. The sort keys are the narrowest integers that hold
+    C * N (the radix sort makes one pass a byte), unless `key_dtype` says otherwise."""
     device = indices_MxCK.device
     channel_offset_CK = torch.arange(n_channels, device=device, dtype=torch.int64).repeat_interleave(k)
-    key_dtype = torch.int32 if n_channels * n_neurons < 2**31 else torch.int64
+    key_dtype = key_dtype or next(dtype for dtype in (torch.int16, torch.int32, torch.int64)
+                                  if n_channels * n_neurons < torch.iinfo(dtype).max)
     keys_A = (indices_MxCK.to(torch.int64) + channel_offset_CK * n_neurons).to(key_dtype).reshape(-1)
     sorted_keys_A, order_A = torch.sort(keys_A, stable=True)
     row_ids = torch.arange(n_channels * n_neurons + 1, device=device, dtype=key_dtype)
@@ -339,7 +351,7 @@ def _top_k_keys(keys, K: tl.constexpr, BLOCK_K: tl.constexpr):
 
 
 @triton.jit
-def _route_fwd_kernel(
+def _route_tile_fwd_kernel(
     scores_ptr, idx_ptr, gate_ptr,
     M, C, n,
     K: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
@@ -373,8 +385,8 @@ def _route_fwd_kernel(
 @triton.jit
 def _route_bwd_kernel(
     dgate_ptr, idx_ptr, dscores_ptr,
-    M, C, n,
-    K: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+    M, C,
+    N_SUB: tl.constexpr, K: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
 ):
     channel = tl.program_id(1)
     rows = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
@@ -385,15 +397,92 @@ def _route_bwd_kernel(
     gate_row = rows.to(tl.int64) * (C * K) + channel * K
     for j in tl.static_range(K):
         dgate = tl.load(dgate_ptr + gate_row + j, mask=row_ok, other=0.0).to(tl.float32)
-        neuron = tl.load(idx_ptr + gate_row + j, mask=row_ok, other=0)
+        neuron = tl.load(idx_ptr + gate_row + j, mask=row_ok, other=0).to(tl.int32)
+        first = neuron // N_SUB  # a constant divisor: no integer division at run time
         # gate = first_score[i1] + second_score[i2]: its gradient lands on both subkeys
-        dfirst += tl.where(cols[None, :] == (neuron // n)[:, None], dgate[:, None], 0.0)
-        dsecond += tl.where(cols[None, :] == (neuron % n)[:, None], dgate[:, None], 0.0)
-    out_ptrs = dscores_ptr + rows.to(tl.int64)[:, None] * (2 * C * n) + channel * n + cols[None, :]
-    tile_ok = row_ok[:, None] & (cols[None, :] < n)
+        dfirst += tl.where(cols[None, :] == first[:, None], dgate[:, None], 0.0)
+        dsecond += tl.where(cols[None, :] == (neuron - first * N_SUB)[:, None], dgate[:, None], 0.0)
+    out_ptrs = dscores_ptr + rows.to(tl.int64)[:, None] * (2 * C * N_SUB) + channel * N_SUB + cols[None, :]
+    tile_ok = row_ok[:, None] & (cols[None, :] < N_SUB)
     out_ty = dscores_ptr.dtype.element_ty
     tl.store(out_ptrs, dfirst.to(out_ty), mask=tile_ok)
-    tl.store(out_ptrs + C * n, dsecond.to(out_ty), mask=tile_ok)
+    tl.store(out_ptrs + C * N_SUB, dsecond.to(out_ty), mask=tile_ok)
+
+
+@triton.jit
+def _insert_after_ties(top, top_id, value, ident):
+    """(value, ident) into one row's descending list (top, top_id) of K registers; an equal value already
+    listed stays ahead (callers insert in increasing ident) and an empty slot (ident -1) takes anything."""
+    new_top = ()
+    new_id = ()
+    carry = value
+    carry_id = ident
+    for j in tl.static_range(len(top)):
+        take = (value > top[j]) | (top_id[j] < 0)
+        new_top = new_top + (tl.where(take, carry, top[j]),)
+        new_id = new_id + (tl.where(take, carry_id, top_id[j]),)
+        # slot j + 1 takes what slot j held, or the new value if it has not been placed yet
+        carry = tl.where(take, top[j], value)
+        carry_id = tl.where(take, top_id[j], ident)
+    return new_top, new_id
+
+
+@triton.jit
+def _insert_lower_first(top, top_id, value, ident):
+    """As _insert_after_ties, ties going to the lower ident whatever the order of insertion; empty slots
+    hold -inf with the largest ident."""
+    new_top = ()
+    new_id = ()
+    carry = value
+    carry_id = ident
+    for j in tl.static_range(len(top)):
+        take = (value > top[j]) | ((value == top[j]) & (ident < top_id[j]))
+        new_top = new_top + (tl.where(take, carry, top[j]),)
+        new_id = new_id + (tl.where(take, carry_id, top_id[j]),)
+        carry = tl.where(take, top[j], value)
+        carry_id = tl.where(take, top_id[j], ident)
+    return new_top, new_id
+
+
+@triton.jit
+def _empty_list(fill_id, K: tl.constexpr, BLOCK_R: tl.constexpr):
+    top = ()
+    top_id = ()
+    for _ in tl.static_range(K):
+        top = top + (tl.full([BLOCK_R], float("-inf"), tl.float32),)
+        top_id = top_id + (tl.full([BLOCK_R], fill_id, tl.int32),)
+    return top, top_id
+
+
+@triton.jit
+def _route_rows_fwd_kernel(
+    scores_ptr, idx_ptr, gate_ptr,
+    R, C,
+    N_SUB: tl.constexpr, K: tl.constexpr, BLOCK_R: tl.constexpr,
+):
+    rows = tl.program_id(0) * BLOCK_R + tl.arange(0, BLOCK_R)  # row = token * C + channel
+    row_ok = rows < R
+    token = rows // C
+    first_base = token.to(tl.int64) * (2 * C * N_SUB) + (rows - token * C) * N_SUB
+    first_top, first_id = _empty_list(-1, K, BLOCK_R)
+    second_top, second_id = _empty_list(-1, K, BLOCK_R)
+    for col in range(N_SUB):
+        subkey = tl.full([BLOCK_R], col, tl.int32)
+        first = tl.load(scores_ptr + first_base + col, mask=row_ok, other=0.0).to(tl.float32)
+        second = tl.load(scores_ptr + first_base + C * N_SUB + col, mask=row_ok, other=0.0).to(tl.float32)
+        first_top, first_id = _insert_after_ties(first_top, first_id, first, subkey)
+        second_top, second_id = _insert_after_ties(second_top, second_id, second, subkey)
+    gate, neuron = _empty_list(2147483647, K, BLOCK_R)
+    for a in tl.static_range(K):
+        for b in tl.static_range(K):
+            if (a + 1) * (b + 1) <= K:  # the pairs that can reach the top K (module docstring)
+                gate, neuron = _insert_lower_first(
+                    gate, neuron, first_top[a] + second_top[b], first_id[a] * N_SUB + second_id[b]
+                )
+    out = rows.to(tl.int64) * K
+    for j in tl.static_range(K):
+        tl.store(idx_ptr + out + j, neuron[j].to(tl.int64), mask=row_ok)
+        tl.store(gate_ptr + out + j, gate[j].to(gate_ptr.dtype.element_ty), mask=row_ok)
 
 
 def _route_blocks(n_subkeys: int, k: int) -> tuple[int, int, int]:
@@ -405,17 +494,32 @@ def _route_blocks(n_subkeys: int, k: int) -> tuple[int, int, int]:
     return block_m, block_n, block_k
 
 
-def route_forward(scores_M, n_channels, k):
-    """circuitlab::sgatlin_route_fwd (see ops.py): scores [M, 2*C*n] -> gates [M, C, K], indices [M, C, K] int64."""
+ROUTER_DESIGNS = ("rows", "tiled")
+
+
+def route_forward(scores_M, n_channels, k, design: str | None = None):
+    """circuitlab::sgatlin_route_fwd (see ops.py): scores [M, 2*C*n] -> gates [M, C, K], indices [M, C, K] int64.
+    `design`: "rows" (one (token, channel) row per thread; the default up to K = ROW_ROUTER_MAX_K) or "tiled";
+    both give the same gates and indices (the benchmark times them side by side)."""
+    design = design or ("rows" if k <= ROW_ROUTER_MAX_K else "tiled")
+    if design not in ROUTER_DESIGNS:
+        raise ValueError(f"router design {design!r}; expected one of {', '.join(ROUTER_DESIGNS)}")
+    if design == "rows" and k > ROW_ROUTER_MAX_K:
+        raise ValueError(f"the rows router holds K <= {ROW_ROUTER_MAX_K} per thread, got K = {k}; use design='tiled'")
     n_tokens = scores_M.shape[0]
     n_subkeys = scores_M.shape[1] // (2 * n_channels)
     scores_M = scores_M.contiguous()
     indices = torch.empty((n_tokens, n_channels, k), dtype=torch.int64, device=scores_M.device)
     gates = torch.empty((n_tokens, n_channels, k), dtype=scores_M.dtype, device=scores_M.device)
-    block_m, block_n, block_k = _route_blocks(n_subkeys, k)
-    if n_tokens > 0:
+    if n_tokens > 0 and design == "rows":
+        rows, block_r = n_tokens * n_channels, 128
+        _route_rows_fwd_kernel[(triton.cdiv(rows, block_r),)](
+            scores_M, indices, gates, rows, n_channels, N_SUB=n_subkeys, K=k, BLOCK_R=block_r, num_warps=4,
+        )
+    elif n_tokens > 0:
+        block_m, block_n, block_k = _route_blocks(n_subkeys, k)
         grid = (triton.cdiv(n_tokens, block_m), n_channels)
-        _route_fwd_kernel[grid](
+        _route_tile_fwd_kernel[grid](
             scores_M, indices, gates, n_tokens, n_channels, n_subkeys,
             K=k, BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k, num_warps=1,
         )
@@ -431,8 +535,8 @@ def route_backward(dgates, indices, n_subkeys):
         block_m = max(1, min(64, 4096 // block_n))
         grid = (triton.cdiv(n_tokens, block_m), n_channels)
         _route_bwd_kernel[grid](
-            dgates.contiguous(), indices.contiguous(), dscores, n_tokens, n_channels, n_subkeys,
-            K=k, BLOCK_M=block_m, BLOCK_N=block_n, num_warps=4,
+            dgates.contiguous(), indices.contiguous(), dscores, n_tokens, n_channels,
+            N_SUB=n_subkeys, K=k, BLOCK_M=block_m, BLOCK_N=block_n, num_warps=4,
         )
     return dscores
 

@@ -38,6 +38,10 @@ def test_paired_rounds_give_the_median_ratio_and_the_table(tmp_path, monkeypatch
     table = (tmp_path / "bench_gpu.md").read_text()
     assert "| legible-stories | gelu-stories-6l |" in table and f"| {row['ratio']:.2f} |" in table
     assert ("| yes |" if row["ratio"] >= 0.7 else "| no |") in table.split("| legible-stories | gelu-stories-6l |")[1]
+    # the router section: both forward designs and both sort-key widths give the same answer
+    router = results["router"]
+    assert router["designs_agree"] and router["segments_agree"]
+    assert set(router["fwd_ms"]) == {"rows", "tiled"} and "same gates and indices: yes" in table
 
 
 def test_bad_pairs_are_refused(tmp_path):

@@ -225,6 +225,58 @@ def test_sgatlin_route_matches_reference_and_brute_force(device, dtype, shape):
         assert relative_error(dscores, ref_dscores) < TOLERANCE[dtype]
 
 
+# (batch, pos, channels, subkeys per half, k): the one-row-per-thread router, then k above its limit (the tiled
+# router takes over)
+TIED_ROUTE_SHAPES = [(3, 7, 4, 9, 8), (2, 5, 3, 6, 6), (1, 4, 2, 18, 17)]
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("shape", TIED_ROUTE_SHAPES)
+def test_sgatlin_route_breaks_ties_toward_the_lower_neuron(device, shape):
+    """Scores that are small integers tie everywhere and sum exactly: the product top-k must equal the top-k
+    of all n * n sums in the total order (sum descending, neuron i1 * n + i2 ascending), neuron for neuron."""
+    from circuitlab.kernels import sgatlin_triton
+
+    batch, pos, channels, n_subkeys, k = shape
+    assert (k <= sgatlin_triton.ROW_ROUTER_MAX_K) == (k < 17)
+    gen = torch.Generator().manual_seed(sum(shape))
+    # + 0.0 turns -0.0 into 0.0, which the tiled router's keys would order below it
+    scores = torch.randint(-3, 4, (batch, pos, 2, channels, n_subkeys), generator=gen).float() + 0.0
+    with kernels.use_backend("triton"):
+        indices, gates = kernels.sgatlin_route(leaf(scores, torch.float32, device), k)
+    assert ran_op(gates, "sgatlin_route_fwd")
+    gates = gates.detach()
+    sums = (scores[..., 0, :, :, None] + scores[..., 1, :, None, :]).flatten(-2)  # [..., C, n * n]
+    neuron = torch.arange(n_subkeys * n_subkeys).expand_as(sums)
+    # sort by neuron, then stably by sum descending: ties keep the lower neuron first
+    order = sums.argsort(dim=-1, descending=True, stable=True)
+    expected_indices, expected_gates = neuron.gather(-1, order)[..., :k], sums.gather(-1, order)[..., :k]
+    assert torch.equal(expected_indices, indices.cpu())
+    assert torch.equal(expected_gates, gates.cpu())
+    # the tiled design gives the same answer (the default picks it only above ROW_ROUTER_MAX_K)
+    tiled_gates, tiled_indices = sgatlin_triton.route_forward(
+        scores.to(device).reshape(-1, 2 * channels * n_subkeys), channels, k, design="tiled")
+    assert torch.equal(expected_indices, tiled_indices.cpu().reshape(indices.shape))
+    assert torch.equal(expected_gates, tiled_gates.cpu().reshape(gates.shape))
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("n_neurons", [37, 40_000])
+def test_expert_row_segments_equal_a_stable_sort(device, n_neurons):
+    """int16 sort keys while C * N fits them, int32 beyond: the same stable order and offsets as numpy's."""
+    from circuitlab.kernels import sgatlin_triton
+
+    tokens, channels, k = 50, 2, 5
+    gen = torch.Generator().manual_seed(n_neurons)
+    indices = torch.stack([torch.randperm(n_neurons, generator=gen)[:k] for _ in range(tokens * channels)])
+    indices = indices.reshape(tokens, channels * k)
+    order, offsets = sgatlin_triton.expert_row_segments(indices.to(device), channels, n_neurons, k)
+    rows = (indices + torch.arange(channels).repeat_interleave(k) * n_neurons).reshape(-1).numpy()
+    assert torch.equal(order.cpu(), torch.from_numpy(rows.argsort(kind="stable")))
+    counts = torch.bincount(torch.from_numpy(rows), minlength=channels * n_neurons)
+    assert torch.equal(offsets.cpu().long(), torch.cat([torch.zeros(1, dtype=torch.long), counts.cumsum(0)]))
+
+
 # --- quantifier scans ----------------------------------------------------------------------------------------
 
 # membership shapes [..., T, U]: several chunks (the interpreter's blocks are 16 x 16), T = 1, extra lead dims
