@@ -42,19 +42,21 @@ from circuitlab.kernels._triton_common import next_power_of_2, tuning_configs
 MAX_D_MODEL = ops.MAX_D_MODEL
 BACKWARD_ENV_VAR = "CIRCUITLAB_SGATLIN_BACKWARD"
 BACKWARDS = ("sorted", "atomic")
-# the one-row-per-thread router unrolls K^2 log K comparisons and keeps 4K values per thread; beyond this
-# K the tiled router takes over
+# the one-row-per-thread router unrolls about K^2 log K comparisons and holds three K-lists (values and ids)
+# per thread; beyond this K the tiled router takes over
 ROW_ROUTER_MAX_K = 16
 
 
 def _row_tile_configs(name: str) -> list[triton.Config]:
-    """Tiles of `name` rows x BLOCK_D columns; the first (4 rows) fits any d_model and is the one used
-    without tuning. Pruned per call to tiles of 2K-8K elements, 8 warps for the largest."""
+    """Tiles of `name` rows x BLOCK_D columns in 2, 4 or 8 warps; the first (4 rows, 4 warps) fits any d_model
+    and is the one used without tuning. Pruned per call to tiles of 2K-8K elements, 8 warps only above 4K.
+    At sgatlin-stories' training batch on an H200, 8 rows in two warps were the fastest tile of every combine
+    kernel, 1.63x faster than four warps on the forward (BENCHMARKS.md, 2026-12-02)."""
     first = triton.Config({name: 4}, num_warps=4)
     others = [
         triton.Config({name: rows}, num_warps=warps)
         for rows in (1, 2, 4, 8, 16, 32)
-        for warps in (4, 8)
+        for warps in (2, 4, 8)
         if (rows, warps) != (4, 4)
     ]
     return tuning_configs([first, *others], first)
@@ -66,8 +68,7 @@ def _pruner(name: str):
         kept = []
         for config in configs:
             elements = config.kwargs[name] * block_d
-            wanted_warps = 8 if elements > 4096 else 4
-            if 2048 <= elements <= 8192 and config.num_warps == wanted_warps:
+            if 2048 <= elements <= 8192 and (config.num_warps < 8 or elements > 4096):
                 kept.append(config)
         return kept or [min(configs, key=lambda config: abs(config.kwargs[name] * block_d - 4096))]
 
@@ -500,7 +501,8 @@ ROUTER_DESIGNS = ("rows", "tiled")
 def route_forward(scores_M, n_channels, k, design: str | None = None):
     """circuitlab::sgatlin_route_fwd (see ops.py): scores [M, 2*C*n] -> gates [M, C, K], indices [M, C, K] int64.
     `design`: "rows" (one (token, channel) row per thread; the default up to K = ROW_ROUTER_MAX_K) or "tiled";
-    both give the same gates and indices (the benchmark times them side by side)."""
+    both give the same gates and indices (the benchmark times them side by side), except where -0.0 and 0.0
+    tie: the tiled design's keys order -0.0 below 0.0."""
     design = design or ("rows" if k <= ROW_ROUTER_MAX_K else "tiled")
     if design not in ROUTER_DESIGNS:
         raise ValueError(f"router design {design!r}; expected one of {', '.join(ROUTER_DESIGNS)}")
