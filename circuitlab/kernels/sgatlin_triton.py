@@ -411,35 +411,23 @@ def _route_bwd_kernel(
 
 
 @triton.jit
-def _insert_after_ties(top, top_id, value, ident):
-    """(value, ident) into one row's descending list (top, top_id) of K registers; an equal value already
-    listed stays ahead (callers insert in increasing ident) and an empty slot (ident -1) takes anything."""
+def _insert(top, top_id, value, ident, LOWER_ID_FIRST: tl.constexpr):
+    """(value, ident) into one row's descending list (top, top_id) of K registers. Ties: with LOWER_ID_FIRST
+    the lower ident goes first whatever the order of insertion (empty slots hold -inf and the largest ident);
+    without, an equal value already listed stays ahead (callers insert in increasing ident) and an empty slot
+    (ident -1) takes anything."""
     new_top = ()
     new_id = ()
     carry = value
     carry_id = ident
     for j in tl.static_range(len(top)):
-        take = (value > top[j]) | (top_id[j] < 0)
+        if LOWER_ID_FIRST:
+            take = (value > top[j]) | ((value == top[j]) & (ident < top_id[j]))
+        else:
+            take = (value > top[j]) | (top_id[j] < 0)
         new_top = new_top + (tl.where(take, carry, top[j]),)
         new_id = new_id + (tl.where(take, carry_id, top_id[j]),)
         # slot j + 1 takes what slot j held, or the new value if it has not been placed yet
-        carry = tl.where(take, top[j], value)
-        carry_id = tl.where(take, top_id[j], ident)
-    return new_top, new_id
-
-
-@triton.jit
-def _insert_lower_first(top, top_id, value, ident):
-    """As _insert_after_ties, ties going to the lower ident whatever the order of insertion; empty slots
-    hold -inf with the largest ident."""
-    new_top = ()
-    new_id = ()
-    carry = value
-    carry_id = ident
-    for j in tl.static_range(len(top)):
-        take = (value > top[j]) | ((value == top[j]) & (ident < top_id[j]))
-        new_top = new_top + (tl.where(take, carry, top[j]),)
-        new_id = new_id + (tl.where(take, carry_id, top_id[j]),)
         carry = tl.where(take, top[j], value)
         carry_id = tl.where(take, top_id[j], ident)
     return new_top, new_id
@@ -471,14 +459,14 @@ def _route_rows_fwd_kernel(
         subkey = tl.full([BLOCK_R], col, tl.int32)
         first = tl.load(scores_ptr + first_base + col, mask=row_ok, other=0.0).to(tl.float32)
         second = tl.load(scores_ptr + first_base + C * N_SUB + col, mask=row_ok, other=0.0).to(tl.float32)
-        first_top, first_id = _insert_after_ties(first_top, first_id, first, subkey)
-        second_top, second_id = _insert_after_ties(second_top, second_id, second, subkey)
+        first_top, first_id = _insert(first_top, first_id, first, subkey, False)
+        second_top, second_id = _insert(second_top, second_id, second, subkey, False)
     gate, neuron = _empty_list(2147483647, K, BLOCK_R)
     for a in tl.static_range(K):
         for b in tl.static_range(K):
             if (a + 1) * (b + 1) <= K:  # the pairs that can reach the top K (module docstring)
-                gate, neuron = _insert_lower_first(
-                    gate, neuron, first_top[a] + second_top[b], first_id[a] * N_SUB + second_id[b]
+                gate, neuron = _insert(
+                    gate, neuron, first_top[a] + second_top[b], first_id[a] * N_SUB + second_id[b], True
                 )
     out = rows.to(tl.int64) * K
     for j in tl.static_range(K):
