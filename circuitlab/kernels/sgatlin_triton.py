@@ -47,7 +47,7 @@ BACKWARDS = ("sorted", "atomic")
 ROW_ROUTER_MAX_K = 16
 
 
-def _row_tile_configs(name: str) -> list[triton.Config]:
+def row_tile_candidates(name: str) -> list[triton.Config]:
     """Tiles of `name` rows x BLOCK_D columns in 2, 4 or 8 warps; the first (4 rows, 4 warps) fits any d_model
     and is the one used without tuning. Pruned per call to tiles of 2K-8K elements, 8 warps only above 4K.
     At sgatlin-stories' training batch on an H200, 8 rows in two warps were the fastest tile of every combine
@@ -59,7 +59,12 @@ def _row_tile_configs(name: str) -> list[triton.Config]:
         for warps in (2, 4, 8)
         if (rows, warps) != (4, 4)
     ]
-    return tuning_configs([first, *others], first)
+    return [first, *others]
+
+
+def _row_tile_configs(name: str) -> list[triton.Config]:
+    candidates = row_tile_candidates(name)
+    return tuning_configs(candidates, candidates[0])
 
 
 def _pruner(name: str):
@@ -77,14 +82,14 @@ def _pruner(name: str):
 
 _ROW_TILE_CONFIGS = _row_tile_configs("BLOCK_R")
 _ROW_TILE_CONFIGS_S = _row_tile_configs("BLOCK_S")
-_prune_row_tiles = _pruner("BLOCK_R")
-_prune_row_tiles_s = _pruner("BLOCK_S")
+prune_row_tiles = _pruner("BLOCK_R")
+prune_row_tiles_s = _pruner("BLOCK_S")
 
 
 # --- combine, forward -----------------------------------------------------------------------------------
 
 
-@triton.autotune(configs=_ROW_TILE_CONFIGS, key=["D", "CK"], prune_configs_by={"early_config_prune": _prune_row_tiles})
+@triton.autotune(configs=_ROW_TILE_CONFIGS, key=["D", "CK"], prune_configs_by={"early_config_prune": prune_row_tiles})
 @triton.jit
 def _combine_fwd_kernel(
     z_ptr, idx_ptr, gate_ptr, experts_ptr, out_ptr, pre_ptr,
@@ -115,7 +120,7 @@ def _combine_fwd_kernel(
 # --- combine, backward per token --------------------------------------------------------------------------
 
 
-@triton.autotune(configs=_ROW_TILE_CONFIGS, key=["D", "CK"], prune_configs_by={"early_config_prune": _prune_row_tiles})
+@triton.autotune(configs=_ROW_TILE_CONFIGS, key=["D", "CK"], prune_configs_by={"early_config_prune": prune_row_tiles})
 @triton.jit
 def _combine_bwd_token_kernel(
     dy_ptr, idx_ptr, gate_ptr, pre_ptr, experts_ptr, dz_ptr, dgate_ptr, gback_ptr,
@@ -150,7 +155,7 @@ def _combine_bwd_token_kernel(
 
 
 # the kernel adds into its expert gradient, so timing candidate configs must start each from zeros
-@triton.autotune(configs=_ROW_TILE_CONFIGS, key=["D", "CK"], prune_configs_by={"early_config_prune": _prune_row_tiles},
+@triton.autotune(configs=_ROW_TILE_CONFIGS, key=["D", "CK"], prune_configs_by={"early_config_prune": prune_row_tiles},
                  reset_to_zero=["dexperts32_ptr"])
 @triton.jit
 def _combine_bwd_atomic_kernel(
@@ -189,7 +194,7 @@ def _combine_bwd_atomic_kernel(
 # --- combine, backward per expert row ---------------------------------------------------------------------
 
 
-@triton.autotune(configs=_ROW_TILE_CONFIGS_S, key=["D", "CK"], prune_configs_by={"early_config_prune": _prune_row_tiles_s})
+@triton.autotune(configs=_ROW_TILE_CONFIGS_S, key=["D", "CK"], prune_configs_by={"early_config_prune": prune_row_tiles_s})
 @triton.jit
 def _combine_bwd_expert_kernel(
     z_ptr, dy_ptr, order_ptr, offsets_ptr, gback_ptr, gate_ptr, pre_ptr, dexperts_ptr,

@@ -111,6 +111,49 @@ def test_sgatlin_combine_matches_reference(device, dtype, shape, index_dtype):
 
 
 @pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("d_model", [256, 1024])
+def test_sgatlin_combine_in_every_tile_the_tuner_may_pick(device, d_model, monkeypatch):
+    """The other tests run each combine kernel in its first tile only (no tuning in tests). Here each tile the
+    autotuner keeps for this d_model (rows x d_model, in 2, 4 or 8 warps) is pinned in turn, and the output and
+    all gradients must equal the float64 reference: more assignments per token (36) and per expert row (33)
+    than the largest tile has rows, so every kernel's loop runs more than once."""
+    import triton
+
+    from circuitlab.kernels import sgatlin_triton
+
+    tokens, channels, k, neurons = 33, 4, 9, 9  # k == neurons: every token picks every neuron of each channel
+    gen = torch.Generator().manual_seed(d_model)
+    indices = torch.stack([torch.randperm(neurons, generator=gen) for _ in range(tokens * channels)])
+    indices = indices.reshape(1, tokens, channels, k).to(device)
+    z = leaf(torch.randn(1, tokens, d_model, generator=gen), torch.float32, device)
+    gates = leaf(torch.randn(1, tokens, channels, k, generator=gen), torch.float32, device)
+    experts = leaf(torch.randn(2, channels, neurons, d_model, generator=gen) / d_model**0.5, torch.float32, device)
+    upstream = torch.randn(1, tokens, d_model, generator=gen).to(device)
+    twins = [float64_twin(t) for t in (z, gates, experts)]
+    ref = reference.sgatlin_combine(twins[0], indices, twins[1], twins[2])
+    ref_grads = grads(ref, twins, upstream)
+
+    tiles = sgatlin_triton.prune_row_tiles(sgatlin_triton.row_tile_candidates("BLOCK_R"), {}, BLOCK_D=d_model)
+    assert {tile.num_warps for tile in tiles} == {2, 4, 8} and len(tiles) == 7
+    kernels_by_block = {"BLOCK_R": [sgatlin_triton._combine_fwd_kernel, sgatlin_triton._combine_bwd_token_kernel],
+                        "BLOCK_S": [sgatlin_triton._combine_bwd_expert_kernel]}
+    for tile in tiles:
+        (rows,) = tile.kwargs.values()
+        for block, autotuned in kernels_by_block.items():
+            for kernel in autotuned:
+                monkeypatch.setattr(kernel, "configs", [triton.Config({block: rows}, num_warps=tile.num_warps)])
+                monkeypatch.setattr(kernel, "early_config_prune", None)
+                monkeypatch.setattr(kernel, "cache", {})
+        with kernels.use_backend("triton"):
+            out = kernels.sgatlin_combine(z, indices, gates, experts)
+        assert relative_error(out, ref) < TOLERANCE[torch.float32], tile
+        for name, fast, slow in zip(("z", "gates", "experts"), grads(out, [z, gates, experts], upstream), ref_grads):
+            assert relative_error(fast, slow) < TOLERANCE[torch.float32], (tile, name)
+        for block, autotuned in kernels_by_block.items():  # the pinned tile is the one that ran
+            assert all(kernel.best_config.kwargs == {block: rows} for kernel in autotuned), tile
+
+
+@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("shape", COMBINE_SHAPES)
 def test_sgatlin_combine_one_pass_atomic_backward_matches_reference(device, dtype, shape, monkeypatch):
