@@ -18,11 +18,12 @@ if TYPE_CHECKING:
 
 
 def is_hooked(*hook_points: HookPoint) -> bool:
-    """True when any of these hook points has a forward hook (e.g. while caching or patching).
+    """True when any of these hook points has a forward hook or a forward pre-hook (e.g. while caching or
+    patching): either can see the tensor, and change it in place.
 
     Layers use it to take the fused fast path only when nobody observes the intermediate tensors.
     """
-    return any(len(hp._forward_hooks) > 0 for hp in hook_points)
+    return any(len(hp._forward_hooks) > 0 or len(hp._forward_pre_hooks) > 0 for hp in hook_points)
 
 
 class RMSNorm(nn.Module):

@@ -139,6 +139,7 @@ from transformer_lens.hook_points import HookPoint
 
 from circuitlab import kernels
 from circuitlab.architectures.code_layer import Cache, CodeLayer, UnitWrites, code_hook_error
+from circuitlab.architectures.components import is_hooked
 from circuitlab.codes import SparseCode
 from circuitlab.config import ModelConfig, product_layout
 
@@ -542,8 +543,7 @@ class ParityBottleneck(FeatureCodeLayer):
         )
         if not reuse:
             values_BxTxK = self.coefficients(x_BxTxD, indices_BxTxK)
-        hooked = self.hook_code_values._forward_hooks or self.hook_code_values._forward_pre_hooks
-        reuse_decoded = reuse and not hooked
+        reuse_decoded = reuse and not is_hooked(self.hook_code_values)
         values_BxTxK = self.hook_code_values(values_BxTxK)
         if reuse_decoded:
             x_hat_BxTxD = decoded_BxTxD.to(x_BxTxD.device)
