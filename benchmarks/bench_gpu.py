@@ -285,10 +285,9 @@ def mlp_case(table: kb.Table, timer: kb.Timer, case: str, n_tokens: int, d_model
     return result
 
 
-def sgatlin_layer_case(table: kb.Table, timer: kb.Timer, case: str, shape: dict, device: str, copy_gbps: float | None,
-                       smoke: bool) -> dict:
-    """The sgatlin layer (query, subkey scores, fused router, fused combine) forward+backward, SwiGLU beside it,
-    and the combine's bytes bound."""
+def sgatlin_layer(shape: dict, device: str):
+    """(the sgatlin layer's forward: query, subkey scores, fused router, fused combine; its parameters; an upstream
+    gradient) at one of the layer shapes, bf16, Triton backend."""
     import circuitlab.kernels as kernels
 
     n_tokens, d_model, n_neurons = shape["n_tokens"], shape["d_model"], shape["n_neurons"]
@@ -305,13 +304,25 @@ def sgatlin_layer_case(table: kb.Table, timer: kb.Timer, case: str, shape: dict,
     w_key = param(d_key, 2, n_channels, n_keys, scale=d_key**-0.5)
     experts = param(2, n_channels, n_neurons, d_model, scale=d_model**-0.5)
     upstream = torch.randn(1, n_tokens, d_model, device=device, dtype=dt, generator=gen)
-    params = [z, w_query, w_key, experts]
 
     def layer():
         with kernels.use_backend("triton"):
             scores = torch.einsum("btq,qscn->btscn", z @ w_query, w_key)
             indices, gates = kernels.sgatlin_route(scores, k)
             return kernels.sgatlin_combine(z, indices, gates, experts)
+
+    return layer, [z, w_query, w_key, experts], upstream
+
+
+def sgatlin_layer_case(table: kb.Table, timer: kb.Timer, case: str, shape: dict, device: str, copy_gbps: float | None,
+                       smoke: bool) -> dict:
+    """The sgatlin layer (query, subkey scores, fused router, fused combine) forward+backward, SwiGLU beside it,
+    and the combine's bytes bound."""
+    n_tokens, d_model, n_neurons = shape["n_tokens"], shape["d_model"], shape["n_neurons"]
+    n_channels, k, d_key = shape["n_channels"], shape["k"], shape["d_key"]
+    n_keys = math.isqrt(n_neurons)
+    layer, params, upstream = sgatlin_layer(shape, device)
+    experts = params[-1]
 
     result = dict(
         fwd_ms=timer(kb.no_grad(layer)),

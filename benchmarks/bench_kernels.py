@@ -143,7 +143,8 @@ def copy_bandwidth(table: Table, timer: Timer, device: str, gib: float) -> float
     return gbps
 
 
-def swiglu_case(table: Table, timer: Timer, case: str, n_tokens: int, d_model: int, d_ffw: int, device: str):
+def swiglu_layer(n_tokens: int, d_model: int, d_ffw: int, device: str):
+    """(a dense SwiGLU's forward, its parameters, an upstream gradient), bf16."""
     gen = torch.Generator(device=device).manual_seed(1)
     dt = torch.bfloat16
     z = torch.randn(n_tokens, d_model, device=device, dtype=dt, generator=gen).requires_grad_(True)
@@ -155,7 +156,11 @@ def swiglu_case(table: Table, timer: Timer, case: str, n_tokens: int, d_model: i
     def forward():
         return (F.silu(z @ w_gate) * (z @ w_up)) @ w_down
 
-    params = [z, w_gate, w_up, w_down]
+    return forward, [z, w_gate, w_up, w_down], upstream
+
+
+def swiglu_case(table: Table, timer: Timer, case: str, n_tokens: int, d_model: int, d_ffw: int, device: str):
+    forward, params, upstream = swiglu_layer(n_tokens, d_model, d_ffw, device)
     result = dict(
         fwd_ms=timer(no_grad(forward)),
         fwd_bwd_ms=timer(fwd_bwd(forward, params, upstream)),
