@@ -24,9 +24,10 @@ Workloads (each warms up, then profiles exactly one run between cudaProfilerStar
   it, forward+backward.
 
 The table groups kernels by family (circuitlab's own kernels by name; Inductor's fused kernels; matrix
-products; torch's sort and top-k; the rest) and gives per family the measured time, the floor, and the
-busiest unit. Durations under ncu are of kernels run one at a time with the clocks left alone; they are near,
-not equal to, the same kernels' times in a normal run, which is why the floors are given beside them.
+products; torch's sort, top-k and sorted search; the rest) and gives per family the measured time, the floor,
+and the busiest unit. Durations under ncu are of kernels run one at a time, caches flushed before each (ncu's
+default) and the clocks left alone; they are near, not equal to, the same kernels' times in a normal run,
+which is why the floors are given beside them.
 """
 
 from __future__ import annotations
@@ -44,14 +45,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 # speed-of-light percentages over the kernel's elapsed time (the SM's busiest pipe or issue, memory's busiest
-# unit), the issue slots, DRAM and L2 on their own, and the counts they come from
+# unit: L1, L2 or DRAM), the issue slots on their own, and counts of instructions and bytes
 METRICS = (
     "gpu__time_duration.sum",
     "sm__throughput.avg.pct_of_peak_sustained_elapsed",
     "gpu__compute_memory_throughput.avg.pct_of_peak_sustained_elapsed",
     "sm__inst_issued.avg.pct_of_peak_sustained_elapsed",
-    "dram__throughput.avg.pct_of_peak_sustained_elapsed",
-    "lts__t_sectors.avg.pct_of_peak_sustained_elapsed",
     "smsp__inst_executed.sum",
     "dram__bytes.sum",
     "lts__t_bytes.sum",
@@ -60,8 +59,9 @@ UNITS = {  # the busiest-unit candidates, by the metric that measures each
     "SM (issue or a pipe)": "sm__throughput.avg.pct_of_peak_sustained_elapsed",
     "memory (L1, L2 or DRAM)": "gpu__compute_memory_throughput.avg.pct_of_peak_sustained_elapsed",
 }
-SCALE = {"": 1.0, "%": 1.0, "byte": 1.0, "kbyte": 1e3, "mbyte": 1e6, "gbyte": 1e9, "nsecond": 1e-6,
-         "usecond": 1e-3, "msecond": 1.0, "second": 1e3, "inst": 1.0, "warp": 1.0}
+# to the units of the table (ms, bytes, percent, counts); ncu's --print-units base gives ns and byte
+SCALE = {"%": 1.0, "byte": 1.0, "kbyte": 1e3, "mbyte": 1e6, "gbyte": 1e9, "ns": 1e-6, "nsecond": 1e-6,
+         "us": 1e-3, "usecond": 1e-3, "ms": 1.0, "msecond": 1.0, "inst": 1.0}
 # kernel families, first match wins (names as ncu prints them: Triton kernels by their function name)
 FAMILIES = (
     ("parity: scoring and selection", r"_candidates_kernel"),
@@ -71,7 +71,7 @@ FAMILIES = (
     ("sgatlin: router", r"_route_"),
     ("legible: scans", r"_scan_fwd_kernel|_scan_bwd_kernel"),
     ("matrix products (cuBLAS, CUTLASS)", r"gemm|xmma|cutlass|nvjet|sm90_|wgmma|_mm_|splitK|splitk"),
-    ("torch sort and top-k", r"sort|topk|radix|select"),
+    ("torch sort, top-k and search", r"(?i)sort|topk|radix"),
     ("Inductor fused kernels", r"^triton_"),
     ("optimizer (fused AdamW)", r"adam|Adam|multi_tensor"),
     ("other", r"."),
@@ -143,9 +143,11 @@ def read_raw_csv(text: str) -> list[dict]:
         for name, unit, value in zip(header, units, row):
             if name in METRICS:
                 number = value.replace(",", "").strip()
+                if unit.strip().lower() not in SCALE:
+                    raise ValueError(f"{name}: unit {unit!r} is not one the table converts")
                 try:
-                    record[name] = float(number) * SCALE.get(unit.strip().lower(), 1.0)
-                except ValueError:
+                    record[name] = float(number) * SCALE[unit.strip().lower()]
+                except ValueError:  # "n/a" where a kernel has no such counter
                     record[name] = None
             else:
                 record[name] = value
@@ -193,11 +195,13 @@ def summarise(kernels: list[dict]) -> dict:
 
 def markdown(summary: dict, title: str, budget_ms: float | None) -> str:
     lines = [f"### {title}", "",
-             "| kernels | count | ms under ncu | floor ms | floor / ms | busiest unit | warp instructions (G) | DRAM GB | L2 GB |",
+             "| kernels | count | ms under ncu | floor ms | floor / ms | busiest unit | warp instructions (G) "
+             "| DRAM GB | L2 GB |",
              "| --- | ---: | ---: | ---: | ---: | --- | ---: | ---: | ---: |"]
     for label, e in summary["families"].items():
         ratio = e["floor_ms"] / e["ms"] if e["ms"] else 0.0
-        lines.append(f"| {label} | {e['kernels']} | {e['ms']:.3f} | {e['floor_ms']:.3f} | {ratio:.2f} | {e['busiest']} | "
+        lines.append(f"| {label} | {e['kernels']} | {e['ms']:.3f} | {e['floor_ms']:.3f} | {ratio:.2f} | "
+                     f"{e['busiest']} | "
                      f"{e['warp_instructions'] / 1e9:.3f} | {e['dram_bytes'] / 1e9:.3f} | {e['l2_bytes'] / 1e9:.3f} |")
     t = summary["total"]
     lines.append(f"| **all** | {t['kernels']} | **{t['ms']:.3f}** | **{t['floor_ms']:.3f}** | "
@@ -246,7 +250,8 @@ def main(argv: list[str] | None = None) -> int:
     layer.add_argument("--warmup", type=int, default=5)
     table = sub.add_parser("table", help="the floors table of an ncu raw CSV")
     table.add_argument("csv")
-    table.add_argument("--budget-ms", type=float, default=None, help="the time a target allows, to set the floor beside")
+    table.add_argument("--budget-ms", type=float, default=None,
+                       help="the time a target allows, to set the floor beside")
     table.add_argument("--baseline", default=None, help="ncu raw CSV of the baseline workload: budget = its kernel "
                        "time / --target-ratio (a tokens/s target of R x the baseline allows 1/R of its time)")
     table.add_argument("--target-ratio", type=float, default=0.5)

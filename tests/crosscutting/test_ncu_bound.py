@@ -21,7 +21,7 @@ def _ncu_bound():
     return module
 
 
-UNITS = {"gpu__time_duration.sum": "nsecond", "dram__bytes.sum": "byte", "lts__t_bytes.sum": "byte",
+UNITS = {"gpu__time_duration.sum": "ns", "dram__bytes.sum": "byte", "lts__t_bytes.sum": "byte",
          "smsp__inst_executed.sum": "inst"}
 
 
@@ -38,7 +38,8 @@ def _raw_csv(ncu, kernels: list[dict]) -> str:
     return out.getvalue()
 
 
-SM, MEM = "sm__throughput.avg.pct_of_peak_sustained_elapsed", "gpu__compute_memory_throughput.avg.pct_of_peak_sustained_elapsed"
+SM = "sm__throughput.avg.pct_of_peak_sustained_elapsed"
+MEM = "gpu__compute_memory_throughput.avg.pct_of_peak_sustained_elapsed"
 KERNELS = [
     # 5 ms, SM 80% busy, memory 30%: floor 4 ms, on the SM
     {"name": "_candidates_kernel", "gpu__time_duration.sum": 5_000_000, SM: 80.0, MEM: 30.0,
@@ -49,15 +50,21 @@ KERNELS = [
     # a cuBLAS product, 1 ms at SM 50%: floor 0.5 ms
     {"name": "sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x128x64", "gpu__time_duration.sum": 1_000_000,
      SM: 50.0, MEM: 20.0},
+    # torch's sorts and top-k, by any capitalisation: 0.2 ms at SM 40%, 0.1 ms at memory 20%
+    {"name": "void at::native::bitonicSortKVInPlace<2, -1, 16, 16, float, long>", "gpu__time_duration.sum": 200_000,
+     SM: 40.0, MEM: 30.0},
+    {"name": "void at::native::sbtopk::gatherTopK<float, unsigned int, 2, false>", "gpu__time_duration.sum": 100_000,
+     SM: 10.0, MEM: 20.0},
     # an Inductor kernel at 0.5 ms, memory 90%: floor 0.45 ms
-    {"name": "triton_poi_fused_add_mul_0", "gpu__time_duration.sum": 500_000, SM: 5.0, MEM: 90.0, "lts__t_bytes.sum": 7e8},
+    {"name": "triton_poi_fused_add_mul_0", "gpu__time_duration.sum": 500_000, SM: 5.0, MEM: 90.0,
+     "lts__t_bytes.sum": 7e8},
 ]
 
 
 def test_the_floor_is_each_kernels_time_at_its_busiest_units_peak(tmp_path):
     ncu = _ncu_bound()
     kernels = ncu.read_raw_csv(_raw_csv(ncu, KERNELS))
-    assert len(kernels) == 4
+    assert len(kernels) == 6
     assert kernels[0]["gpu__time_duration.sum"] == pytest.approx(5.0)  # ns -> ms
     assert kernels[0]["smsp__inst_executed.sum"] == pytest.approx(3e9)  # thousands separators read
     summary = ncu.summarise(kernels)
@@ -69,7 +76,9 @@ def test_the_floor_is_each_kernels_time_at_its_busiest_units_peak(tmp_path):
     assert selection["warp_instructions"] == pytest.approx(4e9) and selection["dram_bytes"] == pytest.approx(6e6)
     assert summary["families"]["matrix products (cuBLAS, CUTLASS)"]["floor_ms"] == pytest.approx(0.5)
     assert summary["families"]["Inductor fused kernels"]["floor_ms"] == pytest.approx(0.45)
-    assert summary["total"] == pytest.approx(dict(kernels=4, ms=8.5, floor_ms=4.0 + 1.2 + 0.5 + 0.45))
+    sorts = summary["families"]["torch sort, top-k and search"]
+    assert sorts["kernels"] == 2 and sorts["floor_ms"] == pytest.approx(0.2 * 0.4 + 0.1 * 0.2)
+    assert summary["total"] == pytest.approx(dict(kernels=6, ms=8.8, floor_ms=4.0 + 1.2 + 0.5 + 0.1 + 0.45))
     assert list(summary["families"])[0] == "parity: scoring and selection"  # largest time first
 
 
@@ -82,12 +91,14 @@ def test_the_budget_comes_from_the_baselines_kernel_time(tmp_path):
                      "--target-ratio", "0.5", "--out", str(tmp_path / "out")]) == 0
     result = json.loads((tmp_path / "out" / "step_bound.json").read_text())
     assert result["budget_ms"] == pytest.approx(5.0)  # 2.5 ms of baseline kernels at half its speed
-    assert result["total"]["floor_ms"] == pytest.approx(6.15)
+    assert result["total"]["floor_ms"] == pytest.approx(6.25)
     text = (tmp_path / "out" / "step_bound.md").read_text()
-    assert "the summed floor is above it (6.150 ms, 1.23x the budget)" in text
+    assert "the summed floor is above it (6.250 ms, 1.25x the budget)" in text
 
 
-def test_a_file_without_the_raw_header_is_refused():
+def test_a_file_without_the_raw_header_or_with_unknown_units_is_refused():
     ncu = _ncu_bound()
     with pytest.raises(ValueError, match="no ncu raw CSV header"):
         ncu.read_raw_csv("==PROF== nothing profiled\n")
+    with pytest.raises(ValueError, match="unit 'cycle' is not one"):
+        ncu.read_raw_csv(_raw_csv(ncu, KERNELS).replace('"ns"', '"cycle"'))
