@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 import torch
 
-from circuitlab import CircuitTransformer, ModelConfig
+from circuitlab import CircuitTransformer, ModelConfig, kernels
 from circuitlab.architectures.checkpoint import load_model
 from circuitlab.architectures.feedforward.parity import (
     ParityBottleneck,
@@ -480,6 +480,59 @@ def test_more_pursuit_rounds_never_reconstruct_worse():
     for fewer, more in zip(errors, errors[1:]):
         assert (more <= fewer * (1 + 1e-5) + 1e-6).all()
     assert (errors[-1] < errors[0] - 1e-4).any()
+
+
+# where the Triton kernels run: CUDA, else the CPU under TRITON_INTERPRET=1
+TRITON_DEVICE = "cuda" if torch.cuda.is_available() else "cpu" if kernels.triton_interpreting() else None
+
+
+@pytest.mark.skipif(TRITON_DEVICE is None, reason="needs CUDA or TRITON_INTERPRET=1")
+@pytest.mark.parametrize("rounds", [1, 2])
+def test_one_fused_launch_fits_and_decodes_as_the_two_step_path_does(rounds):
+    """Fused (Triton) and nobody hooked on the coefficients, the layer fits and decodes in one launch forward
+    and one backward; with a hook on the coefficients, it solves and decodes apart. Both give the same write,
+    coefficients and gradient of x."""
+    config = ModelConfig.preset("tiny-parity")
+    layer = ParityBottleneck(config.replace(bottleneck={**config.bottleneck.model_dump(), "pursuit_rounds": rounds}))
+    layer = layer.to(TRITON_DEVICE)
+    layer.compiled_cpu_encoder = False
+    x = torch.randn(2, 5, layer.d_model, generator=torch.Generator().manual_seed(11)).to(TRITON_DEVICE)
+    upstream = torch.randn_like(x)
+    outputs = {}
+    for hooked in (False, True):
+        seen = []
+        handle = layer.hook_code_values.register_forward_hook(lambda module, args, out: seen.append(out.detach()))
+        if not hooked:
+            handle.remove()
+        x_in = x.clone().requires_grad_(True)
+        with kernels.use_backend("triton"):
+            assert layer._fused(layer._grid(x_in.detach()), layer.k)
+            x_hat, error = layer.reconstruct(x_in)
+            (x_hat * upstream).sum().backward()
+        handle.remove()
+        outputs[hooked] = (x_hat.detach(), x_in.grad, float(error.detach()))
+    torch.testing.assert_close(outputs[False][0], outputs[True][0], rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(outputs[False][1], outputs[True][1], rtol=1e-5, atol=1e-6)
+    # the write is least squares on the support: Phi^T (x - x_hat) = ridge a (the normal equations)
+    with kernels.use_backend("triton"):
+        support = layer.encode_indices(x)
+    phi = layer.feature_directions(support).double()  # [B, T, K, D]
+    residual = (x - outputs[False][0]).double()
+    torch.testing.assert_close(torch.einsum("btkd,btd->btk", phi, residual), layer.ridge * seen[0].double(),
+                               rtol=1e-3, atol=1e-5)
+    # and the gradient of <upstream, x_hat> is the projection of upstream onto the span (the map is symmetric)
+    with kernels.use_backend("reference"):
+        projected = layer.decode(support, layer.coefficients(upstream.double(), support))
+    torch.testing.assert_close(outputs[False][1].double(), projected, rtol=1e-4, atol=1e-5)
+    assert outputs[False][2] == pytest.approx(outputs[True][2], rel=1e-5)
+
+
+def test_one_round_keeps_the_encoders_top_k():
+    config = ModelConfig.preset("tiny-parity")
+    layer = ParityBottleneck(config.replace(bottleneck={**config.bottleneck.model_dump(), "pursuit_rounds": 1}))
+    layer.compiled_cpu_encoder = False
+    X = torch.randn(7, layer.grid_rows, layer.grid_cols, generator=torch.Generator().manual_seed(12))
+    assert torch.equal(layer._pursue(X, False), layer.top_scores(X, layer.k, layer.beam)[0])
 
 
 def test_gradient_reaches_x_through_the_least_squares_coefficients():

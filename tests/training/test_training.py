@@ -355,13 +355,21 @@ def test_an_unknown_compile_mode_is_refused():
         TrainConfig(compile_mode="fast").validate()
 
 
-def test_cuda_graphs_are_the_default_only_where_every_layer_can_be_captured():
+def test_cuda_graphs_are_the_default_only_where_every_layer_can_be_captured(monkeypatch):
+    from circuitlab.architectures.feedforward.parity import ParityBottleneck
+
     def model(preset):
         return CircuitTransformer(ModelConfig.preset(preset))
 
     assert default_compile_mode(model("tiny-legible"), "cuda") == "reduce-overhead"
     assert default_compile_mode(model("tiny-sgatlin"), "cuda") == "reduce-overhead"
-    assert default_compile_mode(model("tiny-parity"), "cuda") == "default"  # ParityBottleneck.cuda_graphs is False
+    # the parity bottleneck only while every solve runs in the fused kernel (the batched LU refuses capture)
+    assert default_compile_mode(model("tiny-parity"), "cuda") == "reduce-overhead"
+    wide = ModelConfig.preset("tiny-parity")
+    wide = wide.replace(bottleneck={**wide.bottleneck.model_dump(), "k": 40})  # the pursuit's 2k = 80 > 64 features
+    assert default_compile_mode(CircuitTransformer(wide), "cuda") == "default"
+    monkeypatch.setattr(ParityBottleneck, "fused_solves", False)
+    assert default_compile_mode(model("tiny-parity"), "cuda") == "default"
     assert default_compile_mode(model("tiny-legible"), "cuda", distributed=True) == "default"
     assert default_compile_mode(model("tiny-legible"), "cpu") == "default"
 

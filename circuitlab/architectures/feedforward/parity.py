@@ -113,13 +113,22 @@ Choices and why:
   first, the whole beam only for tokens whose k-th score there does not beat every bound left (same
   supports). On the shipped model's writes every token settled, and the encoder gained 5-10% on 2 CPU cores
   and 3.5% on an H200; on random writes, as training starts with, a layer lost 12-14% on both.
-- no CUDA graphs (`cuda_graphs = False`): capturing a compiled parity-stories step failed on an H200, so the
-  trainer compiles this model in torch's default mode. The batched LU is what refuses capture: captured one
-  at a time (torch 2.11, H200, one-off run), solve_ex and lu_factor_ex failed with and without pivoting,
-  while cholesky_ex, topk and the fused selection kernel were captured; with
-  `torch.backends.cuda.preferred_linalg_library("cusolver")` the LU solves were captured too, but that
-  setting is process-wide and slower (above), and the step is kernel-bound (241 of 249 ms), so graphs would
-  buy little.
+- CUDA graphs only where every solve runs fused (`cuda_graphs`). The batched LU refuses capture: a compiled
+  parity-stories step with it failed on an H200, and captured one at a time (torch 2.11, one-off run) solve_ex
+  and lu_factor_ex failed with and without pivoting, while cholesky_ex, topk and the fused selection kernel
+  were captured (`torch.backends.cuda.preferred_linalg_library("cusolver")` captures the LU too, but that
+  setting is process-wide and slower, above). On CUDA with the fused solves the step has no LU, and since
+  2026-12-02 the trainer captures it: 127.54 ms a step against 127.36 ms in torch's default mode (paired runs, H200,
+  benchmarks/results/gpu_2026-12-02_parity_settings*.md): the step is kernel-bound, so graphs buy little here.
+- the coefficients and their decoded write come from one fused launch, and its backward is one launch, where
+  nothing is hooked on `hook_code_values` (a hook there may change the coefficients, so they are then solved
+  and decoded apart). Measured once (2026-12-01 against 2026-12-02, H200): the shipped step's fused-solve
+  launches went from 28 to 20 and their time stayed 41.3 ms, the dropped launches being cheap decodes.
+- with one pursuit round (`pursuit_rounds = 1`) the support is the encoder's top k and no solve compares
+  residuals. The settings decide training speed far more than any kernel so far (paired against gelu-stories
+  on an H200, untrained models, 2026-12-02): beam 64 / two rounds / k 32 (shipped) 0.09x, beam 64 / one round
+  0.22x, beam 16 / one round 0.32x, beam 16 / one round / k 16 0.39x; none reaches 0.5x, and only the shipped
+  settings have been trained and measured against the other targets (BENCHMARKS.md).
 
 Letters: B batch, T position, D d_model, N tokens (B*T), K code (k features), H grid rows (g_r), W grid
 columns (g_c), U column patterns (2^r1), P row patterns (2^r2), C beam (column patterns kept), F features
@@ -265,9 +274,6 @@ class FeatureCodeLayer(CodeLayer):
 class ParityBottleneck(FeatureCodeLayer):
     kind = "parity"
     sparse_by_construction = True
-    # capturing a compiled parity-stories step in a CUDA graph failed on an H200 (torch 2.11: "operation failed
-    # due to a previous error during capture"; 2026-12-01, benchmarks/bench_gpu.py), so it trains without them
-    cuda_graphs = False
     # LU without row swaps where the device has it (CUDA); False: partial pivoting everywhere, as until 2026-12-01
     pivot_free = True
     # on CUDA, least squares and decode in one fused kernel per token (kernels.parity_feature_solve); False: the
@@ -276,6 +282,14 @@ class ParityBottleneck(FeatureCodeLayer):
     # on the CPU, the encoder compiled with numba where numba is installed (kernels/_parity_numba.py); False: the
     # batched PyTorch encoder (the reference the compiled one is tested against)
     compiled_cpu_encoder = True
+
+    @property
+    def cuda_graphs(self) -> bool:
+        """Whether a compiled step may be captured in CUDA graphs: only when every solve runs fused on CUDA. The
+        batched LU refuses capture (torch 2.11, H200: "operation failed due to a previous error during
+        capture", 2026-12-01), the fused kernels and top-k do not."""
+        widest = self.k * (2 if self.pursuit_rounds > 1 else 1)
+        return self.fused_solves and widest <= kernels.MAX_SOLVE_FEATURES and max(self.grid_rows, self.grid_cols) <= 64
 
     def __init__(self, config: ModelConfig):
         super().__init__()
@@ -391,6 +405,8 @@ class ParityBottleneck(FeatureCodeLayer):
     def _pursue(self, X: Float[Tensor, "tokens rows cols"], exhaustive: bool) -> Int[Tensor, "tokens k"]:
         beam = None if exhaustive else self.beam
         support = self.top_scores(X, self.k, beam)[0]
+        if self.pursuit_rounds <= 1:  # no round compares residuals: the support is the top k
+            return support
         fused = self._fused(X, 2 * self.k)
         if fused:
             residual = self._fused_residual(X, support)
@@ -511,6 +527,21 @@ class ParityBottleneck(FeatureCodeLayer):
             values = self._solve(X, indices_BxTxK.reshape(X.shape[0], -1))
         return values.reshape(indices_BxTxK.shape)
 
+    def _fit(
+        self, x_BxTxD: Tensor, indices_BxTxK: Tensor, decode: bool
+    ) -> tuple[Float[Tensor, "batch pos k"], Tensor | None]:
+        """(least-squares coefficients, and where `decode` and the fused kernel runs, their decoded write x_hat
+        from the same launch, else None). Fused, coefficients and write are one launch forward and one backward
+        (the operator's backward takes both upstream gradients) instead of two each."""
+        dtype = torch.promote_types(x_BxTxD.dtype, torch.float32)
+        with torch.autocast(device_type=x_BxTxD.device.type, enabled=False):
+            X = self._grid(x_BxTxD.to(dtype))
+            indices_NxK = indices_BxTxK.reshape(X.shape[0], -1)
+            if not (decode and self._fused(X, indices_NxK.shape[-1])):
+                return self._solve(X, indices_NxK).reshape(indices_BxTxK.shape), None
+            values, x_hat = self._fused_call(X.flatten(1), X.new_empty(0), indices_NxK, True, True, True)
+        return values.reshape(indices_BxTxK.shape), x_hat.reshape(x_BxTxD.shape)
+
     def decode(
         self, indices_BxTxK: Int[Tensor, "batch pos k"], values_BxTxK: Float[Tensor, "batch pos k"]
     ) -> Float[Tensor, "batch pos d_model"]:
@@ -541,13 +572,14 @@ class ParityBottleneck(FeatureCodeLayer):
             and not (torch.is_grad_enabled() and x_BxTxD.requires_grad)
             and (indices_BxTxK is found_BxTxK or torch.equal(indices_BxTxK, found_BxTxK))
         )
+        values_hooked = is_hooked(self.hook_code_values)
+        x_hat_BxTxD = None
         if not reuse:
-            values_BxTxK = self.coefficients(x_BxTxD, indices_BxTxK)
-        reuse_decoded = reuse and not is_hooked(self.hook_code_values)
+            values_BxTxK, x_hat_BxTxD = self._fit(x_BxTxD, indices_BxTxK, decode=not values_hooked)
         values_BxTxK = self.hook_code_values(values_BxTxK)
-        if reuse_decoded:
+        if reuse and not values_hooked:
             x_hat_BxTxD = decoded_BxTxD.to(x_BxTxD.device)
-        else:
+        elif x_hat_BxTxD is None:
             x_hat_BxTxD = self.decode(indices_BxTxK, values_BxTxK)
         x_hat_BxTxD = self.hook_recon(x_hat_BxTxD)
         return x_hat_BxTxD, relative_error(x_BxTxD, x_hat_BxTxD)
