@@ -66,6 +66,11 @@ SMOKE_PRESETS = {"gelu-stories": "tiny-gelu", "sgatlin-stories": "tiny-sgatlin",
                  "parity-stories": "tiny-parity", "gelu-stories-6l": "tiny-gelu", "legible-stories-v1": "tiny-legible"}
 # benchmark-only variants of a preset: gelu-stories at the 6 layers of legible-stories, its depth-matched baseline
 VARIANTS = {"gelu-stories-6l": ("gelu-stories", {"n_layers": 6})}
+# parity-stories with another beam (b), number of pursuit rounds (r) and code size (k), to time the encoder's settings
+VARIANTS.update({f"parity-stories-b{beam}r{rounds}" + (f"k{k}" if k != 32 else ""):
+                 ("parity-stories", {"bottleneck": {"beam": beam, "pursuit_rounds": rounds, "k": k}})
+                 for beam in (16, 32, 64) for rounds in (1, 2) for k in (16, 32)})
+SMOKE_PRESETS.update({name: "tiny-parity" for name in VARIANTS if name.startswith("parity-stories-")})
 # presets whose depth differs from gelu-stories' 4 layers, and the baseline of their depth
 DEPTH_MATCHED = {"legible-stories": "gelu-stories-6l"}
 # each preset against its baseline, timed side by side in alternating rounds (paired_ratio)
@@ -100,7 +105,10 @@ def preset_config(name: str):
 
     if name in VARIANTS:
         base, changes = VARIANTS[name]
-        return circuitlab.ModelConfig.from_dict({**circuitlab.ModelConfig.preset(base).to_dict(), **changes, "name": name})
+        fields = circuitlab.ModelConfig.preset(base).to_dict()
+        for key, value in changes.items():  # a dict changes the named entries of a nested setting
+            fields[key] = {**fields[key], **value} if isinstance(value, dict) else value
+        return circuitlab.ModelConfig.from_dict({**fields, "name": name})
     return circuitlab.ModelConfig.preset(name)
 
 
@@ -522,7 +530,7 @@ def markdown(results: dict) -> str:
     lines = [f"Run of `benchmarks/bench_gpu.py` on {results['date']}: {results['device']}, torch {results['torch']}, "
              f"triton {results['triton']}{' (SMOKE: tiny sizes on the CPU, not a measurement)' if results['smoke'] else ''}; "
              f"torch.compile mode {results.get('compile_mode') or 'default'}"
-             f"{' (as the trainer picks: reduce-overhead, i.e. CUDA graphs, except for parity-stories)' if results.get('compile_mode') == 'auto' else ''}.",
+             f"{' (as the trainer picks: reduce-overhead, i.e. CUDA graphs, where every layer can be captured)' if results.get('compile_mode') == 'auto' else ''}.",
              ""]
     training = results.get("training") or []
     if training:
