@@ -13,7 +13,7 @@
 # N_STORIES (60000), HELD_OUT_STORIES (2000), NATURAL (data/natural), NATURAL_UPSAMPLE (3), TOKENIZER
 # (models/sgatlin-stories/tokenizer.json), GELU (models/gelu-stories, the model compared with), DEVICE (cuda),
 # MAX_MINUTES (7), REPORT_TOKENS (65536), PYTHON (python); bottleneck overrides of the preset: BEAM,
-# PURSUIT_ROUNDS, LAMBDA_RECON.
+# PURSUIT_ROUNDS, LAMBDA_RECON, K (features per token; the card's text follows K).
 # Writes $RESULTS/parity-stories (model folder: card, metrics.json, train_log.jsonl), $RESULTS/parity-stories.log,
 # $RESULTS/parity_report.json and $RESULTS/parity_report.md. Calling it again resumes a killed run and skips a
 # finished one.
@@ -38,18 +38,19 @@ mkdir -p "$RESULTS"
 MIX=(--natural "$NATURAL" --natural-upsample "$NATURAL_UPSAMPLE" --n-stories "$N_STORIES" --held-out-stories "$HELD_OUT_STORIES")
 
 # the preset, with the bottleneck overrides given in the environment
-BEAM="${BEAM:-}" PURSUIT_ROUNDS="${PURSUIT_ROUNDS:-}" LAMBDA_RECON="${LAMBDA_RECON:-}" "$PYTHON" - "$RESULTS/parity-stories.config.json" <<'EOF'
+BEAM="${BEAM:-}" PURSUIT_ROUNDS="${PURSUIT_ROUNDS:-}" LAMBDA_RECON="${LAMBDA_RECON:-}" K="${K:-}" "$PYTHON" - "$RESULTS/parity-stories.config.json" <<'EOF'
 import os, sys
 from circuitlab.config import ModelConfig
 
 config = ModelConfig.preset("parity-stories")
 bottleneck = config.bottleneck.model_dump()
-for key, cast in (("beam", int), ("pursuit_rounds", int), ("lambda_recon", float)):
+for key, cast in (("beam", int), ("pursuit_rounds", int), ("lambda_recon", float), ("k", int)):
     if os.environ.get(key.upper()):
         bottleneck[key] = cast(os.environ[key.upper()])
 config.replace(bottleneck=bottleneck).to_json(sys.argv[1])
 EOF
 
+CODE_K="$("$PYTHON" -c "import json, sys; print(json.load(open(sys.argv[1]))['bottleneck']['k'])" "$RESULTS/parity-stories.config.json")"
 cat > "$RESULTS/parity-stories.card.md" <<EOF
 The same skeleton as gelu-stories (4 layers, d_model 256, 4 heads of 64, dense GELU MLP of width 1024) with a
 deep parity bottleneck on every block's FFN write (product design, circuitlab/architectures/feedforward/parity.py):
@@ -59,11 +60,11 @@ each the least coherent of 64 seeded draws). Coherence 0.625. No dictionary is s
 tables are recomputed from the seed.
 Encoder: exact scores of all m features are two small matmuls (Y = x_grid sQ^T, S = sP Y / 16); training
 scores only the beam column patterns u1 of largest bound ||Y[:, u1]||_1 / 16 (the bound of every score in that
-column) and keeps the top k = 32 of those; the result is certified exact when the 32nd score is at least the
-best bound left out. Coefficients: least squares on the 32 features (Gram matrix from the codes' mean-sign
+column) and keeps the top k = $CODE_K of those; the result is certified exact when the k-th score is at least the
+best bound left out. Coefficients: least squares on the $CODE_K features (Gram matrix from the codes' mean-sign
 tables, ridge 1e-3, batched solves), then pursuit rounds that swap in better features for the residual
 (kept only where they lower the error). Training adds lambda_recon x the relative reconstruction error
-||x - x_hat||^2 / ||x||^2 of the FFN writes (mean over layers) to the loss, so the FFN learns writes the 32
+||x - x_hat||^2 / ||x||^2 of the FFN writes (mean over layers) to the loss, so the FFN learns writes the $CODE_K
 features carry; the gradient reaches the FFN through the least-squares coefficients. Settings: see the
 architecture line above and config.json. The first design (prefix search by |x_j|, a_i = <x, phi_i>) did not
 route (agreement with the exhaustive top-k 0.08-0.16) nor reconstruct (relative error 0.95-1.0); its models
