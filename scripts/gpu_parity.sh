@@ -50,7 +50,10 @@ for key, cast in (("beam", int), ("pursuit_rounds", int), ("lambda_recon", float
 config.replace(bottleneck=bottleneck).to_json(sys.argv[1])
 EOF
 
-CODE_K="$("$PYTHON" -c "import json, sys; print(json.load(open(sys.argv[1]))['bottleneck']['k'])" "$RESULTS/parity-stories.config.json")"
+read -r CODE_K ROUNDS < <("$PYTHON" -c "import json, sys; b = json.load(open(sys.argv[1]))['bottleneck']; print(b['k'], b['pursuit_rounds'])" "$RESULTS/parity-stories.config.json")
+PURSUIT="then $((ROUNDS - 1)) pursuit round(s) that swap in better features for the residual
+(kept only where they lower the error)"
+[ "$ROUNDS" -gt 1 ] || PURSUIT="and no pursuit round (the support is the encoder's top k)"
 cat > "$RESULTS/parity-stories.card.md" <<EOF
 The same skeleton as gelu-stories (4 layers, d_model 256, 4 heads of 64, dense GELU MLP of width 1024) with a
 deep parity bottleneck on every block's FFN write (product design, circuitlab/architectures/feedforward/parity.py):
@@ -62,8 +65,7 @@ Encoder: exact scores of all m features are two small matmuls (Y = x_grid sQ^T, 
 scores only the beam column patterns u1 of largest bound ||Y[:, u1]||_1 / 16 (the bound of every score in that
 column) and keeps the top k = $CODE_K of those; the result is certified exact when the k-th score is at least the
 best bound left out. Coefficients: least squares on the $CODE_K features (Gram matrix from the codes' mean-sign
-tables, ridge 1e-3, batched solves), then pursuit rounds that swap in better features for the residual
-(kept only where they lower the error). Training adds lambda_recon x the relative reconstruction error
+tables, ridge 1e-3, batched solves), $PURSUIT. Training adds lambda_recon x the relative reconstruction error
 ||x - x_hat||^2 / ||x||^2 of the FFN writes (mean over layers) to the loss, so the FFN learns writes the $CODE_K
 features carry; the gradient reaches the FFN through the least-squares coefficients. Settings: see the
 architecture line above and config.json. The first design (prefix search by |x_j|, a_i = <x, phi_i>) did not
