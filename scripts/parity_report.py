@@ -159,7 +159,9 @@ def encoder_agreement(bottleneck, x_NxD: torch.Tensor, beams: list[int], relativ
 
 
 def report(model_dir: str, gelu_dir: str | None, n_tokens: int, natural: Path, seq_len: int, batch_size: int,
-           device: str, beams: list[int]) -> dict:
+           device: str, beams: list[int], overrides: dict | None = None) -> dict:
+    """The figures above. `overrides` ({"beam": ..., "pursuit_rounds": ...}) runs the trained model's encoder
+    with other settings than it was trained with; the result records them."""
     from circuitlab.architectures.checkpoint import load_model
     from circuitlab.errors import UserError
 
@@ -167,10 +169,21 @@ def report(model_dir: str, gelu_dir: str | None, n_tokens: int, natural: Path, s
     model = load_model(model_dir, device=torch_device).eval()
     if model.config.bottleneck is None:
         raise UserError(f"{model_dir} has no parity bottleneck (config.bottleneck is null)")
+    overrides = dict(overrides or {})
+    unknown = set(overrides) - {"beam", "pursuit_rounds"}
+    if unknown or any(not isinstance(value, int) or value < 1 for value in overrides.values()):
+        raise UserError(f"encoder overrides are a beam and pursuit rounds, positive integers; got {overrides}")
+    for block in model.blocks:
+        bottleneck = block.bottleneck
+        if overrides and not hasattr(bottleneck, "top_scores"):
+            raise UserError(f"{model_dir}'s bottleneck ({type(bottleneck).__name__}) takes no encoder overrides")
+        for key, value in overrides.items():
+            setattr(bottleneck, key, value)
     windows = natural_windows(model, natural, n_tokens, seq_len)
     result = {
         "model": str(model_dir),
-        "design": model.config.bottleneck.model_dump(mode="json"),
+        "design": {**model.config.bottleneck.model_dump(mode="json"), **overrides},
+        "encoder_overrides": overrides,
         "tokens": int(windows.shape[0] * (windows.shape[1] - 1)),
         "natural": str(natural),
         "parity": losses(model, windows, batch_size, torch_device, "parity"),
@@ -193,7 +206,8 @@ def report(model_dir: str, gelu_dir: str | None, n_tokens: int, natural: Path, s
 
 def table(result: dict) -> str:
     lines = [
-        f"parity report: {result['model']} on {result['tokens']:,} held-out natural tokens",
+        f"parity report: {result['model']} on {result['tokens']:,} held-out natural tokens"
+        + (f" (encoder run with {result['encoder_overrides']}, not as trained)" if result.get("encoder_overrides") else ""),
         "| layer | recon | recon (exhaustive) | agreement | certified | write/resid | GELU write/resid | features used | top-100 share | coherence |",
         "|---|---|---|---|---|---|---|---|---|---|",
     ]
@@ -236,9 +250,16 @@ def main(argv: list[str] | None = None) -> int:
                         help="beams at which to also measure encoder agreement")
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--json", type=Path, default=None, help="write the figures here")
+    parser.add_argument("--beam", type=int, default=None,
+                        help="run the model's encoder at this beam instead of its configured one (what-if; the "
+                             "model is not retrained)")
+    parser.add_argument("--pursuit-rounds", type=int, default=None,
+                        help="run the model's encoder with this many rounds instead of its configured ones (what-if)")
     args = parser.parse_args(argv)
+    overrides = {key: value for key, value in (("beam", args.beam), ("pursuit_rounds", args.pursuit_rounds))
+                 if value is not None}
     result = report(args.model, args.gelu, args.tokens, args.natural, args.seq_len, args.batch_size, args.device,
-                    args.beams)
+                    args.beams, overrides)
     print(table(result))
     if args.json is not None:
         from circuitlab.atomic import atomic_write_text

@@ -82,3 +82,37 @@ def test_a_model_without_a_bottleneck_is_a_clear_error(tiny_models):
 
     with pytest.raises(UserError, match="no parity bottleneck"):
         _script().report(str(tiny_models["tiny-gelu"]), None, 100, ROOT / "data" / "natural", 50, 2, "cpu", [])
+
+
+def test_encoder_overrides_run_the_trained_model_with_other_settings(tiny_models, tmp_path):
+    """--beam and --pursuit-rounds change what the encoder does (recorded in the result), not the weights: the
+    reconstruction is that of the model's layers run with those settings."""
+    report = _script()
+    out = tmp_path / "report.json"
+    assert report.main([str(tiny_models["tiny-parity"]), "--tokens", "300", "--seq-len", "100", "--batch-size", "3",
+                        "--beams", "2", "--device", "cpu", "--beam", "2", "--pursuit-rounds", "1",
+                        "--json", str(out)]) == 0
+    result = json.loads(out.read_text())
+    assert result["encoder_overrides"] == {"beam": 2, "pursuit_rounds": 1}
+    assert result["design"]["beam"] == 2 and result["design"]["pursuit_rounds"] == 1
+
+    from circuitlab.architectures.checkpoint import load_model
+
+    model = load_model(tiny_models["tiny-parity"]).eval()
+    for block in model.blocks:
+        block.bottleneck.beam, block.bottleneck.pursuit_rounds = 2, 1
+    windows = report.natural_windows(model, ROOT / "data" / "natural", 300, 100)
+    with torch.no_grad():
+        _, cache = model.run_with_cache(windows[:, :-1])
+    x, x_hat = cache["blocks.0.bottleneck.hook_in"], cache["blocks.0.bottleneck.hook_recon"]
+    expected = ((x - x_hat).pow(2).sum() / x.pow(2).sum()).item()
+    assert result["layers"][0]["reconstruction"] == pytest.approx(expected, rel=1e-4)
+    assert result["layers"][0]["by_beam"]["2"]["agreement"] == result["layers"][0]["agreement"]
+    # the configured settings (beam 8, two rounds) reconstruct differently on the same windows
+    default = tmp_path / "default.json"
+    report.main([str(tiny_models["tiny-parity"]), "--tokens", "300", "--seq-len", "100", "--batch-size", "3",
+                 "--beams", "2", "--device", "cpu", "--json", str(default)])
+    assert json.loads(default.read_text())["layers"][0]["reconstruction"] != pytest.approx(expected, rel=1e-4)
+    with pytest.raises(Exception, match="positive integers"):
+        report.report(str(tiny_models["tiny-parity"]), None, 300, ROOT / "data" / "natural", 100, 3, "cpu", [2],
+                      {"beam": 0})
