@@ -160,8 +160,8 @@ def encoder_agreement(bottleneck, x_NxD: torch.Tensor, beams: list[int], relativ
 
 def report(model_dir: str, gelu_dir: str | None, n_tokens: int, natural: Path, seq_len: int, batch_size: int,
            device: str, beams: list[int], overrides: dict | None = None) -> dict:
-    """The figures above. `overrides` ({"beam": ..., "pursuit_rounds": ...}) runs the trained model's encoder
-    with other settings than it was trained with; the result records them."""
+    """The figures above. `overrides` ({"beam": ..., "pursuit_rounds": ..., "k": ...}) runs the trained model's
+    encoder with other settings than it was trained with; the result records them."""
     from circuitlab.architectures.checkpoint import load_model
     from circuitlab.errors import UserError
 
@@ -170,9 +170,9 @@ def report(model_dir: str, gelu_dir: str | None, n_tokens: int, natural: Path, s
     if model.config.bottleneck is None:
         raise UserError(f"{model_dir} has no parity bottleneck (config.bottleneck is null)")
     overrides = dict(overrides or {})
-    unknown = set(overrides) - {"beam", "pursuit_rounds"}
+    unknown = set(overrides) - {"beam", "pursuit_rounds", "k"}
     if unknown or any(not isinstance(value, int) or value < 1 for value in overrides.values()):
-        raise UserError(f"encoder overrides are a beam and pursuit rounds, positive integers; got {overrides}")
+        raise UserError(f"encoder overrides are a beam, pursuit rounds and k, positive integers; got {overrides}")
     for block in model.blocks:
         bottleneck = block.bottleneck
         if overrides and not hasattr(bottleneck, "top_scores"):
@@ -255,9 +255,11 @@ def main(argv: list[str] | None = None) -> int:
                              "model is not retrained)")
     parser.add_argument("--pursuit-rounds", type=int, default=None,
                         help="run the model's encoder with this many rounds instead of its configured ones (what-if)")
+    parser.add_argument("--k", type=int, default=None,
+                        help="code features per token instead of the configured k (what-if; not retrained)")
     args = parser.parse_args(argv)
-    overrides = {key: value for key, value in (("beam", args.beam), ("pursuit_rounds", args.pursuit_rounds))
-                 if value is not None}
+    overrides = {key: value for key, value in (("beam", args.beam), ("pursuit_rounds", args.pursuit_rounds),
+                                               ("k", args.k)) if value is not None}
     result = report(args.model, args.gelu, args.tokens, args.natural, args.seq_len, args.batch_size, args.device,
                     args.beams, overrides)
     print(table(result))

@@ -90,21 +90,22 @@ def test_encoder_overrides_run_the_trained_model_with_other_settings(tiny_models
     report = _script()
     out = tmp_path / "report.json"
     assert report.main([str(tiny_models["tiny-parity"]), "--tokens", "300", "--seq-len", "100", "--batch-size", "3",
-                        "--beams", "2", "--device", "cpu", "--beam", "2", "--pursuit-rounds", "1",
+                        "--beams", "2", "--device", "cpu", "--beam", "2", "--pursuit-rounds", "1", "--k", "4",
                         "--json", str(out)]) == 0
     result = json.loads(out.read_text())
-    assert result["encoder_overrides"] == {"beam": 2, "pursuit_rounds": 1}
-    assert result["design"]["beam"] == 2 and result["design"]["pursuit_rounds"] == 1
+    assert result["encoder_overrides"] == {"beam": 2, "pursuit_rounds": 1, "k": 4}
+    assert result["design"]["beam"] == 2 and result["design"]["pursuit_rounds"] == 1 and result["design"]["k"] == 4
 
     from circuitlab.architectures.checkpoint import load_model
 
     model = load_model(tiny_models["tiny-parity"]).eval()
     for block in model.blocks:
-        block.bottleneck.beam, block.bottleneck.pursuit_rounds = 2, 1
+        block.bottleneck.beam, block.bottleneck.pursuit_rounds, block.bottleneck.k = 2, 1, 4
     windows = report.natural_windows(model, ROOT / "data" / "natural", 300, 100)
     with torch.no_grad():
         _, cache = model.run_with_cache(windows[:, :-1])
     x, x_hat = cache["blocks.0.bottleneck.hook_in"], cache["blocks.0.bottleneck.hook_recon"]
+    assert cache["blocks.0.bottleneck.hook_code_indices"].shape[-1] == 4
     expected = ((x - x_hat).pow(2).sum() / x.pow(2).sum()).item()
     assert result["layers"][0]["reconstruction"] == pytest.approx(expected, rel=1e-4)
     assert result["layers"][0]["by_beam"]["2"]["agreement"] == result["layers"][0]["agreement"]
