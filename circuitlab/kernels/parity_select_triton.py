@@ -51,9 +51,21 @@ def _candidates_kernel(
 ):
     token = tl.program_id(0).to(tl.int64)
     h = tl.arange(0, H_PAD)
-    p = tl.arange(0, P_PAD)
     c = tl.arange(0, C_PAD)
     y_HxC = tl.load(y_ptr + token * H * C + h[:, None] * C + c[None, :], mask=(h[:, None] < H) & (c[None, :] < C), other=0.0)
+    _select(y_HxC, signs_ptr, value_ptr, position_ptr, token, H, P, C, count, H_PAD, P_PAD, C_PAD, CAP, MAX_ITERS)
+
+
+@triton.jit
+def _select(
+    y_HxC, signs_ptr, value_ptr, position_ptr, token, H, P, C, count,
+    H_PAD: tl.constexpr, P_PAD: tl.constexpr, C_PAD: tl.constexpr, CAP: tl.constexpr, MAX_ITERS: tl.constexpr,
+):
+    """One token's scores |signs @ y| ([P, C], in registers) and the candidates of its top `count` in CAP slots
+    (benchmarks/explore_parity_select.py builds other kernels around it)."""
+    h = tl.arange(0, H_PAD)
+    p = tl.arange(0, P_PAD)
+    c = tl.arange(0, C_PAD)
     signs_PxH = tl.load(signs_ptr + p[:, None] * H + h[None, :], mask=(p[:, None] < P) & (h[None, :] < H), other=0.0)
     scores = tl.abs(tl.dot(signs_PxH, y_HxC, input_precision="ieee"))
     valid = (p[:, None] < P) & (c[None, :] < C)

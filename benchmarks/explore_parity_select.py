@@ -1,0 +1,129 @@
+"""Phases of a fused beam selection for the product parity encoder, timed on one GPU (an exploration: the
+layer does not use this kernel; BENCHMARKS.md, "The parity bottleneck's settings", and
+benchmarks/results/parity_select_2026-12-02_fused_explored.txt record the run and why it was not kept).
+
+One program per token: x loaded, the column bounds ||Y[:, u]||_1 with Y = x_grid sQ^T ([16, 16] @ [16, 256]),
+the beam chosen, its columns of Y rebuilt ([16, 16] @ [16, beam]), then the layer's selection
+(`parity_select_triton._select`: scores [256, beam], bisection, slots). Switches:
+  SORT 0: the beam by tl.sort of 256 int64 keys (bound bits << 32 | 255 - u), read back through memory
+  SORT 1: int32 keys (bound bits with the low 8 replaced by 255 - u), read back through memory
+  SORT 2: bisection on the 256 bounds, the chosen columns numbered by a cumsum
+  SORT 3: no column phase (columns 0..beam-1: the cost of everything else)
+  PREC: tl.dot input precision ("ieee": float32 FMA; "tf32x3": three TF32 tensor-core products)
+  SELECT 0: scores only (their maximum stored), no bisection or slots
+
+    python benchmarks/explore_parity_select.py        # CUDA only; about 8 minutes on an H200
+"""
+
+from __future__ import annotations
+
+import itertools
+
+import torch
+import triton
+import triton.language as tl
+
+from circuitlab.architectures.feedforward.parity import make_factor_code, sign_table
+from circuitlab.kernels.parity_select_triton import MAX_BISECTIONS, _select, candidate_slots
+
+
+@triton.jit
+def _fused_beam_kernel(
+    x_ptr, row_signs_ptr, col_signs_ptr, key_ptr, column_ptr, value_ptr, position_ptr,
+    H, W, U, P, C, count,
+    H_PAD: tl.constexpr, W_PAD: tl.constexpr, U_PAD: tl.constexpr, P_PAD: tl.constexpr, C_PAD: tl.constexpr,
+    CAP: tl.constexpr, MAX_ITERS: tl.constexpr, SORT: tl.constexpr, PREC: tl.constexpr, SELECT: tl.constexpr,
+):
+    token = tl.program_id(0).to(tl.int64)
+    h = tl.arange(0, H_PAD)
+    w = tl.arange(0, W_PAD)
+    u = tl.arange(0, U_PAD)
+    c = tl.arange(0, C_PAD)
+    x_HxW = tl.load(x_ptr + token * H * W + h[:, None] * W + w[None, :])
+    if SORT == 3:
+        columns = c
+    else:
+        signs_UxW = tl.load(col_signs_ptr + u[:, None] * W + w[None, :])
+        bounds = tl.sum(tl.abs(tl.dot(x_HxW, tl.trans(signs_UxW), input_precision=PREC)), axis=0)
+        if SORT == 0:
+            keys = (bounds.to(tl.int32, bitcast=True).to(tl.int64) << 32) | (U_PAD - 1 - u).to(tl.int64)
+            ranked = tl.sort(keys, descending=True)
+            tl.store(key_ptr + token * (C + 1) + u, ranked, mask=u < C + 1)
+            tl.debug_barrier()
+            kept = tl.load(key_ptr + token * (C + 1) + c, mask=c < C, other=0)
+            columns = (U_PAD - 1 - (kept & 0xFFFFFFFF)).to(tl.int32)
+        elif SORT == 1:
+            keys = (bounds.to(tl.int32, bitcast=True) & ~0xFF) | (U_PAD - 1 - u)
+            ranked = tl.sort(keys, descending=True)
+            tl.store(key_ptr + token * (C + 1) + u, ranked.to(tl.int64), mask=u < C + 1)
+            tl.debug_barrier()
+            kept = tl.load(key_ptr + token * (C + 1) + c, mask=c < C, other=0)
+            columns = (U_PAD - 1 - (kept & 0xFF)).to(tl.int32)
+        else:
+            top = tl.max(bounds, axis=0)
+            lo = top * 0.0
+            hi = top * 1.0001 + 1e-30
+            iteration = 0
+            n_lo = U
+            while (n_lo != C) & (iteration < 40):
+                mid = 0.5 * (lo + hi)
+                n_mid = tl.sum((bounds >= mid).to(tl.int32), axis=0)
+                lo = tl.where(n_mid >= C, mid, lo)
+                n_lo = tl.where(n_mid >= C, n_mid, n_lo)
+                hi = tl.where(n_mid >= C, hi, mid)
+                iteration += 1
+            chosen = (bounds >= lo).to(tl.int32)
+            slot = tl.cumsum(chosen, axis=0) - 1
+            tl.store(key_ptr + token * (C + 1) + slot, u.to(tl.int64), mask=(chosen > 0) & (slot < C))
+            tl.debug_barrier()
+            columns = tl.load(key_ptr + token * (C + 1) + c, mask=c < C, other=0).to(tl.int32)
+    tl.store(column_ptr + token * C + c, columns, mask=c < C)
+    signs_CxW = tl.load(col_signs_ptr + columns[:, None] * W + w[None, :])
+    y_HxC = tl.dot(x_HxW, tl.trans(signs_CxW), input_precision=PREC)
+    if SELECT:
+        _select(y_HxC, row_signs_ptr, value_ptr, position_ptr, token, H, P, C, count, H_PAD, P_PAD, C_PAD, CAP,
+                MAX_ITERS)
+    else:
+        p = tl.arange(0, P_PAD)
+        signs_PxH = tl.load(row_signs_ptr + p[:, None] * H + h[None, :])
+        scores = tl.abs(tl.dot(signs_PxH, y_HxC, input_precision=PREC))
+        tl.store(value_ptr + token * CAP, tl.max(tl.max(scores, axis=1), axis=0))
+
+
+def main() -> int:
+    if not torch.cuda.is_available():
+        raise SystemExit("explore_parity_select.py times kernels on a CUDA GPU")
+    n_tokens = 65536
+    rows, cols = sign_table(make_factor_code(16, 8, 1)).cuda(), sign_table(make_factor_code(16, 8, 2)).cuda()
+    gen = torch.Generator(device="cuda").manual_seed(0)
+    # heavy-tailed random writes
+    x = torch.randn(n_tokens, 256, device="cuda", generator=gen) * torch.rand(n_tokens, 256, device="cuda", generator=gen) ** 4
+    print(f"{'beam':>4} {'count':>5} {'sort':>4} {'prec':>7} {'select':>6} {'warps':>5}  ms")
+    for beam, count in ((16, 16), (16, 32), (64, 32)):
+        cap = candidate_slots(count)
+        for sort, prec, select, warps in itertools.product((0, 1, 2, 3), ("ieee", "tf32x3"), (1, 0), (2, 4, 8)):
+            if select == 0 and (prec != "ieee" or warps != 4):
+                continue
+            values = torch.full((n_tokens, cap), -1.0, device="cuda")
+            positions = torch.zeros((n_tokens, cap), dtype=torch.int32, device="cuda")
+            keys = torch.zeros((n_tokens, beam + 1), dtype=torch.int64, device="cuda")
+            columns = torch.empty((n_tokens, beam), dtype=torch.int32, device="cuda")
+
+            def run():
+                _fused_beam_kernel[(n_tokens,)](
+                    x, rows, cols, keys, columns, values, positions, 16, 16, 256, 256, beam, count,
+                    H_PAD=16, W_PAD=16, U_PAD=256, P_PAD=256, C_PAD=beam, CAP=cap, MAX_ITERS=MAX_BISECTIONS,
+                    SORT=sort, PREC=prec, SELECT=select, num_warps=warps)
+
+            label = f"{beam:4d} {count:5d} {sort:4d} {prec:>7} {select:6d} {warps:5d}"
+            try:
+                run()
+                torch.cuda.synchronize()
+                print(f"{label}  {triton.testing.do_bench(run, warmup=5, rep=40):.3f}", flush=True)
+            except Exception as error:  # noqa: BLE001 - a variant that does not compile is reported, not fatal
+                print(f"{label}  FAILED {type(error).__name__}: {str(error)[:100]}", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
