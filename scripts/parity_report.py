@@ -158,6 +158,14 @@ def encoder_agreement(bottleneck, x_NxD: torch.Tensor, beams: list[int], relativ
     return out
 
 
+def _shown(path: Path) -> str:
+    """A path as the report records it: relative to the repository when inside it (the default folder)."""
+    try:
+        return str(Path(path).resolve().relative_to(ROOT))
+    except ValueError:
+        return str(path)
+
+
 def report(model_dir: str, gelu_dir: str | None, n_tokens: int, natural: Path, seq_len: int, batch_size: int,
            device: str, beams: list[int], overrides: dict | None = None) -> dict:
     """The figures above. `overrides` ({"beam": ..., "pursuit_rounds": ..., "k": ...}) runs the trained model's
@@ -185,7 +193,7 @@ def report(model_dir: str, gelu_dir: str | None, n_tokens: int, natural: Path, s
         "design": {**model.config.bottleneck.model_dump(mode="json"), **overrides},
         "encoder_overrides": overrides,
         "tokens": int(windows.shape[0] * (windows.shape[1] - 1)),
-        "natural": str(natural),
+        "natural": _shown(natural),
         "parity": losses(model, windows, batch_size, torch_device, "parity"),
         "layers": layer_stats(model, windows, batch_size, torch_device, beams),
     }

@@ -94,6 +94,7 @@ def test_encoder_overrides_run_the_trained_model_with_other_settings(tiny_models
                         "--json", str(out)]) == 0
     result = json.loads(out.read_text())
     assert result["encoder_overrides"] == {"beam": 2, "pursuit_rounds": 1, "k": 4}
+    assert result["natural"] == "data/natural"  # the default folder, recorded relative to the repository
     assert result["design"]["beam"] == 2 and result["design"]["pursuit_rounds"] == 1 and result["design"]["k"] == 4
 
     from circuitlab.architectures.checkpoint import load_model
