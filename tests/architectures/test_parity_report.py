@@ -85,8 +85,8 @@ def test_a_model_without_a_bottleneck_is_a_clear_error(tiny_models):
 
 
 def test_encoder_overrides_run_the_trained_model_with_other_settings(tiny_models, tmp_path):
-    """--beam and --pursuit-rounds change what the encoder does (recorded in the result), not the weights: the
-    reconstruction is that of the model's layers run with those settings."""
+    """--beam, --pursuit-rounds and --k change what the encoder does (recorded in the result), not the weights:
+    the reconstruction is that of the model's layers run with those settings."""
     report = _script()
     out = tmp_path / "report.json"
     assert report.main([str(tiny_models["tiny-parity"]), "--tokens", "300", "--seq-len", "100", "--batch-size", "3",
@@ -115,6 +115,8 @@ def test_encoder_overrides_run_the_trained_model_with_other_settings(tiny_models
     report.main([str(tiny_models["tiny-parity"]), "--tokens", "300", "--seq-len", "100", "--batch-size", "3",
                  "--beams", "2", "--device", "cpu", "--json", str(default)])
     assert json.loads(default.read_text())["layers"][0]["reconstruction"] != pytest.approx(expected, rel=1e-4)
-    with pytest.raises(Exception, match="positive integers"):
+    from circuitlab.errors import UserError
+
+    with pytest.raises(UserError, match="positive integers"):
         report.report(str(tiny_models["tiny-parity"]), None, 300, ROOT / "data" / "natural", 100, 3, "cpu", [2],
                       {"beam": 0})

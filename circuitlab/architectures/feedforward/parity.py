@@ -524,11 +524,7 @@ class ParityBottleneck(FeatureCodeLayer):
         self, x_BxTxD: Float[Tensor, "batch pos d_model"], indices_BxTxK: Int[Tensor, "batch pos k"]
     ) -> Float[Tensor, "batch pos k"]:
         """Least-squares coefficients of x on the given support (differentiable in x; float32 or float64)."""
-        dtype = torch.promote_types(x_BxTxD.dtype, torch.float32)
-        with torch.autocast(device_type=x_BxTxD.device.type, enabled=False):
-            X = self._grid(x_BxTxD.to(dtype))
-            values = self._solve(X, indices_BxTxK.reshape(X.shape[0], -1))
-        return values.reshape(indices_BxTxK.shape)
+        return self._fit(x_BxTxD, indices_BxTxK, decode=False)[0]
 
     def _fit(
         self, x_BxTxD: Tensor, indices_BxTxK: Tensor, decode: bool
