@@ -13,11 +13,17 @@ the beam chosen, its columns of Y rebuilt ([16, 16] @ [16, beam]), then the laye
   SELECT 0: scores only (their maximum stored), no bisection or slots
 
     python benchmarks/explore_parity_select.py        # CUDA only; about 8 minutes on an H200
+
+`--kernel` times instead the one-kernel beam search the layer now runs up to beam 32
+(`parity_select_triton.beam_select`, which also sorts its candidate slots to the top `count` on chip) by warps,
+beside the composed path the layer runs for wider beams (Y by cuBLAS, bounds, torch top-k of beam + 1, gather,
+`beam_candidates`, torch top-k over its slots): a few minutes.
 """
 
 from __future__ import annotations
 
 import itertools
+import sys
 
 import torch
 import triton
@@ -90,6 +96,31 @@ def _fused_beam_kernel(
         tl.store(value_ptr + token * CAP, tl.max(tl.max(scores, axis=1), axis=0))
 
 
+def kernel_by_warps(rows: torch.Tensor, cols: torch.Tensor, x: torch.Tensor) -> None:
+    from circuitlab.kernels import ops, reference
+    from circuitlab.kernels.parity_select_triton import beam_select
+
+    def composed(beam: int, count: int):
+        return reference.parity_beam_select(x.view(-1, 16, 16), rows, cols, beam, count, beam_top=ops.parity_beam_top)
+
+    print(f"{'beam':>4} {'count':>5} {'path':>9} {'warps':>5}  ms")
+    for beam, count in ((16, 16), (16, 32), (32, 16), (32, 32), (32, 64), (64, 32)):
+        ids, values, _ = composed(beam, count)
+        timed = triton.testing.do_bench(lambda: composed(beam, count), warmup=5, rep=40)
+        print(f"{beam:4d} {count:5d} {'composed':>9} {'-':>5}  {timed:.3f}", flush=True)
+        for warps in (1, 2, 4, 8):
+            label = f"{beam:4d} {count:5d} {'one':>9} {warps:5d}"
+            try:
+                fused_ids, fused_values, _ = beam_select(x.view(-1, 16, 16), rows, cols, beam, count, warps)
+                same = torch.equal(fused_ids.sort(-1).values, ids.sort(-1).values)
+                timed = triton.testing.do_bench(lambda: beam_select(x.view(-1, 16, 16), rows, cols, beam, count, warps),
+                                                warmup=5, rep=40)
+                print(f"{label}  {timed:.3f}  (features as composed: {'all tokens' if same else 'NOT all tokens'})",
+                      flush=True)
+            except Exception as error:  # noqa: BLE001 - a variant that does not compile is reported, not fatal
+                print(f"{label}  FAILED {type(error).__name__}: {str(error)[:100]}", flush=True)
+
+
 def main() -> int:
     if not torch.cuda.is_available():
         raise SystemExit("explore_parity_select.py times kernels on a CUDA GPU")
@@ -98,6 +129,9 @@ def main() -> int:
     gen = torch.Generator(device="cuda").manual_seed(0)
     # heavy-tailed random writes
     x = torch.randn(n_tokens, 256, device="cuda", generator=gen) * torch.rand(n_tokens, 256, device="cuda", generator=gen) ** 4
+    if "--kernel" in sys.argv[1:]:
+        kernel_by_warps(rows, cols, x)
+        return 0
     print(f"{'beam':>4} {'count':>5} {'sort':>4} {'prec':>7} {'select':>6} {'warps':>5}  ms")
     for beam, count in ((16, 16), (16, 32), (64, 32)):
         cap = candidate_slots(count)

@@ -160,6 +160,31 @@ def parity_beam_top(
     return reference.parity_beam_top(y_NxHxC, signs_PxH, count)
 
 
+FUSED_SELECT_MAX_BEAM = 32  # wider beams: torch.topk chooses the beam, parity_beam_top scores it (BENCHMARKS.md)
+
+
+def parity_beam_select(
+    x_NxHxW: Float[Tensor, "tokens rows cols"], row_signs_PxH: Float[Tensor, "row_patterns rows"],
+    col_signs_UxW: Float[Tensor, "col_patterns cols"], beam: int, count: int,
+) -> tuple[Tensor, Tensor, Tensor]:
+    """The product encoder's beam search (contract: `reference.parity_beam_select`). Up to
+    FUSED_SELECT_MAX_BEAM the fast path runs it in one kernel per token: bounds, beam, its columns of Y,
+    scores and top `count` on chip (parity_select_triton.py, `beam_select`); wider beams, or shapes it does not
+    take, are chosen in PyTorch and scored by `parity_beam_top`."""
+    n_rows, n_cols = x_NxHxW.shape[1:] if x_NxHxW.dim() == 3 else (0, 0)
+    fits = (
+        x_NxHxW.dim() == 3 and row_signs_PxH.dim() == 2 and col_signs_UxW.dim() == 2
+        and row_signs_PxH.shape[1] == n_rows and col_signs_UxW.shape[1] == n_cols
+        and 0 < beam <= min(FUSED_SELECT_MAX_BEAM, col_signs_UxW.shape[0])
+        and _padded(row_signs_PxH.shape[0]) * _padded(beam) <= 2**14
+        and _padded(col_signs_UxW.shape[0]) * max(_padded(n_rows), _padded(n_cols)) <= 2**14
+    )
+    if fits and backend_for(x_NxHxW, row_signs_PxH, col_signs_UxW) == "triton":
+        if fast_ready("parity_select_triton"):
+            return ops.parity_beam_select(x_NxHxW, row_signs_PxH, col_signs_UxW, beam, count)
+    return reference.parity_beam_select(x_NxHxW, row_signs_PxH, col_signs_UxW, beam, count, beam_top=parity_beam_top)
+
+
 MAX_SOLVE_FEATURES = 64  # the fused solve keeps a token's system in registers, as at most four 16 x 16 blocks
 
 

@@ -23,6 +23,10 @@ S sequences, T positions, U units):
   quantifier_scan_bwd(dout, membership, decay, out, won, is_max) -> dmembership, ddecay [U] float32
   parity_beam_candidates(y [M, H, C], signs [P, H], count) -> values [M, CAP] float32, positions [M, CAP] int32
       (a superset of each token's `count` largest |signs @ y|; no gradient: the encoder's support)
+  parity_beam_select(x [M, H, W], row_signs [P, H], col_signs [U, W], beam, count)
+      -> ids [M, count] int64 (u2 * U + u1), scores [M, count] float32 descending, next_bound [M] float32
+      (the product encoder's beam search: the beam of column patterns of largest ||Y[:, u]||_1, Y = x col_signs^T,
+      its top `count` features, the largest bound left out or -1; no gradient)
   parity_feature_solve(x [M, D] or [0], v [M, F] or [0], indices [M, F], row_signs [P, H], col_signs [U, W],
       ridge, solve, write_a, decode) -> a [M, F] or [0], x_hat [M, D] or [0], float32
       (b = Phi^T x + v, a = (G + ridge I)^-1 b or b, x_hat = Phi a; its backward is the same operator)
@@ -208,6 +212,19 @@ def _beam_candidates_fake(y, signs, count):
 parity_beam_candidates = kernel_op(
     "parity_beam_candidates", "(Tensor y, Tensor signs, int count) -> (Tensor, Tensor)",
     "parity_select_triton", "beam_candidates", _beam_candidates_fake,
+)
+
+
+def _beam_select_fake(x, row_signs, col_signs, beam, count):
+    n_tokens = x.shape[0]
+    return (x.new_empty((n_tokens, count), dtype=torch.int64), x.new_empty((n_tokens, count), dtype=torch.float32),
+            x.new_empty((n_tokens,), dtype=torch.float32))
+
+
+parity_beam_select = kernel_op(
+    "parity_beam_select",
+    "(Tensor x, Tensor row_signs, Tensor col_signs, int beam, int count) -> (Tensor, Tensor, Tensor)",
+    "parity_select_triton", "beam_select", _beam_select_fake,
 )
 
 

@@ -29,6 +29,20 @@ Numbering them is a scan of the whole tile, and the first version ran two in eve
 the two-tier numbering runs only when ties overflow the slots. Timed once on an H200 (2026-12-01, 14:25 UTC, the
 same shape, one-off script): 7.07 -> 5.29 ms a launch for k = 32 and 7.02 -> 5.25 ms for 64, with the same
 top-k; of the 5.3 ms, loading and scoring alone took 1.10 ms and the bisection 2.0 ms more.
+
+The bisection starts from the smallest column maximum where the tile has at least `count` columns: each
+column holds a score at or above it, so the invariant holds. On the writes of the shipped model (beam 16,
+count 16; 2,048 held-out natural tokens; simulated once in PyTorch, not kept) that start needs 0.0-1.2
+halvings on average per layer against 1.1-1.3 from zero.
+
+`beam_select` runs the product encoder's whole beam search in one program per token, from the write itself:
+Y = x_grid sQ^T for all U column patterns (a [H, W] @ [W, U] product), their bounds ||Y[:, u]||_1, the beam by
+one sort of packed (bound, pattern) keys, the beam's columns of Y rebuilt from their sign patterns, `_select`,
+and the top `count` of the filled slots by a second sort of packed (score, position) keys, written as feature
+ids. Y and the bounds stay on chip; the beam's column list and the candidate slots go to memory and are read
+back by the same program. No torch top-k follows. The layer runs it up to beam 32
+(kernels.FUSED_SELECT_MAX_BEAM): an earlier version without the final sort was slower than the composed path
+at beam 64 (BENCHMARKS.md, "The parity bottleneck's settings").
 """
 
 from __future__ import annotations
@@ -57,12 +71,62 @@ def _candidates_kernel(
 
 
 @triton.jit
+def _beam_select_kernel(
+    x_ptr, row_signs_ptr, col_signs_ptr, column_ptr, next_bound_ptr, value_ptr, position_ptr, out_value_ptr,
+    out_id_ptr, H, W, U, P, C, count,
+    H_PAD: tl.constexpr, W_PAD: tl.constexpr, U_PAD: tl.constexpr, P_PAD: tl.constexpr, C_PAD: tl.constexpr,
+    CAP: tl.constexpr, MAX_ITERS: tl.constexpr,
+):
+    """One token from its write: the bounds of all U column patterns, the beam of the C largest, its columns
+    of Y rebuilt, `_select` on them (into this token's CAP scratch slots), and the top `count` of the slots."""
+    token = tl.program_id(0).to(tl.int64)
+    h = tl.arange(0, H_PAD)
+    w = tl.arange(0, W_PAD)
+    u = tl.arange(0, U_PAD)
+    c = tl.arange(0, C_PAD)
+    x_HxW = tl.load(x_ptr + token * H * W + h[:, None] * W + w[None, :],
+                    mask=(h[:, None] < H) & (w[None, :] < W), other=0.0)
+    signs_UxW = tl.load(col_signs_ptr + u[:, None] * W + w[None, :],
+                        mask=(u[:, None] < U) & (w[None, :] < W), other=0.0)
+    bounds = tl.sum(tl.abs(tl.dot(x_HxW, tl.trans(signs_UxW), input_precision="ieee")), axis=0)
+    bounds = tl.where(u < U, bounds, -1.0)
+    # sort keys: the bound's bits above (order-preserving for bounds >= 0), then the smaller pattern first
+    keys = (bounds.to(tl.int32, bitcast=True).to(tl.int64) << 32) | (U_PAD - 1 - u).to(tl.int64)
+    ranked = tl.sort(keys, descending=True)  # position u of `ranked` holds the (u+1)-th largest bound
+    tl.store(column_ptr + token * C + u, (U_PAD - 1 - (ranked & 0xFFFFFFFF)).to(tl.int32), mask=u < C)
+    next_bits = tl.sum(tl.where(u == C, ranked >> 32, 0), axis=0).to(tl.int32)
+    tl.store(next_bound_ptr + token, tl.where(C < U, next_bits.to(tl.float32, bitcast=True), -1.0))
+    tl.debug_barrier()  # the beam's columns, written above by every thread of the program, read back
+    columns = tl.load(column_ptr + token * C + c, mask=c < C, other=0)
+    signs_CxW = tl.load(col_signs_ptr + columns[:, None] * W + w[None, :],
+                        mask=(c[:, None] < C) & (w[None, :] < W), other=0.0)
+    y_HxC = tl.dot(x_HxW, tl.trans(signs_CxW), input_precision="ieee")
+    n_used = _select(y_HxC, row_signs_ptr, value_ptr, position_ptr, token, H, P, C, count, H_PAD, P_PAD, C_PAD, CAP,
+                     MAX_ITERS)
+    # the top `count` of the used slots, by one sort of packed (score, position) keys: descending scores, the
+    # lower position first among equal ones
+    tl.debug_barrier()
+    slot = tl.arange(0, CAP)
+    used = slot < n_used
+    value = tl.load(value_ptr + token * CAP + slot, mask=used, other=-1.0)
+    position = tl.load(position_ptr + token * CAP + slot, mask=used, other=0)
+    keys = (value.to(tl.int32, bitcast=True).to(tl.int64) << 32) | (0x7FFFFFFF - position).to(tl.int64)
+    ranked = tl.sort(keys, descending=True)
+    best = (ranked >> 32).to(tl.int32).to(tl.float32, bitcast=True)
+    flat = 0x7FFFFFFF - (ranked & 0xFFFFFFFF)
+    column = tl.load(column_ptr + token * C + flat % C, mask=slot < count, other=0)
+    feature = (flat // C) * U + column  # row pattern u2 above the column pattern's log2(U) bits
+    tl.store(out_value_ptr + token * count + slot, best, mask=slot < count)
+    tl.store(out_id_ptr + token * count + slot, feature, mask=slot < count)
+
+
+@triton.jit
 def _select(
     y_HxC, signs_ptr, value_ptr, position_ptr, token, H, P, C, count,
     H_PAD: tl.constexpr, P_PAD: tl.constexpr, C_PAD: tl.constexpr, CAP: tl.constexpr, MAX_ITERS: tl.constexpr,
 ):
-    """One token's scores |signs @ y| ([P, C], in registers) and the candidates of its top `count` in CAP slots
-    (benchmarks/explore_parity_select.py builds other kernels around it)."""
+    """One token's scores |signs @ y| ([P, C], in registers) and the candidates of its top `count` in its
+    first CAP slots; returns how many slots it filled (the others are left as they were)."""
     h = tl.arange(0, H_PAD)
     p = tl.arange(0, P_PAD)
     c = tl.arange(0, C_PAD)
@@ -71,9 +135,11 @@ def _select(
     valid = (p[:, None] < P) & (c[None, :] < C)
     scores = tl.where(valid, scores, -1.0)
 
-    # bisection invariant: count(scores >= lo) >= count > count(scores >= hi)
-    top = tl.max(tl.max(scores, axis=1), axis=0)
-    lo = top * 0.0
+    # bisection invariant: count(scores >= lo) >= count > count(scores >= hi). It starts from the smallest
+    # column maximum where there are at least `count` columns (each column has a score at or above it)
+    column_max = tl.max(scores, axis=0)
+    top = tl.max(column_max, axis=0)
+    lo = tl.where(C >= count, tl.min(tl.where(c < C, column_max, top), axis=0), top * 0.0)
     hi = top * 1.0001 + 1e-30
     n_lo = tl.sum(tl.sum((scores >= lo).to(tl.int32), axis=1), axis=0)
     iteration = 0
@@ -85,6 +151,7 @@ def _select(
         hi = tl.where(n_mid >= count, hi, mid)
         iteration += 1
 
+    n_used = tl.minimum(n_lo, CAP)
     if n_lo > CAP:  # more scores tie at the threshold than there are slots (bisection could not split them)
         _store_by_tiers(scores, lo, hi, p, c, C, value_ptr, position_ptr, token, CAP)
     else:  # the common case: every score at or above `lo` fits, slots numbered by position in one scan
@@ -93,6 +160,7 @@ def _select(
         flat = p[:, None] * C + c[None, :]
         tl.store(value_ptr + token * CAP + slot, scores, mask=kept > 0)
         tl.store(position_ptr + token * CAP + slot, flat, mask=kept > 0)
+    return n_used
 
 
 @triton.jit
@@ -143,3 +211,48 @@ def beam_candidates(y_NxHxC: torch.Tensor, signs_PxH: torch.Tensor, count: int) 
             num_warps=8 if p_pad * c_pad >= 8192 else 4,
         )
     return values, positions
+
+
+def select_warps(n_patterns: int, n_cols: int) -> int:
+    """Warps per token program: 2 for up to 4096 scores after padding, more for larger tiles (8 at 256 x 64)."""
+    scores = next_power_of_2(max(n_patterns, 16)) * next_power_of_2(max(n_cols, 16))
+    return max(2, min(8, scores // 2048))
+
+
+def beam_select(
+    x_NxHxW: torch.Tensor, row_signs_PxH: torch.Tensor, col_signs_UxW: torch.Tensor, beam: int, count: int,
+    num_warps: int = 0,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The product encoder's whole beam search, one program per token. Returns (feature ids u2 * U + u1
+    [N, count] int64 and their scores [N, count] float32, descending, as `reference.parity_beam_select` gives
+    them; the largest bound left out of the beam [N] float32, -1 where none is). Bounds are ||Y[:, u]||_1 with
+    Y = x_grid @ col_signs^T, unscaled like the scores; ties between bounds keep the smaller pattern, ties
+    between scores the smaller position p * beam + c. num_warps 0: `select_warps`."""
+    n_tokens, n_rows, n_cols = x_NxHxW.shape
+    n_patterns, n_col_patterns = row_signs_PxH.shape[0], col_signs_UxW.shape[0]
+    if row_signs_PxH.shape[1] != n_rows or col_signs_UxW.shape[1] != n_cols:
+        raise ValueError(f"x is [N, {n_rows}, {n_cols}] but the sign tables are {tuple(row_signs_PxH.shape)} and "
+                         f"{tuple(col_signs_UxW.shape)}")
+    if not 0 < beam <= n_col_patterns:
+        raise ValueError(f"beam must lie in [1, {n_col_patterns}], got {beam}")
+    if not 0 < count <= n_patterns * beam:
+        raise ValueError(f"count must lie in [1, {n_patterns * beam}], got {count}")
+    cap = candidate_slots(count)
+    x = x_NxHxW.contiguous().float()
+    device = x.device
+    slot_values = torch.empty((n_tokens, cap), dtype=torch.float32, device=device)  # scratch, read back on chip
+    slot_positions = torch.empty((n_tokens, cap), dtype=torch.int32, device=device)
+    columns = torch.empty((n_tokens, beam), dtype=torch.int32, device=device)
+    next_bound = torch.empty((n_tokens,), dtype=torch.float32, device=device)
+    values = torch.empty((n_tokens, count), dtype=torch.float32, device=device)
+    ids = torch.empty((n_tokens, count), dtype=torch.int64, device=device)
+    if n_tokens:
+        _beam_select_kernel[(n_tokens,)](
+            x, row_signs_PxH.contiguous().float(), col_signs_UxW.contiguous().float(), columns, next_bound,
+            slot_values, slot_positions, values, ids, n_rows, n_cols, n_col_patterns, n_patterns, beam, count,
+            H_PAD=next_power_of_2(max(n_rows, 16)), W_PAD=next_power_of_2(max(n_cols, 16)),
+            U_PAD=next_power_of_2(max(n_col_patterns, 16)), P_PAD=next_power_of_2(max(n_patterns, 16)),
+            C_PAD=next_power_of_2(max(beam, 16)), CAP=cap, MAX_ITERS=MAX_BISECTIONS,
+            num_warps=num_warps or select_warps(n_patterns, beam),
+        )
+    return ids, values, next_bound

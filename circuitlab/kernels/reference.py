@@ -6,6 +6,8 @@ U quantifier units, R index bits, F features (candidates) per token, n subkeys p
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 from jaxtyping import Float, Int
 from torch import Tensor
@@ -161,6 +163,31 @@ def parity_beam_top(
     dtype = torch.promote_types(y_NxHxC.dtype, torch.float32)  # float64 writes are scored in float64
     scores_NxPxC = (signs_PxH.to(dtype) @ y_NxHxC.to(dtype)).abs_()
     return scores_NxPxC.flatten(1).topk(count, dim=-1)
+
+
+def parity_beam_select(
+    x_NxHxW: Float[Tensor, "tokens rows cols"], row_signs_PxH: Float[Tensor, "row_patterns rows"],
+    col_signs_UxW: Float[Tensor, "col_patterns cols"], beam: int, count: int, beam_top: Callable = parity_beam_top,
+) -> tuple[Tensor, Tensor, Tensor]:
+    """The product encoder's beam search (parity.py): Y = x_grid col_signs^T, the `beam` column patterns of
+    largest bound ||Y[:, u]||_1 kept, and the `count` largest scores |row_signs @ Y[:, kept]| (by `beam_top`).
+    Returns (feature ids u2 * U + u1 [N, count] int64 (row pattern u2, column pattern u1), their scores
+    descending, the largest bound of a column left out [N], -1 where the beam keeps every column). Scores and
+    bounds are unscaled, so a token's top `count` is the exhaustive one when its last score is at least that
+    bound."""
+    dtype = torch.promote_types(x_NxHxW.dtype, torch.float32)
+    Y_NxHxU = x_NxHxW.to(dtype) @ col_signs_UxW.to(dtype).T
+    bounds_NxU = Y_NxHxU.abs().sum(-2)
+    n_cols = bounds_NxU.shape[-1]
+    kept_bounds, columns_NxC1 = bounds_NxU.topk(min(beam + 1, n_cols), dim=-1)
+    if beam < n_cols:
+        next_bound = kept_bounds[:, beam]
+    else:
+        next_bound = torch.full_like(bounds_NxU[:, 0], -1.0)
+    columns_NxC = columns_NxC1[:, :beam]
+    Y_NxHxC = Y_NxHxU.gather(-1, columns_NxC[:, None, :].expand(-1, Y_NxHxU.shape[1], -1))
+    best, flat = beam_top(Y_NxHxC, row_signs_PxH, count)
+    return (flat // beam) * n_cols + columns_NxC.gather(-1, flat % beam), best, next_bound
 
 
 def parity_feature_solve(

@@ -507,6 +507,78 @@ def test_parity_beam_top_keeps_a_valid_top_k_when_more_scores_tie_than_there_are
     assert (positions[1] % 64 == 10).all()  # the column above the ties holds the whole top-32
 
 
+# (tokens, grid rows, grid cols, row bits, col bits, beam, count): the shipped grid at beam 16 / k 16 and at the
+# pursuit's 2k; a beam of every column; grids and beams padded to 16; a count above the beam
+SELECT_SHAPES = [(5, 16, 16, 8, 8, 16, 16), (3, 16, 16, 8, 8, 32, 64), (4, 8, 8, 5, 5, 32, 8), (4, 8, 8, 5, 5, 3, 20),
+                 (3, 4, 8, 3, 4, 16, 7)]
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("shape", SELECT_SHAPES)
+def test_parity_beam_select_in_one_kernel_equals_brute_force(device, shape):
+    """Bounds, beam, scores and top `count` from the write alone, against every bound and score in float64."""
+    from circuitlab.architectures.feedforward.parity import make_factor_code, sign_table
+
+    n_tokens, n_rows, n_cols, row_bits, col_bits, beam, count = shape
+    gen = torch.Generator().manual_seed(sum(shape))
+    rows, cols = sign_table(make_factor_code(n_rows, row_bits, 1)), sign_table(make_factor_code(n_cols, col_bits, 2))
+    x = torch.randn(n_tokens, n_rows, n_cols, generator=gen) * torch.rand(n_tokens, n_rows, n_cols, generator=gen) ** 4
+    with kernels.use_backend("triton"):
+        ids, values, next_bound = kernels.parity_beam_select(x.to(device), rows.to(device), cols.to(device), beam, count)
+    ids, values, next_bound = ids.cpu(), values.cpu(), next_bound.cpu()
+    n_col_patterns = cols.shape[0]
+    u2, u1 = ids // n_col_patterns, ids % n_col_patterns
+    Y = x.double() @ cols.double().T
+    bounds = Y.abs().sum(-2)
+    ranked, order = bounds.sort(-1, descending=True)
+    expected_next = ranked[:, beam] if beam < n_col_patterns else torch.full((n_tokens,), -1.0, dtype=torch.double)
+    torch.testing.assert_close(next_bound.double(), expected_next, rtol=1e-5, atol=1e-6)
+    beam_columns = order[:, :beam]
+    assert all(set(a.tolist()) <= set(b.tolist()) for a, b in zip(u1, beam_columns))  # features of the beam
+    scores = (rows.double() @ Y.gather(-1, beam_columns[:, None, :].expand(-1, n_rows, -1))).abs().flatten(1)
+    expected = scores.topk(count, dim=-1).values
+    assert ids.dtype == torch.int64 and values.shape == ids.shape == (n_tokens, count)
+    torch.testing.assert_close(values.double(), expected, rtol=1e-5, atol=1e-6)  # descending, like topk
+    # each feature scores the value reported beside it, and no feature is listed twice
+    own = (rows.double()[u2] * Y.transpose(1, 2).gather(1, u1[..., None].expand(-1, -1, n_rows))).sum(-1).abs()
+    torch.testing.assert_close(own, values.double(), rtol=1e-5, atol=1e-6)
+    assert all(len(set(row.tolist())) == count for row in ids)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_the_one_kernel_beam_select_keeps_a_valid_top_k_when_scores_tie_past_the_slots(device):
+    """A write on one grid row scores |Y[5, u1]| on all 256 row patterns of a column: ties the bisection cannot
+    split. The top 16 is still 16 distinct features of the best columns, each scored as reported."""
+    from circuitlab.architectures.feedforward.parity import make_factor_code, sign_table
+
+    rows, cols = sign_table(make_factor_code(16, 8, 1)), sign_table(make_factor_code(16, 8, 2))
+    x = torch.zeros(2, 16, 16)
+    x[:, 5, :] = torch.randn(2, 16, generator=torch.Generator().manual_seed(9))
+    with kernels.use_backend("triton"):
+        ids, values, _ = kernels.parity_beam_select(x.to(device), rows.to(device), cols.to(device), 16, 16)
+    ids, values = ids.cpu(), values.cpu()
+    Y = x @ cols.T
+    brute = (rows @ Y).abs().flatten(1)  # every feature u2 * 256 + u1
+    torch.testing.assert_close(values, brute.topk(16, dim=-1).values)
+    torch.testing.assert_close(brute.gather(-1, ids), values)
+    assert all(len(set(row.tolist())) == 16 for row in ids)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_the_one_kernel_beam_select_agrees_with_the_composed_path(device):
+    """The fused kernel and the PyTorch beam with `parity_beam_top` give the same features and certificates."""
+    from circuitlab.architectures.feedforward.parity import make_factor_code, sign_table
+
+    rows, cols = sign_table(make_factor_code(16, 8, 1)).to(device), sign_table(make_factor_code(16, 8, 2)).to(device)
+    x = torch.randn(7, 16, 16, generator=torch.Generator().manual_seed(3)).to(device)
+    with kernels.use_backend("triton"):
+        fused = kernels.parity_beam_select(x, rows, cols, 16, 16)
+        composed = kernels.reference.parity_beam_select(x, rows, cols, 16, 16, beam_top=kernels.parity_beam_top)
+    assert torch.equal(fused[0].sort(-1).values, composed[0].sort(-1).values)
+    torch.testing.assert_close(fused[1], composed[1], rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(fused[2], composed[2], rtol=1e-5, atol=1e-6)
+
+
 @pytest.mark.parametrize("device", DEVICES)
 def test_the_product_encoder_gives_the_same_supports_on_both_paths(device):
     """The whole encoder (beam scores, top-k, one pursuit round) of a product parity layer: its supports do not

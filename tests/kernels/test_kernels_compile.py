@@ -84,6 +84,16 @@ def test_parity_beam_candidates_passes_opcheck():
                               test_utils=("test_schema", "test_faketensor", "test_aot_dispatch_dynamic"))
 
 
+def test_parity_beam_select_passes_opcheck():
+    from circuitlab.architectures.feedforward.parity import make_factor_code, sign_table
+
+    rows, cols = sign_table(make_factor_code(8, 5, 1)).to(DEVICE), sign_table(make_factor_code(8, 5, 2)).to(DEVICE)
+    x = torch.randn(4, 8, 8, generator=torch.Generator().manual_seed(5)).to(DEVICE)
+    with kernels.use_backend("triton"):
+        torch.library.opcheck(ops.parity_beam_select, (x, rows, cols, 8, 8),
+                              test_utils=("test_schema", "test_faketensor", "test_aot_dispatch_dynamic"))
+
+
 @pytest.mark.parametrize("mode", [(True, True, False), (True, True, True), (False, False, True)])
 def test_parity_feature_solve_passes_opcheck(mode):
     from circuitlab.architectures.feedforward.parity import make_factor_code, sign_table
@@ -189,14 +199,21 @@ def test_the_compiled_fast_path_runs_the_custom_operators_and_use_backend_retrac
     torch.testing.assert_close(fast, slow, rtol=1e-4, atol=1e-5)
 
 
-def test_the_compiled_parity_model_runs_the_fused_encoder_operator():
-    model = _model("tiny-parity")
+@pytest.mark.parametrize("beam, selection", [(8, "parity_beam_select"), (40, "parity_beam_candidates")])
+def test_the_compiled_parity_model_runs_the_fused_encoder_operator(beam, selection):
+    """Up to beam 32 the whole beam search is one operator; a wider beam is chosen in the graph and scored by one."""
+    torch.manual_seed(0)
+    config = ModelConfig.preset("tiny-parity")
+    bottleneck = config.bottleneck.model_dump() | {"n_bits": 11, "col_bits": 6, "beam": beam}
+    model = CircuitTransformer(config.replace(d_vocab=64, n_layers=1, bottleneck=bottleneck))
+    model.reset_parameters(seed=0)
+    model = model.to(DEVICE)
     recorder = GraphRecorder()
     compiled = torch.compile(model, backend=recorder, fullgraph=True)
     tokens = torch.randint(0, 64, (1, 6), generator=torch.Generator().manual_seed(6)).to(DEVICE)
     with kernels.use_backend("triton"):
         fast = compiled(tokens)
-    assert any("circuitlab.parity_beam_candidates" in name for name in recorder.graphs[0]), recorder.graphs[0]
+    assert any(f"circuitlab.{selection}." in name for name in recorder.graphs[0]), recorder.graphs[0]
     assert any("circuitlab.parity_feature_solve" in name for name in recorder.graphs[0]), recorder.graphs[0]
     with kernels.use_backend("reference"):
         torch.testing.assert_close(fast, model(tokens), rtol=1e-4, atol=1e-5)

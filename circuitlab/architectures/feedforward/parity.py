@@ -354,9 +354,9 @@ class ParityBottleneck(FeatureCodeLayer):
         dtype = torch.promote_types(x_NxHxW.dtype, torch.float32)
         with torch.autocast(device_type=x_NxHxW.device.type, enabled=False):
             row_signs, col_signs, _, _ = self._tables(dtype)
-            Y_NxHxU = x_NxHxW.to(dtype) @ col_signs.T
             n_cols = col_signs.shape[0]
             if beam is None or beam >= n_cols:
+                Y_NxHxU = x_NxHxW.to(dtype) @ col_signs.T
                 ids, scores = [], []
                 for start in range(0, Y_NxHxU.shape[0], EXHAUSTIVE_CHUNK):
                     S_NxPxU = (row_signs @ Y_NxHxU[start : start + EXHAUSTIVE_CHUNK]).abs_()
@@ -365,15 +365,11 @@ class ParityBottleneck(FeatureCodeLayer):
                     scores.append(best_scores)
                 ids_NxF, scores_NxF = torch.cat(ids), torch.cat(scores) * self.scale
                 return ids_NxF, scores_NxF, torch.ones(ids_NxF.shape[0], dtype=torch.bool, device=ids_NxF.device)
-            bounds_NxU = Y_NxHxU.abs().sum(-2)
-            kept_bounds, columns_NxC1 = bounds_NxU.topk(beam + 1, dim=-1)
-            columns_NxC = columns_NxC1[:, :beam]
-            Y_NxHxC = Y_NxHxU.gather(-1, columns_NxC[:, None, :].expand(-1, self.grid_rows, -1))
-            # |row_signs @ Y_NxHxC| and its top `count` per token (on CUDA one fused kernel: kernels/parity_select_triton.py)
-            best_scores, flat = kernels.parity_beam_top(Y_NxHxC, row_signs, count)
-            u2, u1 = flat // beam, columns_NxC.gather(-1, flat % beam)
-            certified = best_scores[:, -1] >= kept_bounds[:, beam]
-            return u1 | (u2 << self.col_bits), best_scores * self.scale, certified
+            # bounds, beam, scores and top `count` (on CUDA one kernel per token up to beam 32, else the beam
+            # chosen in PyTorch and scored by one: kernels/parity_select_triton.py)
+            ids, best_scores, next_bound = kernels.parity_beam_select(x_NxHxW.to(dtype), row_signs, col_signs, beam,
+                                                                     count)
+            return ids, best_scores * self.scale, best_scores[:, -1] >= next_bound
 
     @torch.no_grad()
     def encode_indices(
