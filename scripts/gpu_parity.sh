@@ -53,7 +53,8 @@ EOF
 read -r CODE_K ROUNDS < <("$PYTHON" -c "import json, sys; b = json.load(open(sys.argv[1]))['bottleneck']; print(b['k'], b['pursuit_rounds'])" "$RESULTS/parity-stories.config.json")
 PURSUIT="then $((ROUNDS - 1)) pursuit round(s) that swap in better features for the residual
 (kept only where they lower the error)"
-[ "$ROUNDS" -gt 1 ] || PURSUIT="and no pursuit round (the support is the encoder's top k)"
+[ "$ROUNDS" -gt 1 ] || PURSUIT="and no pursuit round
+(the support is the encoder's top k)"
 cat > "$RESULTS/parity-stories.card.md" <<EOF
 The same skeleton as gelu-stories (4 layers, d_model 256, 4 heads of 64, dense GELU MLP of width 1024) with a
 deep parity bottleneck on every block's FFN write (product design, circuitlab/architectures/feedforward/parity.py):

@@ -38,21 +38,23 @@ over tokens), which the model returns as aux["reconstruction"] (mean over layers
 loss times `lambda_recon`, so that the FFN learns writes the k features carry. Without it the out-of-span
 part of a write costs the language model nothing and nothing pushes it out.
 
-Choices and why:
+Choices and why ("the first model" is the parity-stories shipped until 2026-12-02: k 32, beam 64, two
+pursuit rounds; the model shipped since trains at k 16, beam 16, no pursuit round, the last choice below):
 - product code: exact exhaustive scores for the price of two small matmuls and a bound that prunes whole
   columns of features; the first design's parents (|x_j|) said nothing about their children.
 - each factor code is the full-rank seeded matrix of lowest coherence among `FACTOR_CODE_TRIES` seeded
   draws: distinct features differ, and lower overlap makes the least squares better conditioned.
 - least squares instead of a_i = <x, phi_i>: on a coherent dictionary the inner products over-count shared
-  directions (relative error 1.5 with the exhaustive top-32 on the first shipped model).
+  directions (relative error 1.5 with the exhaustive top-32 on the prefix-design model shipped before these).
 - ridge relative to the unit diagonal of the Gram matrix: 1e-3 by default, small enough not to bias x_hat.
 - selection and solves in float32 with autocast off: top-k orders and 32 x 32 solves need the precision.
   (Training on CUDA allows TF32 matmuls: scores then carry about 1e-3 relative rounding, so near-ties may
   be ordered differently and a certificate holds up to that rounding; the +-1 Gram matrices stay exact.)
-- the shipped beam, 64 of 256 column patterns (16,384 exact scores per token and round instead of 65,536):
-  on unstructured Gaussian writes it agrees with the exhaustive top-32 on 0.98 of features (beam 32: 0.86,
-  16: 0.67; tests/architectures/test_parity.py); on a trained model scripts/parity_report.py measures it.
-- one pursuit round in training (pursuit_rounds 2): on planted 16-sparse writes the relative error falls
+- the first model's beam, 64 of 256 column patterns (16,384 exact scores per token and round instead of
+  65,536): on unstructured Gaussian writes it agrees with the exhaustive top-32 on 0.98 of features (beam 32:
+  0.86, 16: 0.67; tests/architectures/test_parity.py); on a trained model scripts/parity_report.py measures
+  it (the model shipped since: the top 16 at beam 16 certified on every held-out token, every layer).
+- the first model's pursuit round in training (pursuit_rounds 2): on planted 16-sparse writes the relative error falls
   0.26 -> 0.06 with one round and to 0.003 with three; each round costs one more encoder pass and solves.
 - the code is the encoder's choice, not the unique sparse write: the 2^r2 features of one column pattern
   lie in a g_r-dimensional space, so any g_r + 1 of them are linearly dependent, and a 32-sparse write has
@@ -65,7 +67,7 @@ Choices and why:
   kernel per token (`kernels.parity_beam_top`, a custom operator; kernels/parity_select_triton.py) that
   never writes the N x 2^r2 x beam scores to memory: one `top_scores` call at 65,536 tokens went from 19.5 to
   10.6 ms on an H200 (8.8 ms once its slots were numbered in one scan), the whole layer fwd+bwd from 97
-  to 78 ms, with identical supports on the shipped model (benchmarks/bench_parity.py). The only tables are
+  to 78 ms, with identical supports on the first model (benchmarks/bench_parity.py). The only tables are
   the two 2^8 x 16 sign tables (32 KB in float32) and the m overlaps <phi_0, phi_w> (256 KB at m = 2^16), so
   a kernel that builds patterns from index bits saves no dictionary bytes here; the first design's kernels
   (kernels/parity_triton.py) serve the prefix design.
@@ -78,7 +80,7 @@ Choices and why:
   H200, its row swaps alone 54 ms (benchmarks/results/gpu_2026-12-01_parity_profile.json). Without pivoting
   the pursuit's 2k-feature solve takes 15.7 ms instead of 37.8, the encoder 54 ms instead of 94, the layer
   fwd+bwd 65 ms instead of 105 (benchmarks/bench_parity.py, 65,536 tokens). It rounds differently, so the
-  pursuit's near-tie choices can differ: on 16,384 held-out natural tokens the shipped model kept the same
+  pursuit's near-tie choices can differ: on 16,384 held-out natural tokens the first model kept the same
   support on 0.999, 0.994, 0.986 and 0.973 of tokens in layers 0-3, with the same reconstruction errors
   (0.0058, 0.0075, 0.0070, 0.0113) and held-out loss (3.19837). torch's cuSOLVER backend solves the 64-feature
   systems slower (8.7 against 6.2 ms without pivoting; one-off run), so the default backend is kept.
@@ -92,7 +94,7 @@ Choices and why:
   pattern gathers had taken 17.7 of a layer call's 58.9 ms of kernels; with the kernel the layer fwd+bwd takes
   31.6 instead of 60.6 ms and the training step 127 instead of 154 ms (H200, 65,536 tokens,
   benchmarks/bench_parity.py and bench_gpu.py). Its rounding differs from the LU's, so near-tie pursuit
-  choices can too: on 16,384 held-out natural tokens the shipped model's supports equal those of the same
+  choices can too: on 16,384 held-out natural tokens the first model's supports equal those of the same
   encoder run in float64 on 0.995, 0.989, 0.968, 0.993 of tokens in layers 0-3 (PyTorch's float32 path: 0.997,
   0.986, 0.961, 0.917), the held-out loss is 3.19821 (3.19837).
 - on the CPU (`compiled_cpu_encoder`, where numba is installed) the encoder is compiled and runs one token at
@@ -101,37 +103,45 @@ Choices and why:
   the columns that cannot change it), the pursuit's k best residual features outside the support asked for
   directly, Cholesky in float64 with the union's system built on the support's factor. Its coefficients
   serve the forward pass where no gradient is needed and no hook changed the support, and its decoded write
-  where, in addition, no hook is attached to the coefficients. On 2 CPU cores the parity-stories forward went
+  where, in addition, no hook is attached to the coefficients. On 2 CPU cores the parity-stories forward (the first model) went
   from 1,506-1,669 to 5,121-5,674 tokens/s (0.14-0.15x to 0.51-0.60x gelu-stories' in the runs of record,
   benchmarks/bench_cpu.py --rounds 8; BENCHMARKS.md). Its supports equal
   the PyTorch encoder's except where rounding decides a near-tie, among the scores or the union's |a| (tested:
   there the two fits stay within 10% of each other; one token 4% apart on another machine's CPU). On the
-  bottleneck inputs of 4,096 random tokens run through the shipped model, its supports equal those of the
+  bottleneck inputs of 4,096 random tokens run through the first model, its supports equal those of the
   PyTorch encoder run in float64 on 0.9988-0.9995 of tokens by layer (the PyTorch encoder in float32:
   0.9949-0.9963). Without numba the CPU runs the PyTorch encoder below, 128 tokens at a time.
 - the first top-k scores the whole beam at once. Tried and not kept (2026-12-01, BENCHMARKS.md): half the beam
   first, the whole beam only for tokens whose k-th score there does not beat every bound left (same
-  supports). On the shipped model's writes every token settled, and the encoder gained 5-10% on 2 CPU cores
+  supports). On the first model's writes every token settled, and the encoder gained 5-10% on 2 CPU cores
   and 3.5% on an H200; on random writes, as training starts with, a layer lost 12-14% on both.
 - CUDA graphs only where every solve runs fused (`cuda_graphs`). The batched LU refuses capture: a compiled
   parity-stories step with it failed on an H200, and captured one at a time (torch 2.11, one-off run) solve_ex
   and lu_factor_ex failed with and without pivoting, while cholesky_ex, topk and the fused selection kernel
   were captured (`torch.backends.cuda.preferred_linalg_library("cusolver")` captures the LU too, but that
   setting is process-wide and slower, above). On CUDA with the fused solves the step has no LU, and since
-  2026-12-02 the trainer captures it: 127.54 ms a step against 127.36 ms in torch's default mode (paired runs, H200,
-  benchmarks/results/gpu_2026-12-02_parity_settings*.md): the step is kernel-bound, so graphs buy little here.
+  2026-12-02 the trainer captures it: the first model's step took 127.54 ms against 127.36 ms in torch's
+  default mode (paired runs, H200, benchmarks/results/gpu_2026-12-02_parity_settings*.md): that step was
+  kernel-bound, so graphs bought little there.
 - the coefficients and their decoded write come from one fused launch, and its backward is one launch, where
   nothing is hooked on `hook_code_values` (a hook there may change the coefficients, so they are then solved
-  and decoded apart). Measured once (2026-12-01 against 2026-12-02, H200): the shipped step's fused-solve
+  and decoded apart). Measured once (2026-12-01 against 2026-12-02, H200): the first model's step's fused-solve
   launches went from 28 to 20 and their time stayed 41.3 ms, the dropped launches being cheap decodes.
 - with one pursuit round (`pursuit_rounds = 1`) the support is the encoder's top k and no solve compares
-  residuals. The settings decide training speed far more than any kernel so far (paired against gelu-stories
-  on an H200, untrained models, 2026-12-02): beam 64 / two rounds / k 32 (shipped) 0.09x, beam 64 / one round
-  0.22x, beam 16 / one round 0.32x, beam 16 / one round / k 16 0.39x; none reaches 0.5x, and only the shipped
-  settings have been trained. Run with one round without retraining, the shipped model keeps reconstruction
-  0.04-0.10, agreement 1.000 at beams 32 and 64 (0.853-0.998 at 16), ablation share 0.514 and perplexity
-  1.020x GELU's (16,384 held-out tokens, scripts/parity_report.py --pursuit-rounds 1; BENCHMARKS.md); at
-  k = 16 as well its top 16 is certified at beam 16 (agreement 1.000), perplexity 1.057x GELU's.
+  residuals. The settings decide training speed far more than any kernel (paired against gelu-stories on an
+  H200, untrained models, 2026-12-02): beam 64 / two rounds / k 32 (the first model) 0.09x, beam 64 / one
+  round 0.22x, beam 16 / one round 0.32x, beam 16 / one round / k 16 0.39x. Run at k 16, beam 16 and one round
+  without retraining, the first model found and certified its top 16 (agreement 1.000) but its perplexity was
+  1.057x GELU's (16,384 held-out tokens, scripts/parity_report.py --k 16 --beam 16 --pursuit-rounds 1;
+  BENCHMARKS.md). Trained with those settings (scripts/gpu_parity.sh), the shipped model meets the four quality
+  targets on 65,536 held-out natural tokens: reconstruction 0.002-0.019, agreement 1.000 with every token
+  certified, ablation share 0.513, perplexity 0.973x GELU's (results/parity/parity_report.md). Its feature
+  usage is narrow: 334-737 distinct features per layer, the 100 most used carrying 0.98-0.99 of uses (the
+  first model: 3,366-18,185 and 0.46-0.72).
+- up to beam 32 the beam search is one Triton kernel per token on CUDA (`kernels.parity_beam_select`,
+  kernels/parity_select_triton.py `beam_select`): bounds, beam, scores, candidates and their top k on chip,
+  no torch top-k after it. Wider beams choose the beam in PyTorch and score it with `parity_beam_top`: a first
+  version of the one kernel was slower at beam 64 (BENCHMARKS.md).
 
 Letters: B batch, T position, D d_model, N tokens (B*T), K code (k features), H grid rows (g_r), W grid
 columns (g_c), U column patterns (2^r1), P row patterns (2^r2), C beam (column patterns kept), F features
