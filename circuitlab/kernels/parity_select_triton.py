@@ -53,6 +53,7 @@ import triton.language as tl
 
 from circuitlab.kernels._triton_common import next_power_of_2
 
+BEAM_OPTIONS = {"keys32": False, "register_columns": False}  # `_beam_select_kernel`'s variants (its docstring)
 MAX_BISECTIONS = 40  # float32 has 24 mantissa bits: after 40 halvings of [0, max] only exact ties are left
 
 
@@ -75,10 +76,13 @@ def _beam_select_kernel(
     x_ptr, row_signs_ptr, col_signs_ptr, column_ptr, next_bound_ptr, value_ptr, position_ptr, out_value_ptr,
     out_id_ptr, H, W, U, P, C, count,
     H_PAD: tl.constexpr, W_PAD: tl.constexpr, U_PAD: tl.constexpr, P_PAD: tl.constexpr, C_PAD: tl.constexpr,
-    CAP: tl.constexpr, MAX_ITERS: tl.constexpr,
+    CAP: tl.constexpr, MAX_ITERS: tl.constexpr, KEYS32: tl.constexpr, REGISTER_COLUMNS: tl.constexpr,
 ):
     """One token from its write: the bounds of all U column patterns, the beam of the C largest, its columns
-    of Y rebuilt, `_select` on them (into this token's CAP scratch slots), and the top `count` of the slots."""
+    of Y rebuilt, `_select` on them (into this token's CAP scratch slots), and the top `count` of the slots.
+    KEYS32 (U_PAD <= 256): 32-bit sort keys, the bound's low 8 bits replaced by the pattern (the beam is then
+    the top C by bound to 2^-15 relative; the bound left out is still exact). REGISTER_COLUMNS: the beam's
+    columns taken from the sorted keys in registers instead of read back from memory."""
     token = tl.program_id(0).to(tl.int64)
     h = tl.arange(0, H_PAD)
     w = tl.arange(0, W_PAD)
@@ -90,14 +94,28 @@ def _beam_select_kernel(
                         mask=(u[:, None] < U) & (w[None, :] < W), other=0.0)
     bounds = tl.sum(tl.abs(tl.dot(x_HxW, tl.trans(signs_UxW), input_precision="ieee")), axis=0)
     bounds = tl.where(u < U, bounds, -1.0)
-    # sort keys: the bound's bits above (order-preserving for bounds >= 0), then the smaller pattern first
-    keys = (bounds.to(tl.int32, bitcast=True).to(tl.int64) << 32) | (U_PAD - 1 - u).to(tl.int64)
-    ranked = tl.sort(keys, descending=True)  # position u of `ranked` holds the (u+1)-th largest bound
-    tl.store(column_ptr + token * C + u, (U_PAD - 1 - (ranked & 0xFFFFFFFF)).to(tl.int32), mask=u < C)
-    next_bits = tl.sum(tl.where(u == C, ranked >> 32, 0), axis=0).to(tl.int32)
-    tl.store(next_bound_ptr + token, tl.where(C < U, next_bits.to(tl.float32, bitcast=True), -1.0))
-    tl.debug_barrier()  # the beam's columns, written above by every thread of the program, read back
-    columns = tl.load(column_ptr + token * C + c, mask=c < C, other=0)
+    if KEYS32:
+        keys32 = (bounds.to(tl.int32, bitcast=True) & ~0xFF) | (U_PAD - 1 - u)
+        ranked = tl.sort(keys32, descending=True)
+        pattern = U_PAD - 1 - (ranked & 0xFF)
+        last_kept = tl.sum(tl.where(u == C - 1, ranked, 0), axis=0)
+        next_bound = tl.max(tl.where(keys32 < last_kept, bounds, -1.0), axis=0)  # exact: the keys are distinct
+    else:
+        # sort keys: the bound's bits above (order-preserving for bounds >= 0), then the smaller pattern first
+        keys = (bounds.to(tl.int32, bitcast=True).to(tl.int64) << 32) | (U_PAD - 1 - u).to(tl.int64)
+        ranked = tl.sort(keys, descending=True)  # position u of `ranked` holds the (u+1)-th largest bound
+        pattern = (U_PAD - 1 - (ranked & 0xFFFFFFFF)).to(tl.int32)
+        next_bits = tl.sum(tl.where(u == C, ranked >> 32, 0), axis=0).to(tl.int32)
+        next_bound = next_bits.to(tl.float32, bitcast=True)
+    tl.store(column_ptr + token * C + u, pattern, mask=u < C)
+    tl.store(next_bound_ptr + token, tl.where(C < U, next_bound, -1.0))
+    if REGISTER_COLUMNS:  # the first C_PAD sorted patterns: row 0 of the sorted list read as [U_PAD / C_PAD, C_PAD]
+        rows = tl.arange(0, U_PAD // C_PAD)
+        columns = tl.sum(tl.where(rows[:, None] == 0, tl.reshape(pattern, (U_PAD // C_PAD, C_PAD)), 0), axis=0)
+        columns = tl.where(c < C, columns, 0)
+    else:
+        tl.debug_barrier()  # the beam's columns, written above by every thread of the program, read back
+        columns = tl.load(column_ptr + token * C + c, mask=c < C, other=0)
     signs_CxW = tl.load(col_signs_ptr + columns[:, None] * W + w[None, :],
                         mask=(c[:, None] < C) & (w[None, :] < W), other=0.0)
     y_HxC = tl.dot(x_HxW, tl.trans(signs_CxW), input_precision="ieee")
@@ -253,6 +271,7 @@ def beam_select(
             H_PAD=next_power_of_2(max(n_rows, 16)), W_PAD=next_power_of_2(max(n_cols, 16)),
             U_PAD=next_power_of_2(max(n_col_patterns, 16)), P_PAD=next_power_of_2(max(n_patterns, 16)),
             C_PAD=next_power_of_2(max(beam, 16)), CAP=cap, MAX_ITERS=MAX_BISECTIONS,
-            num_warps=num_warps or select_warps(n_patterns, beam),
+            KEYS32=BEAM_OPTIONS["keys32"] and next_power_of_2(max(n_col_patterns, 16)) <= 256,
+            REGISTER_COLUMNS=BEAM_OPTIONS["register_columns"], num_warps=num_warps or select_warps(n_patterns, beam),
         )
     return ids, values, next_bound

@@ -513,11 +513,19 @@ SELECT_SHAPES = [(5, 16, 16, 8, 8, 16, 16), (3, 16, 16, 8, 8, 32, 64), (4, 8, 8,
                  (3, 4, 8, 3, 4, 16, 7)]
 
 
+BEAM_OPTIONS = [{"keys32": False, "register_columns": False}, {"keys32": True, "register_columns": True}]
+
+
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("shape", SELECT_SHAPES)
-def test_parity_beam_select_in_one_kernel_equals_brute_force(device, shape):
-    """Bounds, beam, scores and top `count` from the write alone, against every bound and score in float64."""
+@pytest.mark.parametrize("options", BEAM_OPTIONS, ids=["default", "keys32-register-columns"])
+def test_parity_beam_select_in_one_kernel_equals_brute_force(device, shape, options, monkeypatch):
+    """Bounds, beam, scores and top `count` from the write alone, against every bound and score in float64,
+    with the kernel's variants off and on (parity_select_triton.BEAM_OPTIONS)."""
     from circuitlab.architectures.feedforward.parity import make_factor_code, sign_table
+    from circuitlab.kernels import parity_select_triton
+
+    monkeypatch.setattr(parity_select_triton, "BEAM_OPTIONS", options)
 
     n_tokens, n_rows, n_cols, row_bits, col_bits, beam, count = shape
     gen = torch.Generator().manual_seed(sum(shape))
