@@ -18,7 +18,7 @@ the beam chosen, its columns of Y rebuilt ([16, 16] @ [16, beam]), then the laye
 (`parity_select_triton.beam_select`, which also sorts its candidate slots to the top `count` on chip) by warps,
 beside the composed path the layer runs for wider beams (Y by cuBLAS, bounds, torch top-k of beam + 1, gather,
 `beam_candidates`, torch top-k over its slots): a few minutes. `--options [BEST.json]` times the one kernel's
-variants (`parity_select_triton.BEAM_OPTIONS`) and writes the fastest at beam 16 to BEST.json.
+sort keys (`parity_select_triton.BEAM_OPTIONS`) and writes the faster at beam 16 to BEST.json.
 """
 
 from __future__ import annotations
@@ -123,36 +123,38 @@ def kernel_by_warps(rows: torch.Tensor, cols: torch.Tensor, x: torch.Tensor) -> 
 
 
 def kernel_options(rows: torch.Tensor, cols: torch.Tensor, x: torch.Tensor, best_path: str | None) -> None:
-    """`beam_select`'s BEAM_OPTIONS (32-bit keys, the beam's columns from registers) at the settings of the
-    shipped model (beam 16, count 16, 2 warps) and at beam 32 (4 warps); the fastest at beam 16 to best_path."""
+    """`beam_select`'s sort keys (parity_select_triton.BEAM_OPTIONS: 64- or 32-bit) at the settings of the
+    shipped model (beam 16, count 16, 2 warps) and at beam 32 (4 warps); the faster at beam 16 to best_path.
+    (The run of record, parity_select_2026-12-02_options.txt, also timed a variant that took the beam's columns
+    from registers; it was not faster and is gone.)"""
     import json
 
     from circuitlab.kernels import parity_select_triton as select
 
     grid = x.view(-1, 16, 16)
     timings = {}
-    print(f"{'beam':>4} {'count':>5} {'keys32':>6} {'reg_cols':>8}  ms")
+    default = dict(select.BEAM_OPTIONS)
+    print(f"{'beam':>4} {'count':>5} {'keys32':>6}  ms")
     for beam, count in ((16, 16), (32, 16)):
         reference_ids = None
-        for keys32, register_columns in itertools.product((False, True), repeat=2):
-            select.BEAM_OPTIONS.update(keys32=keys32, register_columns=register_columns)
-            label = f"{beam:4d} {count:5d} {keys32!s:>6} {register_columns!s:>8}"
+        for keys32 in (False, True):
+            select.BEAM_OPTIONS.update(keys32=keys32)
+            label = f"{beam:4d} {count:5d} {keys32!s:>6}"
             try:
                 ids = select.beam_select(grid, rows, cols, beam, count)[0].sort(-1).values
                 reference_ids = ids if reference_ids is None else reference_ids
                 same = (ids == reference_ids).all(-1).float().mean().item()
                 timed = triton.testing.do_bench(lambda: select.beam_select(grid, rows, cols, beam, count), warmup=5,
                                                 rep=40)
-                timings[(beam, keys32, register_columns)] = timed
-                print(f"{label}  {timed:.3f}  (same features as the first variant on {same:.4f} of tokens)", flush=True)
+                timings[(beam, keys32)] = timed
+                print(f"{label}  {timed:.3f}  (same features as 64-bit keys on {same:.4f} of tokens)", flush=True)
             except Exception as error:  # noqa: BLE001 - a variant that does not compile is reported, not fatal
                 print(f"{label}  FAILED {type(error).__name__}: {str(error)[:100]}", flush=True)
-    select.BEAM_OPTIONS.update(keys32=False, register_columns=False)
-    beam16 = {key[1:]: ms for key, ms in timings.items() if key[0] == 16}
+    select.BEAM_OPTIONS.update(default)
+    beam16 = {key[1]: ms for key, ms in timings.items() if key[0] == 16}
     if best_path and beam16:
-        keys32, register_columns = min(beam16, key=beam16.get)
         with open(best_path, "w") as handle:
-            json.dump({"keys32": keys32, "register_columns": register_columns}, handle)
+            json.dump({"keys32": min(beam16, key=beam16.get)}, handle)
 
 
 def main() -> int:

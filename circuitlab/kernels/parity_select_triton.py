@@ -42,7 +42,11 @@ and the top `count` of the filled slots by a second sort of packed (score, posit
 ids. Y and the bounds stay on chip; the beam's column list and the candidate slots go to memory and are read
 back by the same program. No torch top-k follows. The layer runs it up to beam 32
 (kernels.FUSED_SELECT_MAX_BEAM): an earlier version without the final sort was slower than the composed path
-at beam 64 (BENCHMARKS.md, "The parity bottleneck's settings").
+at beam 64 (BENCHMARKS.md, "The parity bottleneck's settings"). Timed on one H200 (65,536 tokens, heavy-tailed
+random writes; benchmarks/results/parity_select_2026-12-02_onekernel.txt, _options.txt): at beam 16 and k 16,
+2.53 ms in 2 warps (1 warp 6.32, 4 warps 2.95, 8 warps 5.29) against 4.15 ms for the composed path, and 2.39 ms
+with 32-bit sort keys (the default); taking the beam's columns from the sorted keys in registers instead of
+memory was not faster (2.57 ms) and was dropped.
 """
 
 from __future__ import annotations
@@ -53,7 +57,8 @@ import triton.language as tl
 
 from circuitlab.kernels._triton_common import next_power_of_2
 
-BEAM_OPTIONS = {"keys32": False, "register_columns": False}  # `_beam_select_kernel`'s variants (its docstring)
+# `_beam_select_kernel`'s sort keys: 32-bit where the column patterns fit in 8 bits (measured faster; its docstring)
+BEAM_OPTIONS = {"keys32": True}
 MAX_BISECTIONS = 40  # float32 has 24 mantissa bits: after 40 halvings of [0, max] only exact ties are left
 
 
@@ -76,13 +81,13 @@ def _beam_select_kernel(
     x_ptr, row_signs_ptr, col_signs_ptr, column_ptr, next_bound_ptr, value_ptr, position_ptr, out_value_ptr,
     out_id_ptr, H, W, U, P, C, count,
     H_PAD: tl.constexpr, W_PAD: tl.constexpr, U_PAD: tl.constexpr, P_PAD: tl.constexpr, C_PAD: tl.constexpr,
-    CAP: tl.constexpr, MAX_ITERS: tl.constexpr, KEYS32: tl.constexpr, REGISTER_COLUMNS: tl.constexpr,
+    CAP: tl.constexpr, MAX_ITERS: tl.constexpr, KEYS32: tl.constexpr,
 ):
     """One token from its write: the bounds of all U column patterns, the beam of the C largest, its columns
     of Y rebuilt, `_select` on them (into this token's CAP scratch slots), and the top `count` of the slots.
-    KEYS32 (U_PAD <= 256): 32-bit sort keys, the bound's low 8 bits replaced by the pattern (the beam is then
-    the top C by bound to 2^-15 relative; the bound left out is still exact). REGISTER_COLUMNS: the beam's
-    columns taken from the sorted keys in registers instead of read back from memory."""
+    KEYS32 (U_PAD <= 256): 32-bit sort keys, the bound's low 8 bits replaced by the pattern, so the beam is
+    the top C by bound to 2^-15 relative; the bound left out is still exact, and with it the certificate. Off:
+    64-bit keys, the beam by exact bound (ties to the smaller pattern)."""
     token = tl.program_id(0).to(tl.int64)
     h = tl.arange(0, H_PAD)
     w = tl.arange(0, W_PAD)
@@ -109,13 +114,8 @@ def _beam_select_kernel(
         next_bound = next_bits.to(tl.float32, bitcast=True)
     tl.store(column_ptr + token * C + u, pattern, mask=u < C)
     tl.store(next_bound_ptr + token, tl.where(C < U, next_bound, -1.0))
-    if REGISTER_COLUMNS:  # the first C_PAD sorted patterns: row 0 of the sorted list read as [U_PAD / C_PAD, C_PAD]
-        rows = tl.arange(0, U_PAD // C_PAD)
-        columns = tl.sum(tl.where(rows[:, None] == 0, tl.reshape(pattern, (U_PAD // C_PAD, C_PAD)), 0), axis=0)
-        columns = tl.where(c < C, columns, 0)
-    else:
-        tl.debug_barrier()  # the beam's columns, written above by every thread of the program, read back
-        columns = tl.load(column_ptr + token * C + c, mask=c < C, other=0)
+    tl.debug_barrier()  # the beam's columns, written above by every thread of the program, read back
+    columns = tl.load(column_ptr + token * C + c, mask=c < C, other=0)
     signs_CxW = tl.load(col_signs_ptr + columns[:, None] * W + w[None, :],
                         mask=(c[:, None] < C) & (w[None, :] < W), other=0.0)
     y_HxC = tl.dot(x_HxW, tl.trans(signs_CxW), input_precision="ieee")
@@ -272,6 +272,6 @@ def beam_select(
             U_PAD=next_power_of_2(max(n_col_patterns, 16)), P_PAD=next_power_of_2(max(n_patterns, 16)),
             C_PAD=next_power_of_2(max(beam, 16)), CAP=cap, MAX_ITERS=MAX_BISECTIONS,
             KEYS32=BEAM_OPTIONS["keys32"] and next_power_of_2(max(n_col_patterns, 16)) <= 256,
-            REGISTER_COLUMNS=BEAM_OPTIONS["register_columns"], num_warps=num_warps or select_warps(n_patterns, beam),
+            num_warps=num_warps or select_warps(n_patterns, beam),
         )
     return ids, values, next_bound
