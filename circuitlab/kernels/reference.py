@@ -178,16 +178,16 @@ def parity_beam_select(
     dtype = torch.promote_types(x_NxHxW.dtype, torch.float32)
     Y_NxHxU = x_NxHxW.to(dtype) @ col_signs_UxW.to(dtype).T
     bounds_NxU = Y_NxHxU.abs().sum(-2)
-    n_cols = bounds_NxU.shape[-1]
-    kept_bounds, columns_NxC1 = bounds_NxU.topk(min(beam + 1, n_cols), dim=-1)
-    if beam < n_cols:
+    n_patterns = bounds_NxU.shape[-1]
+    kept_bounds, columns_NxC1 = bounds_NxU.topk(min(beam + 1, n_patterns), dim=-1)
+    if beam < n_patterns:
         next_bound = kept_bounds[:, beam]
     else:
         next_bound = torch.full_like(bounds_NxU[:, 0], -1.0)
     columns_NxC = columns_NxC1[:, :beam]
     Y_NxHxC = Y_NxHxU.gather(-1, columns_NxC[:, None, :].expand(-1, Y_NxHxU.shape[1], -1))
     best, flat = beam_top(Y_NxHxC, row_signs_PxH, count)
-    return (flat // beam) * n_cols + columns_NxC.gather(-1, flat % beam), best, next_bound
+    return (flat // beam) * n_patterns + columns_NxC.gather(-1, flat % beam), best, next_bound
 
 
 def parity_feature_solve(
