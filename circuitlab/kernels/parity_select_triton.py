@@ -45,7 +45,9 @@ back by the same program. No torch top-k follows. The layer runs it up to beam 3
 at beam 64 (BENCHMARKS.md, "The parity bottleneck's settings"). Timed on one H200 (65,536 tokens, heavy-tailed
 random writes; benchmarks/results/parity_select_2026-12-02_onekernel.txt, _options.txt): at beam 16 and k 16,
 2.53 ms in 2 warps (1 warp 6.32, 4 warps 2.95, 8 warps 5.29) against 4.15 ms for the composed path, and 2.39 ms
-with 32-bit sort keys (the default); taking the beam's columns from the sorted keys in registers instead of
+with 32-bit sort keys. Those are not the default: where two bounds lie within 2^-15 of each other at the beam's
+edge they may keep the smaller one, so the layer's supports would differ from the reference's on such tokens
+(one of 18 in a test of the tiny model). Taking the beam's columns from the sorted keys in registers instead of
 memory was not faster (2.57 ms) and was dropped.
 """
 
@@ -57,8 +59,9 @@ import triton.language as tl
 
 from circuitlab.kernels._triton_common import next_power_of_2
 
-# `_beam_select_kernel`'s sort keys: 32-bit where the column patterns fit in 8 bits (measured faster; its docstring)
-BEAM_OPTIONS = {"keys32": True}
+# `_beam_select_kernel`'s sort keys: 64-bit by default, so the beam is exactly the columns of largest bound; 32-bit
+# keys (where the column patterns fit in 8 bits) were 6% faster but choose the beam only to 2^-15 relative
+BEAM_OPTIONS = {"keys32": False}
 MAX_BISECTIONS = 40  # float32 has 24 mantissa bits: after 40 halvings of [0, max] only exact ties are left
 
 

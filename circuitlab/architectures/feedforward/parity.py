@@ -140,8 +140,8 @@ pursuit rounds; the model shipped since trains at k 16, beam 16, no pursuit roun
   first model: 3,366-18,185 and 0.46-0.72).
 - up to beam 32 the beam search is one Triton kernel per token on CUDA (`kernels.parity_beam_select`,
   kernels/parity_select_triton.py `beam_select`): bounds, beam, scores, candidates and their top k on chip,
-  no torch top-k after it: 2.39 against 4.15 ms for the composed path at beam 16 and k 16 (H200, 65,536
-  tokens), and the training step 0.46x gelu-stories' (0.39x composed; target 0.5x, missed by 1.8 ms a step;
+  no torch top-k after it: 2.53 against 4.15 ms for the composed path at beam 16 and k 16 (H200, 65,536
+  tokens), and the training step 0.45x gelu-stories' (0.39x composed; target 0.5x, missed by 2.65 ms a step;
   BENCHMARKS.md, "parity-stories retrained"). Wider beams choose the beam in PyTorch and score it with
   `parity_beam_top`: a first version of the one kernel was slower at beam 64.
 
