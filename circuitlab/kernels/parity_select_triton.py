@@ -45,9 +45,9 @@ back by the same program. No torch top-k follows. The layer runs it up to beam 3
 at beam 64 (BENCHMARKS.md, "The parity bottleneck's settings"). Timed on one H200 (65,536 tokens, heavy-tailed
 random writes; benchmarks/results/parity_select_2026-12-02_onekernel.txt, _options.txt): at beam 16 and k 16,
 2.53 ms in 2 warps (1 warp 6.32, 4 warps 2.95, 8 warps 5.29) against 4.15 ms for the composed path, and 2.39 ms
-with 32-bit sort keys. Those are not the default: where two bounds lie within 2^-15 of each other at the beam's
-edge they may keep the smaller one, so the layer's supports would differ from the reference's on such tokens
-(one of 18 in a test of the tiny model). Taking the beam's columns from the sorted keys in registers instead of
+with 32-bit sort keys. Those are not the default: two bounds within 2^-15 of each other at the beam's edge may
+get equal keys, and the tie then goes to the smaller pattern whichever bound is larger, so the layer's supports
+would differ from the reference's on such tokens (one of 18 in a test of the tiny model). Taking the beam's columns from the sorted keys in registers instead of
 memory was not faster (2.57 ms) and was dropped.
 """
 
