@@ -39,7 +39,7 @@ halvings on average per layer against 1.1-1.3 from zero.
 Y = x_grid sQ^T for all U column patterns (a [H, W] @ [W, U] product), their bounds ||Y[:, u]||_1, the beam by
 one sort of packed (bound, pattern) keys, the beam's columns of Y rebuilt from their sign patterns, `_select`,
 and the top `count` of the filled slots by a second sort of packed (score, position) keys, written as feature
-ids. Y and the bounds stay on chip; the beam's column list and the candidate slots go to memory and are read
+ids (both sorts now bitonic top-k's by default: below). Y and the bounds stay on chip; the beam's column list and the candidate slots go to memory and are read
 back by the same program. No torch top-k follows. The layer runs it up to beam 32
 (kernels.FUSED_SELECT_MAX_BEAM): an earlier version without the final sort was slower than the composed path
 at beam 64 (BENCHMARKS.md, "The parity bottleneck's settings"). Timed on one H200 (65,536 tokens, heavy-tailed
@@ -47,8 +47,22 @@ random writes; benchmarks/results/parity_select_2026-12-02_onekernel.txt, _optio
 2.53 ms in 2 warps (1 warp 6.32, 4 warps 2.95, 8 warps 5.29) against 4.15 ms for the composed path, and 2.39 ms
 with 32-bit sort keys. Those are not the default: two bounds within 2^-15 of each other at the beam's edge may
 get equal keys, and the tie then goes to the smaller pattern whichever bound is larger, so the layer's supports
-would differ from the reference's on such tokens (one of 18 in a test of the tiny model). Taking the beam's columns from the sorted keys in registers instead of
-memory was not faster (2.57 ms) and was dropped.
+would differ from the reference's on such tokens (one of 18 in a test of the tiny model). Taking the beam's
+columns from the sorted keys in registers instead of memory was not faster (2.57 ms) and was dropped.
+
+Its options since (BEAM_OPTIONS; benchmarks/results/parity_select_2026-12-02_options_topk.txt, _options_more.txt,
+one H200, the same workload): the beam and the final top `count` by Triton's bitonic top-k (`tl.topk`: the first
+log2(k) merge stages, then halving) instead of full sorts, and one packed int64 key per candidate slot instead
+of a value and a position (one store and one load a slot, the keys not rebuilt). Together, 64-bit keys, 2 warps:
+2.35 ms against 2.55 with the sizes as runtime arguments, 2.24-2.26 ms against 2.53 with them compile-time
+constants (as now); they are the default. Nsight Compute on one launch (ncu_2026-12-02_beam_select_details.csv,
+32-bit keys, packed): 255 registers a thread, so 4 programs (8 warps) an SM, 12.5% occupancy; issue slots 34%
+busy; L1 63% busy, DRAM 0.7%: a latency-bound kernel whose L1 traffic is shared memory (the products' operands,
+the sorts) and spills. ptxas for sm_90 counts about 10,600 instructions a thread at 2 warps, the two products'
+2,048 FMAs among them. Two variants that cut the registers were not faster, and were dropped: rescoring only
+the rows that hold a candidate (a [64, 16] tile stored instead of [256, 16]; 2.25 ms, the same), and the rare
+overflowing ties in a second launch, so that the first compiles without that code (204 registers, no spills;
+2.39 ms at 2 warps, 2.26 at 4).
 """
 
 from __future__ import annotations
@@ -59,9 +73,14 @@ import triton.language as tl
 
 from circuitlab.kernels._triton_common import next_power_of_2
 
-# `_beam_select_kernel`'s sort keys: 64-bit by default, so the beam is exactly the columns of largest bound; 32-bit
-# keys (where the column patterns fit in 8 bits) were 6% faster but choose the beam only to 2^-15 relative
-BEAM_OPTIONS = {"keys32": False}
+# `_beam_select_kernel`'s options. keys32: 64-bit sort keys by default, so the beam is exactly the columns of
+# largest bound; 32-bit keys (where the column patterns fit in 8 bits) were 6% faster but choose the beam only to
+# 2^-15 relative. topk: the beam and the final top `count` by Triton's bitonic top-k (`tl.topk`, where this Triton
+# has it) instead of full sorts; the same keys, so the same result. packed: the candidate slots hold one int64
+# (score, position) key each instead of a value and a position. Both on by default: together 11% faster at the
+# shipped settings (the module docstring)
+BEAM_OPTIONS = {"keys32": False, "topk": True, "packed": True}
+HAS_TOPK = hasattr(tl, "topk")
 MAX_BISECTIONS = 40  # float32 has 24 mantissa bits: after 40 halvings of [0, max] only exact ties are left
 
 
@@ -82,15 +101,18 @@ def _candidates_kernel(
 @triton.jit
 def _beam_select_kernel(
     x_ptr, row_signs_ptr, col_signs_ptr, column_ptr, next_bound_ptr, value_ptr, position_ptr, out_value_ptr,
-    out_id_ptr, H, W, U, P, C, count,
-    H_PAD: tl.constexpr, W_PAD: tl.constexpr, U_PAD: tl.constexpr, P_PAD: tl.constexpr, C_PAD: tl.constexpr,
-    CAP: tl.constexpr, MAX_ITERS: tl.constexpr, KEYS32: tl.constexpr,
+    out_id_ptr, H: tl.constexpr, W: tl.constexpr, U: tl.constexpr, P: tl.constexpr, C: tl.constexpr,
+    count: tl.constexpr, H_PAD: tl.constexpr, W_PAD: tl.constexpr, U_PAD: tl.constexpr, P_PAD: tl.constexpr,
+    C_PAD: tl.constexpr, CAP: tl.constexpr, MAX_ITERS: tl.constexpr, KEYS32: tl.constexpr, TOPK: tl.constexpr,
+    PACKED: tl.constexpr, K_PAD: tl.constexpr,
 ):
     """One token from its write: the bounds of all U column patterns, the beam of the C largest, its columns
     of Y rebuilt, `_select` on them (into this token's CAP scratch slots), and the top `count` of the slots.
     KEYS32 (U_PAD <= 256): 32-bit sort keys, the bound's low 8 bits replaced by the pattern, so the beam is
     the top C by bound to 2^-15 relative; the bound left out is still exact, and with it the certificate. Off:
-    64-bit keys, the beam by exact bound (ties to the smaller pattern)."""
+    64-bit keys, the beam by exact bound (ties to the smaller pattern). TOPK: the beam (C_PAD keys) and the final
+    K_PAD keys by tl.topk, not full sorts. PACKED: value_ptr is this token's int64 slot keys (position_ptr
+    unused)."""
     token = tl.program_id(0).to(tl.int64)
     h = tl.arange(0, H_PAD)
     w = tl.arange(0, W_PAD)
@@ -103,19 +125,19 @@ def _beam_select_kernel(
     bounds = tl.sum(tl.abs(tl.dot(x_HxW, tl.trans(signs_UxW), input_precision="ieee")), axis=0)
     bounds = tl.where(u < U, bounds, -1.0)
     if KEYS32:
-        keys32 = (bounds.to(tl.int32, bitcast=True) & ~0xFF) | (U_PAD - 1 - u)
-        ranked = tl.sort(keys32, descending=True)
-        pattern = U_PAD - 1 - (ranked & 0xFF)
-        last_kept = tl.sum(tl.where(u == C - 1, ranked, 0), axis=0)
-        next_bound = tl.max(tl.where(keys32 < last_kept, bounds, -1.0), axis=0)  # exact: the keys are distinct
-    else:
-        # sort keys: the bound's bits above (order-preserving for bounds >= 0), then the smaller pattern first
+        keys = (bounds.to(tl.int32, bitcast=True) & ~0xFF) | (U_PAD - 1 - u)
+    else:  # the bound's bits above (order-preserving for bounds >= 0), then the smaller pattern first
         keys = (bounds.to(tl.int32, bitcast=True).to(tl.int64) << 32) | (U_PAD - 1 - u).to(tl.int64)
+    if TOPK:
+        ranked = tl.topk(keys, C_PAD)  # the C_PAD largest keys, descending
+        rank = c
+    else:
         ranked = tl.sort(keys, descending=True)  # position u of `ranked` holds the (u+1)-th largest bound
-        pattern = (U_PAD - 1 - (ranked & 0xFFFFFFFF)).to(tl.int32)
-        next_bits = tl.sum(tl.where(u == C, ranked >> 32, 0), axis=0).to(tl.int32)
-        next_bound = next_bits.to(tl.float32, bitcast=True)
-    tl.store(column_ptr + token * C + u, pattern, mask=u < C)
+        rank = u
+    pattern = (U_PAD - 1 - (ranked & (0xFF if KEYS32 else 0xFFFFFFFF))).to(tl.int32)
+    last_kept = tl.sum(tl.where(rank == C - 1, ranked, 0), axis=0)
+    next_bound = tl.max(tl.where(keys < last_kept, bounds, -1.0), axis=0)  # exact: the keys are distinct
+    tl.store(column_ptr + token * C + rank, pattern, mask=rank < C)
     tl.store(next_bound_ptr + token, tl.where(C < U, next_bound, -1.0))
     tl.debug_barrier()  # the beam's columns, written above by every thread of the program, read back
     columns = tl.load(column_ptr + token * C + c, mask=c < C, other=0)
@@ -123,31 +145,48 @@ def _beam_select_kernel(
                         mask=(c[:, None] < C) & (w[None, :] < W), other=0.0)
     y_HxC = tl.dot(x_HxW, tl.trans(signs_CxW), input_precision="ieee")
     n_used = _select(y_HxC, row_signs_ptr, value_ptr, position_ptr, token, H, P, C, count, H_PAD, P_PAD, C_PAD, CAP,
-                     MAX_ITERS)
-    # the top `count` of the used slots, by one sort of packed (score, position) keys: descending scores, the
-    # lower position first among equal ones
+                     MAX_ITERS, PACKED)
+    # the top `count` of the used slots, by packed (score, position) keys: descending scores, the lower position
+    # first among equal ones
     tl.debug_barrier()
     slot = tl.arange(0, CAP)
     used = slot < n_used
-    value = tl.load(value_ptr + token * CAP + slot, mask=used, other=-1.0)
-    position = tl.load(position_ptr + token * CAP + slot, mask=used, other=0)
-    keys = (value.to(tl.int32, bitcast=True).to(tl.int64) << 32) | (0x7FFFFFFF - position).to(tl.int64)
-    ranked = tl.sort(keys, descending=True)
+    if PACKED:
+        keys = tl.load(value_ptr + token * CAP + slot, mask=used, other=-1)
+    else:
+        value = tl.load(value_ptr + token * CAP + slot, mask=used, other=-1.0)
+        position = tl.load(position_ptr + token * CAP + slot, mask=used, other=0)
+        keys = _slot_keys(value, position)
+    if TOPK:
+        ranked = tl.topk(keys, K_PAD)
+        place = tl.arange(0, K_PAD)
+    else:
+        ranked = tl.sort(keys, descending=True)
+        place = slot
     best = (ranked >> 32).to(tl.int32).to(tl.float32, bitcast=True)
     flat = 0x7FFFFFFF - (ranked & 0xFFFFFFFF)
-    column = tl.load(column_ptr + token * C + flat % C, mask=slot < count, other=0)
+    column = tl.load(column_ptr + token * C + flat % C, mask=place < count, other=0)
     feature = (flat // C) * U + column  # row pattern u2 above the column pattern's log2(U) bits
-    tl.store(out_value_ptr + token * count + slot, best, mask=slot < count)
-    tl.store(out_id_ptr + token * count + slot, feature, mask=slot < count)
+    tl.store(out_value_ptr + token * count + place, best, mask=place < count)
+    tl.store(out_id_ptr + token * count + place, feature, mask=place < count)
+
+
+@triton.jit
+def _slot_keys(value, position):
+    """int64 keys ordering (score, flat position) as the selection wants them: larger scores first, the lower
+    position first among equal scores (scores >= 0, positions < 2^31 - 1)."""
+    return (value.to(tl.int32, bitcast=True).to(tl.int64) << 32) | (0x7FFFFFFF - position).to(tl.int64)
 
 
 @triton.jit
 def _select(
     y_HxC, signs_ptr, value_ptr, position_ptr, token, H, P, C, count,
     H_PAD: tl.constexpr, P_PAD: tl.constexpr, C_PAD: tl.constexpr, CAP: tl.constexpr, MAX_ITERS: tl.constexpr,
+    PACKED: tl.constexpr = False,
 ):
     """One token's scores |signs @ y| ([P, C], in registers) and the candidates of its top `count` in its
-    first CAP slots; returns how many slots it filled (the others are left as they were)."""
+    first CAP slots; returns how many slots it filled (the others are left as they were). PACKED: one int64
+    key per slot (`_slot_keys`) at value_ptr instead of the value there and the position at position_ptr."""
     h = tl.arange(0, H_PAD)
     p = tl.arange(0, P_PAD)
     c = tl.arange(0, C_PAD)
@@ -174,27 +213,33 @@ def _select(
 
     n_used = tl.minimum(n_lo, CAP)
     if n_lo > CAP:  # more scores tie at the threshold than there are slots (bisection could not split them)
-        _store_by_tiers(scores, lo, hi, p, c, C, value_ptr, position_ptr, token, CAP)
+        _store_by_tiers(scores, lo, hi, p, c, C, value_ptr, position_ptr, token, CAP, PACKED)
     else:  # the common case: every score at or above `lo` fits, slots numbered by position in one scan
         kept = (scores >= lo).to(tl.int32)
-        slot = _slots(kept)
-        flat = p[:, None] * C + c[None, :]
-        tl.store(value_ptr + token * CAP + slot, scores, mask=kept > 0)
-        tl.store(position_ptr + token * CAP + slot, flat, mask=kept > 0)
+        _store_slots(scores, p[:, None] * C + c[None, :], _slots(kept), kept > 0, value_ptr, position_ptr, token,
+                     CAP, PACKED)
     return n_used
 
 
 @triton.jit
-def _store_by_tiers(scores, lo, hi, p, c, C, value_ptr, position_ptr, token, CAP: tl.constexpr):
+def _store_slots(scores, flat, slot, keep, value_ptr, position_ptr, token, CAP: tl.constexpr, PACKED: tl.constexpr):
+    if PACKED:
+        tl.store(value_ptr + token * CAP + slot, _slot_keys(scores, flat), mask=keep)
+    else:
+        tl.store(value_ptr + token * CAP + slot, scores, mask=keep)
+        tl.store(position_ptr + token * CAP + slot, flat, mask=keep)
+
+
+@triton.jit
+def _store_by_tiers(scores, lo, hi, p, c, C, value_ptr, position_ptr, token, CAP: tl.constexpr,
+                    PACKED: tl.constexpr):
     """The scores above `hi` first, then those tied in [lo, hi) by position, as many as the CAP slots hold."""
     above = (scores >= hi).to(tl.int32)
     tied = ((scores >= lo) & (scores < hi)).to(tl.int32)
     n_above = tl.sum(tl.sum(above, axis=1), axis=0)
     slot = tl.where(above > 0, _slots(above), n_above + _slots(tied))
     keep = ((above + tied) > 0) & (slot < CAP)
-    flat = p[:, None] * C + c[None, :]
-    tl.store(value_ptr + token * CAP + slot, scores, mask=keep)
-    tl.store(position_ptr + token * CAP + slot, flat, mask=keep)
+    _store_slots(scores, p[:, None] * C + c[None, :], slot, keep, value_ptr, position_ptr, token, CAP, PACKED)
 
 
 @triton.jit
@@ -261,8 +306,10 @@ def beam_select(
     cap = candidate_slots(count)
     x = x_NxHxW.contiguous().float()
     device = x.device
-    slot_values = torch.empty((n_tokens, cap), dtype=torch.float32, device=device)  # scratch, read back on chip
-    slot_positions = torch.empty((n_tokens, cap), dtype=torch.int32, device=device)
+    topk, packed = BEAM_OPTIONS["topk"] and HAS_TOPK, BEAM_OPTIONS["packed"]
+    # scratch, read back on chip: packed, the int64 keys in slot_values (slot_positions unused)
+    slot_values = torch.empty((n_tokens, cap), dtype=torch.int64 if packed else torch.float32, device=device)
+    slot_positions = torch.empty((n_tokens, 1 if packed else cap), dtype=torch.int32, device=device)
     columns = torch.empty((n_tokens, beam), dtype=torch.int32, device=device)
     next_bound = torch.empty((n_tokens,), dtype=torch.float32, device=device)
     values = torch.empty((n_tokens, count), dtype=torch.float32, device=device)
@@ -274,7 +321,8 @@ def beam_select(
             H_PAD=next_power_of_2(max(n_rows, 16)), W_PAD=next_power_of_2(max(n_cols, 16)),
             U_PAD=next_power_of_2(max(n_col_patterns, 16)), P_PAD=next_power_of_2(max(n_patterns, 16)),
             C_PAD=next_power_of_2(max(beam, 16)), CAP=cap, MAX_ITERS=MAX_BISECTIONS,
-            KEYS32=BEAM_OPTIONS["keys32"] and next_power_of_2(max(n_col_patterns, 16)) <= 256,
+            KEYS32=BEAM_OPTIONS["keys32"] and next_power_of_2(max(n_col_patterns, 16)) <= 256, TOPK=topk,
+            PACKED=packed, K_PAD=next_power_of_2(count),
             num_warps=num_warps or select_warps(n_patterns, beam),
         )
     return ids, values, next_bound

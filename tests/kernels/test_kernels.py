@@ -513,15 +513,20 @@ SELECT_SHAPES = [(5, 16, 16, 8, 8, 16, 16), (3, 16, 16, 8, 8, 32, 64), (4, 8, 8,
                  (3, 4, 8, 3, 4, 16, 7)]
 
 
-BEAM_OPTIONS = [{"keys32": False}, {"keys32": True}]
+# parity_select_triton.BEAM_OPTIONS: sort keys of 64 or 32 bits; the beam and final top `count` by full sorts or
+# by tl.topk; candidate slots as values and positions or as packed int64 keys (the default: 64-bit keys, topk,
+# packed)
+BEAM_OPTIONS = {name: dict(zip(("keys32", "topk", "packed"), flags)) for name, flags in (
+    ("keys64", (False, True, True)), ("keys32", (True, True, True)),
+    ("keys64-sorts", (False, False, False)), ("keys32-sorts", (True, False, False)))}
 
 
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("shape", SELECT_SHAPES)
-@pytest.mark.parametrize("options", BEAM_OPTIONS, ids=["keys64", "keys32"])
+@pytest.mark.parametrize("options", BEAM_OPTIONS.values(), ids=BEAM_OPTIONS.keys())
 def test_parity_beam_select_in_one_kernel_equals_brute_force(device, shape, options, monkeypatch):
     """Bounds, beam, scores and top `count` from the write alone, against every bound and score in float64,
-    with 64-bit (the default) and 32-bit sort keys (parity_select_triton.BEAM_OPTIONS)."""
+    with each of the kernel's options (parity_select_triton.BEAM_OPTIONS)."""
     from circuitlab.architectures.feedforward.parity import make_factor_code, sign_table
     from circuitlab.kernels import parity_select_triton
 
@@ -553,11 +558,18 @@ def test_parity_beam_select_in_one_kernel_equals_brute_force(device, shape, opti
     assert all(len(set(row.tolist())) == count for row in ids)
 
 
+TIE_OPTIONS = ["keys64", "keys64-sorts"]
+
+
 @pytest.mark.parametrize("device", DEVICES)
-def test_the_one_kernel_beam_select_keeps_a_valid_top_k_when_scores_tie_past_the_slots(device):
+@pytest.mark.parametrize("options", [BEAM_OPTIONS[name] for name in TIE_OPTIONS], ids=TIE_OPTIONS)
+def test_the_one_kernel_beam_select_keeps_a_valid_top_k_when_scores_tie_past_the_slots(device, options, monkeypatch):
     """A write on one grid row scores |Y[5, u1]| on all 256 row patterns of a column: ties the bisection cannot
     split. The top 16 is still 16 distinct features of the best columns, each scored as reported."""
     from circuitlab.architectures.feedforward.parity import make_factor_code, sign_table
+    from circuitlab.kernels import parity_select_triton
+
+    monkeypatch.setattr(parity_select_triton, "BEAM_OPTIONS", options)
 
     rows, cols = sign_table(make_factor_code(16, 8, 1)), sign_table(make_factor_code(16, 8, 2))
     x = torch.zeros(2, 16, 16)
