@@ -530,7 +530,8 @@ def markdown(results: dict) -> str:
     lines = [f"Run of `benchmarks/bench_gpu.py` on {results['date']}: {results['device']}, torch {results['torch']}, "
              f"triton {results['triton']}{' (SMOKE: tiny sizes on the CPU, not a measurement)' if results['smoke'] else ''}; "
              f"torch.compile mode {results.get('compile_mode') or 'default'}"
-             f"{' (as the trainer picks: reduce-overhead, i.e. CUDA graphs, where every layer can be captured)' if results.get('compile_mode') == 'auto' else ''}.",
+             f"{' (as the trainer picks: reduce-overhead, i.e. CUDA graphs, where every layer can be captured)' if results.get('compile_mode') == 'auto' else ''}"
+             f"{'; parity beam kernel options ' + json.dumps(results['beam_options']) if results.get('beam_options') else ''}.",
              ""]
     training = results.get("training") or []
     if training:
@@ -650,6 +651,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--pairs", default=",".join(f"{p}:{b}" for p, b in PAIRS),
                         help="comma list of preset:baseline timed side by side in alternating rounds")
     parser.add_argument("--profile", default="", help="comma list of presets whose compiled step is profiled per kernel")
+    parser.add_argument("--beam-options", default=None,
+                        help="JSON file of the parity beam kernel's options to time (parity_select_triton.BEAM_OPTIONS, "
+                             "e.g. as explore_parity_select.py --options writes them); default: the module's")
     args = parser.parse_args(argv)
     args.presets = [p for p in args.presets.split(",") if p]
     args.profile = [p for p in args.profile.split(",") if p]
@@ -679,6 +683,11 @@ def main(argv: list[str] | None = None) -> int:
         device=torch.cuda.get_device_name() if device == "cuda" else (platform.processor() or "cpu"),
         torch=torch.__version__, smoke=args.smoke, compile_backend=args.compile_backend, compile_mode=args.compile_mode,
     )
+    if args.beam_options:
+        from circuitlab.kernels import parity_select_triton
+
+        parity_select_triton.BEAM_OPTIONS.update(json.loads(Path(args.beam_options).read_text()))
+        results["beam_options"] = dict(parity_select_triton.BEAM_OPTIONS)
     try:
         import triton
 

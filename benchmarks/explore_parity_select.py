@@ -18,7 +18,8 @@ the beam chosen, its columns of Y rebuilt ([16, 16] @ [16, beam]), then the laye
 (`parity_select_triton.beam_select`, which also sorts its candidate slots to the top `count` on chip) by warps,
 beside the composed path the layer runs for wider beams (Y by cuBLAS, bounds, torch top-k of beam + 1, gather,
 `beam_candidates`, torch top-k over its slots): a few minutes. `--options [BEST.json]` times the one kernel's
-sort keys (`parity_select_triton.BEAM_OPTIONS`) and writes the faster at beam 16 to BEST.json.
+options (`parity_select_triton.BEAM_OPTIONS`) and writes the fastest at beam 16 to BEST.json; `--once
+[OPTIONS.json]` launches it twice, for a profiler.
 """
 
 from __future__ import annotations
@@ -122,11 +123,19 @@ def kernel_by_warps(rows: torch.Tensor, cols: torch.Tensor, x: torch.Tensor) -> 
                 print(f"{label}  FAILED {type(error).__name__}: {str(error)[:100]}", flush=True)
 
 
+# the option combinations `--options` times, all sorts and unpacked slots (the earlier default) first
+OPTION_NAMES = ("keys32", "topk", "packed")
+OPTION_COMBINATIONS = tuple(itertools.product((False, True), repeat=3))
+
+
 def kernel_options(rows: torch.Tensor, cols: torch.Tensor, x: torch.Tensor, best_path: str | None) -> None:
-    """`beam_select`'s sort keys (parity_select_triton.BEAM_OPTIONS: 64- or 32-bit) at the settings of the
-    shipped model (beam 16, count 16, 2 warps) and at beam 32 (4 warps); the faster at beam 16 to best_path.
-    (The run of record, parity_select_2026-12-02_options.txt, also timed a variant that took the beam's columns
-    from registers; it was not faster and is gone.)"""
+    """`beam_select`'s options (parity_select_triton.BEAM_OPTIONS: 64- or 32-bit sort keys, full sorts or
+    tl.topk, candidate slots as values and positions or as packed keys), every combination, at the settings of
+    the shipped model (beam 16, count 16, its default 2 warps and 4) and at beam 32 (4 warps); the fastest with
+    exact (64-bit) keys at beam 16 and default warps to best_path. (Variants timed once and dropped, as not
+    faster: the beam's columns from registers, parity_select_2026-12-02_options.txt; rescoring only the rows
+    that hold a candidate, and the rare overflowing ties in a second launch,
+    parity_select_2026-12-02_options_more.txt.)"""
     import json
 
     from circuitlab.kernels import parity_select_triton as select
@@ -134,27 +143,48 @@ def kernel_options(rows: torch.Tensor, cols: torch.Tensor, x: torch.Tensor, best
     grid = x.view(-1, 16, 16)
     timings = {}
     default = dict(select.BEAM_OPTIONS)
-    print(f"{'beam':>4} {'count':>5} {'keys32':>6}  ms")
-    for beam, count in ((16, 16), (32, 16)):
+    print(f"tl.topk in this Triton: {select.HAS_TOPK}")
+    print(f"{'beam':>4} {'count':>5} {'warps':>5} " + " ".join(f"{name:>10}" for name in OPTION_NAMES) + "  ms")
+    for beam, count, warps in ((16, 16, 0), (16, 16, 4), (32, 16, 0)):
         reference_ids = None
-        for keys32 in (False, True):
-            select.BEAM_OPTIONS.update(keys32=keys32)
-            label = f"{beam:4d} {count:5d} {keys32!s:>6}"
+        for flags in OPTION_COMBINATIONS:
+            options = dict(zip(OPTION_NAMES, flags))
+            if options["topk"] and not select.HAS_TOPK:
+                continue
+            select.BEAM_OPTIONS.update(options)
+            label = f"{beam:4d} {count:5d} {warps or select.select_warps(256, beam):5d} " + \
+                " ".join(f"{flag!s:>10}" for flag in flags)
             try:
-                ids = select.beam_select(grid, rows, cols, beam, count)[0].sort(-1).values
+                ids = select.beam_select(grid, rows, cols, beam, count, warps)[0].sort(-1).values
                 reference_ids = ids if reference_ids is None else reference_ids
                 same = (ids == reference_ids).all(-1).float().mean().item()
-                timed = triton.testing.do_bench(lambda: select.beam_select(grid, rows, cols, beam, count), warmup=5,
-                                                rep=40)
-                timings[(beam, keys32)] = timed
-                print(f"{label}  {timed:.3f}  (same features as 64-bit keys on {same:.4f} of tokens)", flush=True)
+                timed = triton.testing.do_bench(lambda: select.beam_select(grid, rows, cols, beam, count, warps),
+                                                warmup=5, rep=40)
+                if beam == 16 and not warps and not options["keys32"]:
+                    timings[json.dumps(options)] = timed
+                print(f"{label}  {timed:.3f}  (same features as the first row on {same:.4f} of tokens)", flush=True)
             except Exception as error:  # noqa: BLE001 - a variant that does not compile is reported, not fatal
                 print(f"{label}  FAILED {type(error).__name__}: {str(error)[:100]}", flush=True)
     select.BEAM_OPTIONS.update(default)
-    beam16 = {key[1]: ms for key, ms in timings.items() if key[0] == 16}
-    if best_path and beam16:
+    if best_path and timings:
         with open(best_path, "w") as handle:
-            json.dump({"keys32": min(beam16, key=beam16.get)}, handle)
+            handle.write(min(timings, key=timings.get))
+
+
+def launch_once(rows: torch.Tensor, cols: torch.Tensor, x: torch.Tensor, options_path: str | None) -> None:
+    """Two launches of `beam_select` at the shipped settings (options from a JSON file, else the defaults), for
+    a profiler to catch the second: e.g. ncu --kernel-name regex:_beam_select_kernel --launch-skip 1."""
+    import json
+
+    from circuitlab.kernels import parity_select_triton as select
+
+    if options_path:
+        with open(options_path) as handle:
+            select.BEAM_OPTIONS.update(json.load(handle))
+    for _ in range(2):
+        select.beam_select(x.view(-1, 16, 16), rows, cols, 16, 16)
+    torch.cuda.synchronize()
+    print(f"beam_select launched twice with {select.BEAM_OPTIONS}")
 
 
 def main() -> int:
@@ -167,6 +197,10 @@ def main() -> int:
     x = torch.randn(n_tokens, 256, device="cuda", generator=gen) * torch.rand(n_tokens, 256, device="cuda", generator=gen) ** 4
     if "--kernel" in sys.argv[1:]:
         kernel_by_warps(rows, cols, x)
+        return 0
+    if "--once" in sys.argv[1:]:
+        at = sys.argv.index("--once")
+        launch_once(rows, cols, x, sys.argv[at + 1] if len(sys.argv) > at + 1 else None)
         return 0
     if "--options" in sys.argv[1:]:
         at = sys.argv.index("--options")
