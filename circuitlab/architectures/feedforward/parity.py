@@ -140,9 +140,9 @@ pursuit rounds; the model shipped since trains at k 16, beam 16, no pursuit roun
   first model: 3,366-18,185 and 0.46-0.72).
 - up to beam 32 the beam search is one Triton kernel per token on CUDA (`kernels.parity_beam_select`,
   kernels/parity_select_triton.py `beam_select`): bounds, beam, scores, candidates and their top k on chip,
-  no torch top-k after it: 2.53 against 4.15 ms for the composed path at beam 16 and k 16 (H200, 65,536
-  tokens), and the training step 0.45x gelu-stories' (0.39x composed; target 0.5x, missed by 2.65 ms a step;
-  BENCHMARKS.md, "parity-stories retrained"). Wider beams choose the beam in PyTorch and score it with
+  no torch top-k after it: 2.24-2.26 ms (2.53 with full sorts) against 4.15 ms for the composed path at beam 16
+  and k 16 (H200, 65,536 tokens), and the training step 0.48x gelu-stories' (0.45x with full sorts, 0.39x
+  composed; target 0.5x, missed by 0.91 ms a step; BENCHMARKS.md, "The one-kernel search"). Wider beams choose the beam in PyTorch and score it with
   `parity_beam_top`: a first version of the one kernel was slower at beam 64.
 
 Letters: B batch, T position, D d_model, N tokens (B*T), K code (k features), H grid rows (g_r), W grid
