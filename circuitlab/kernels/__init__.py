@@ -215,14 +215,20 @@ def parity_feature_solve(
     a = (Phi^T Phi + ridge I)^-1 b (or b when not `solve`), x_hat = Phi a, where feature u's direction is
     outer(sP[u2], sQ[u1]).flatten() / sqrt(D), u1 the low log2(U) bits of u. Returns (a, x_hat), each an empty
     [0] when not asked for (`write_a`, `decode`); x or v empty ([0]) counts as zero. Differentiable in x and v.
-    The fast path builds the patterns on chip and solves in registers (parity_solve_triton.py)."""
+    The fast path builds the patterns on chip and solves in registers (parity_solve_triton.py); where a gradient
+    will be taken it keeps the system's factors (1 KB a token at 16 features), so that the backward only loads
+    them."""
     if indices_NxF.dim() != 2:
         raise ValueError(f"indices must be [N, F], got shape {tuple(indices_NxF.shape)}")
     unsupported = _feature_solve_unsupported(indices_NxF.shape[1], row_signs_PxH, col_signs_UxW)
     tensors = [t for t in (x_NxD, v_NxF) if t.numel()] + [indices_NxF, row_signs_PxH, col_signs_UxW]
     if backend_for(*tensors, unsupported=unsupported) == "triton" and fast_ready("parity_solve_triton"):
-        return ops.parity_feature_solve(x_NxD, v_NxF, indices_NxF, row_signs_PxH, col_signs_UxW, float(ridge),
-                                        solve, write_a, decode)
+        # the factors are kept for the backward only where one will run
+        keep = solve and torch.is_grad_enabled() and (x_NxD.requires_grad or v_NxF.requires_grad)
+        a, x_hat, _ = ops.parity_feature_solve(x_NxD, v_NxF, indices_NxF, row_signs_PxH, col_signs_UxW,
+                                               x_NxD.new_empty(0, dtype=torch.float32), float(ridge), solve, write_a,
+                                               decode, keep)
+        return a, x_hat
     return reference.parity_feature_solve(x_NxD, v_NxF, indices_NxF, row_signs_PxH, col_signs_UxW, ridge, solve,
                                           write_a, decode)
 

@@ -28,8 +28,10 @@ S sequences, T positions, U units):
       (the product encoder's beam search: the beam of column patterns of largest ||Y[:, u]||_1, Y = x col_signs^T,
       its top `count` features, the largest bound left out or -1; no gradient)
   parity_feature_solve(x [M, D] or [0], v [M, F] or [0], indices [M, F], row_signs [P, H], col_signs [U, W],
-      ridge, solve, write_a, decode) -> a [M, F] or [0], x_hat [M, D] or [0], float32
-      (b = Phi^T x + v, a = (G + ridge I)^-1 b or b, x_hat = Phi a; its backward is the same operator)
+      factors [M, tiles, 16, 16] or [0], ridge, solve, write_a, decode, keep_factors)
+      -> a [M, F] or [0], x_hat [M, D] or [0], factors [M, tiles, 16, 16] or [0], float32
+      (b = Phi^T x + v, a = (G + ridge I)^-1 b or b, x_hat = Phi a; the factors of G + ridge I kept where asked,
+      or loaded where given; its backward is the same operator, on the kept factors)
 """
 
 from __future__ import annotations
@@ -231,39 +233,48 @@ parity_beam_select = kernel_op(
 # --- parity product layer: least squares and decode on a support -----------------------------------------------
 
 
-def _feature_solve_fake(x, v, indices, row_signs, col_signs, ridge, solve, write_a, decode):
+def _feature_solve_fake(x, v, indices, row_signs, col_signs, factors, ridge, solve, write_a, decode, keep_factors):
+    from circuitlab.kernels.parity_solve_triton import BLOCK, factor_tiles
+
     n_tokens, n_features = indices.shape
     d_model = row_signs.shape[1] * col_signs.shape[1]
     a = indices.new_empty((n_tokens, n_features) if write_a else (0,), dtype=torch.float32)
-    return a, indices.new_empty((n_tokens, d_model) if decode else (0,), dtype=torch.float32)
+    x_hat = indices.new_empty((n_tokens, d_model) if decode else (0,), dtype=torch.float32)
+    keep = keep_factors and solve and factors.numel() == 0 and (write_a or decode)
+    shape = (n_tokens, factor_tiles(n_features), BLOCK, BLOCK) if keep else (0,)
+    return a, x_hat, indices.new_empty(shape, dtype=torch.float32)
 
 
 parity_feature_solve = kernel_op(
     "parity_feature_solve",
-    "(Tensor x, Tensor v, Tensor indices, Tensor row_signs, Tensor col_signs, float ridge, bool solve, "
-    "bool write_a, bool decode) -> (Tensor, Tensor)",
+    "(Tensor x, Tensor v, Tensor indices, Tensor row_signs, Tensor col_signs, Tensor factors, float ridge, bool solve, "
+    "bool write_a, bool decode, bool keep_factors) -> (Tensor, Tensor, Tensor)",
     "parity_solve_triton", "feature_solve", _feature_solve_fake,
 )
 
 
 def _feature_solve_setup(ctx, inputs, output):
-    x, v, indices, row_signs, col_signs, ridge, solve, write_a, decode = inputs
-    ctx.save_for_backward(indices, row_signs, col_signs)
+    x, v, indices, row_signs, col_signs, factors, ridge, solve, write_a, decode, keep_factors = inputs
+    kept = output[2]
+    ctx.mark_non_differentiable(kept)
+    # the backward solves the same systems: it loads the factors this launch kept (or was given) where there are
+    ctx.save_for_backward(indices, row_signs, col_signs, kept if kept.numel() else factors)
     ctx.meta = (ridge, solve, write_a, decode, x.numel() > 0, v.numel() > 0)
 
 
-def _feature_solve_backward(ctx, da, dx_hat):
+def _feature_solve_backward(ctx, da, dx_hat, dfactors):
     """The map (x, v) -> (a, x_hat) is linear and its solve symmetric, so dL/dv and dL/dx are the a and x_hat
-    of the same operator run on (dL/dx_hat, dL/da)."""
-    indices, row_signs, col_signs = ctx.saved_tensors
+    of the same operator run on (dL/dx_hat, dL/da), with the forward's factors where it kept them."""
+    indices, row_signs, col_signs, factors = ctx.saved_tensors
     ridge, solve, write_a, decode, has_x, has_v = ctx.meta
     empty = indices.new_empty(0, dtype=torch.float32)
     upstream_x = dx_hat.float() if decode and dx_hat is not None else empty
     upstream_v = da.float() if write_a and da is not None else empty
-    no_gradient = (None,) * 9
+    no_gradient = (None,) * 11
     if not (has_x or has_v) or (upstream_x.numel() == 0 and upstream_v.numel() == 0):
         return no_gradient
-    dv, dx = parity_feature_solve(upstream_x, upstream_v, indices, row_signs, col_signs, ridge, solve, has_v, has_x)
+    dv, dx, _ = parity_feature_solve(upstream_x, upstream_v, indices, row_signs, col_signs, factors, ridge, solve,
+                                     has_v, has_x, False)
     return (dx if has_x else None, dv if has_v else None) + no_gradient[2:]
 
 

@@ -33,6 +33,14 @@ Choices, measured once on an H200 (2026-12-01, 65,536 tokens, the shipped shapes
   encoder's on only 0.46-0.82 of tokens by layer (PyTorch's float32 LU: 0.995-0.997); with the step 0.965-0.995,
   at 0.04 ms (k = 32) and 0.4 ms (64 features) more. benchmarks/bench_parity.py reports this agreement.
 - one warp per token for up to 32 features, two for 64 (1, 2 or 4 warps tried; more warps were slower).
+- the backward loads the forward's factors (FACTORS; 2026-12-02): where a gradient will be taken, a launch keeps
+  its factors, the inverses of D's diagonal blocks and L's blocks below them (`factor_tiles`: 1 KB a token at 16
+  features, 3 KB at 32, 10 KB at 64), and its backward, on the same support, loads them instead of factoring
+  again (the same numbers, so the same result). For 16 features ptxas for sm_90 counts 1,368 instead of 2,480
+  instructions a thread in the backward (Triton 3.9, benchmarks/kernel_resources.py), 2,488 in the forward that
+  keeps them; the Gauss-Jordan inversion is about 1,600 of a launch's. In parity-stories' compiled training step on an H200 the kernel's 8
+  launches took 2.81 ms against 3.19 before (bench_gpu.py --profile; gpu_2026-12-02_parity_rowmax_profile.json
+  and _topk_profile.json).
 """
 
 from __future__ import annotations
@@ -135,6 +143,23 @@ def _store_block(a_ptr, token, F, block: tl.constexpr, a):
 
 
 @triton.jit
+def _tile_offsets(token, tile: tl.constexpr, TILES: tl.constexpr):
+    """Offsets of 16 x 16 tile `tile` of a token's TILES factor tiles (row-major, tokens one after another)."""
+    n = tl.arange(0, 16)
+    return (token * TILES + tile) * 256 + n[:, None] * 16 + n[None, :]
+
+
+@triton.jit
+def _store_tile(factors_ptr, token, tile: tl.constexpr, TILES: tl.constexpr, A):
+    tl.store(factors_ptr + _tile_offsets(token, tile, TILES), A)
+
+
+@triton.jit
+def _load_tile(factors_ptr, token, tile: tl.constexpr, TILES: tl.constexpr):
+    return tl.load(factors_ptr + _tile_offsets(token, tile, TILES))
+
+
+@triton.jit
 def _decode_block(rows, cols, a):
     """sum over the block's features of a_f outer(sP_f, sQ_f): [H, W]."""
     return tl.dot(tl.trans(rows * a[:, None]), cols, input_precision="ieee")
@@ -229,13 +254,15 @@ def _gram_times4(r0, c0, ok0, r1, c1, ok1, r2, c2, ok2, r3, c3, ok3, scale, ridg
 
 @triton.jit
 def _features_kernel(
-    x_ptr, v_ptr, idx_ptr, rows_ptr, cols_ptr, a_ptr, xhat_ptr,
+    x_ptr, v_ptr, idx_ptr, rows_ptr, cols_ptr, factors_ptr, a_ptr, xhat_ptr,
     F, H, W, col_bits, scale, ridge,
     HAS_X: tl.constexpr, HAS_V: tl.constexpr, SOLVE: tl.constexpr, WRITE_A: tl.constexpr, DECODE: tl.constexpr,
-    BLOCKS: tl.constexpr, REFINE: tl.constexpr, H_PAD: tl.constexpr, W_PAD: tl.constexpr,
+    BLOCKS: tl.constexpr, REFINE: tl.constexpr, H_PAD: tl.constexpr, W_PAD: tl.constexpr, FACTORS: tl.constexpr,
 ):
     """One token: b, then a = S b by block LDL^T without pivoting (BLOCKS = 1, 2 or 4 blocks of 16; REFINE steps
-    of iterative refinement, each solving for b - G a with the same factors), then x_hat."""
+    of iterative refinement, each solving for b - G a with the same factors), then x_hat. FACTORS: 0 factor the
+    system, 1 factor it and store the factors' tiles at factors_ptr (`factor_tiles` of them: I0; I0, I1, L10;
+    or I0-I3, L10, L20, L30, L21, L31, L32), 2 load them from there instead of factoring."""
     token = tl.program_id(0).to(tl.int64)
     h = tl.arange(0, H_PAD)
     w = tl.arange(0, W_PAD)
@@ -253,13 +280,27 @@ def _features_kernel(
 
     if SOLVE:  # the vectors a_k hold b on entry and a = (G + ridge I)^-1 b on exit
         if BLOCKS == 1:
-            I0 = _inverse(_diagonal(r0, c0, ok0, scale, ridge))
+            if FACTORS == 2:
+                I0 = _load_tile(factors_ptr, token, 0, 1)
+            else:
+                I0 = _inverse(_diagonal(r0, c0, ok0, scale, ridge))
+                if FACTORS == 1:
+                    _store_tile(factors_ptr, token, 0, 1, I0)
             b0 = a0
             a0 = _times(I0, b0)
             for _ in tl.static_range(REFINE):
                 a0 += _times(I0, b0 - _times(_diagonal(r0, c0, ok0, scale, ridge), a0))
         if BLOCKS == 2:
-            I0, I1, L10 = _factor2(r0, c0, ok0, r1, c1, ok1, scale, ridge)
+            if FACTORS == 2:
+                I0 = _load_tile(factors_ptr, token, 0, 3)
+                I1 = _load_tile(factors_ptr, token, 1, 3)
+                L10 = _load_tile(factors_ptr, token, 2, 3)
+            else:
+                I0, I1, L10 = _factor2(r0, c0, ok0, r1, c1, ok1, scale, ridge)
+                if FACTORS == 1:
+                    _store_tile(factors_ptr, token, 0, 3, I0)
+                    _store_tile(factors_ptr, token, 1, 3, I1)
+                    _store_tile(factors_ptr, token, 2, 3, L10)
             b0, b1 = a0, a1
             a0, a1 = _solve2(I0, I1, L10, b0, b1)
             for _ in tl.static_range(REFINE):
@@ -267,8 +308,31 @@ def _features_kernel(
                 d0, d1 = _solve2(I0, I1, L10, b0 - y0, b1 - y1)
                 a0, a1 = a0 + d0, a1 + d1
         if BLOCKS == 4:
-            I0, I1, I2, I3, L10, L20, L30, L21, L31, L32 = _factor4(
-                r0, c0, ok0, r1, c1, ok1, r2, c2, ok2, r3, c3, ok3, scale, ridge)
+            if FACTORS == 2:
+                I0 = _load_tile(factors_ptr, token, 0, 10)
+                I1 = _load_tile(factors_ptr, token, 1, 10)
+                I2 = _load_tile(factors_ptr, token, 2, 10)
+                I3 = _load_tile(factors_ptr, token, 3, 10)
+                L10 = _load_tile(factors_ptr, token, 4, 10)
+                L20 = _load_tile(factors_ptr, token, 5, 10)
+                L30 = _load_tile(factors_ptr, token, 6, 10)
+                L21 = _load_tile(factors_ptr, token, 7, 10)
+                L31 = _load_tile(factors_ptr, token, 8, 10)
+                L32 = _load_tile(factors_ptr, token, 9, 10)
+            else:
+                I0, I1, I2, I3, L10, L20, L30, L21, L31, L32 = _factor4(
+                    r0, c0, ok0, r1, c1, ok1, r2, c2, ok2, r3, c3, ok3, scale, ridge)
+                if FACTORS == 1:
+                    _store_tile(factors_ptr, token, 0, 10, I0)
+                    _store_tile(factors_ptr, token, 1, 10, I1)
+                    _store_tile(factors_ptr, token, 2, 10, I2)
+                    _store_tile(factors_ptr, token, 3, 10, I3)
+                    _store_tile(factors_ptr, token, 4, 10, L10)
+                    _store_tile(factors_ptr, token, 5, 10, L20)
+                    _store_tile(factors_ptr, token, 6, 10, L30)
+                    _store_tile(factors_ptr, token, 7, 10, L21)
+                    _store_tile(factors_ptr, token, 8, 10, L31)
+                    _store_tile(factors_ptr, token, 9, 10, L32)
             b0, b1, b2, b3 = a0, a1, a2, a3
             a0, a1, a2, a3 = _solve4(I0, I1, I2, I3, L10, L20, L30, L21, L31, L32, b0, b1, b2, b3)
             for _ in tl.static_range(REFINE):
@@ -294,38 +358,53 @@ def _features_kernel(
         tl.store(xhat_ptr + token * H * W + h[:, None] * W + w[None, :], xhat * scale, mask=grid_ok)
 
 
+def factor_tiles(n_features: int) -> int:
+    """16 x 16 tiles of a token's factors (`_features_kernel`'s FACTORS): the inverses of D's diagonal blocks
+    and L's blocks below the diagonal, for 1, 2 or 4 blocks of features."""
+    return {1: 1, 2: 3, 4: 10}[next_power_of_2(-(-n_features // BLOCK))]
+
+
 def feature_solve(
     x_NxD: torch.Tensor, v_NxF: torch.Tensor, indices_NxF: torch.Tensor, row_signs_PxH: torch.Tensor,
-    col_signs_UxW: torch.Tensor, ridge: float, solve: bool, write_a: bool, decode: bool,
-    num_warps: int | None = None, refine: int | None = None,
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """(a [N, F] or [0], x_hat [N, D] or [0]) as the module docstring says; x or v empty ([0]) means zero.
+    col_signs_UxW: torch.Tensor, factors: torch.Tensor, ridge: float, solve: bool, write_a: bool, decode: bool,
+    keep_factors: bool, num_warps: int | None = None, refine: int | None = None,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(a [N, F] or [0], x_hat [N, D] or [0], factors [N, tiles, 16, 16] or [0]) as the module docstring says;
+    x or v empty ([0]) means zero. `factors` given (not [0]): the system's factors as an earlier launch on the
+    same support kept them, loaded instead of computed (the backward's solve); `keep_factors`: write them out.
     `num_warps` and `refine` (refinement steps) override the defaults, for tuning."""
     n_tokens, n_features = indices_NxF.shape
     n_rows, n_cols = row_signs_PxH.shape[1], col_signs_UxW.shape[1]
     d_model = n_rows * n_cols
     device = indices_NxF.device
-    has_x, has_v = x_NxD.numel() > 0, v_NxF.numel() > 0
+    has_x, has_v, has_factors = x_NxD.numel() > 0, v_NxF.numel() > 0, factors.numel() > 0
     if has_x and tuple(x_NxD.shape) != (n_tokens, d_model):
         raise ValueError(f"x must be [{n_tokens}, {d_model}], got {tuple(x_NxD.shape)}")
     if has_v and tuple(v_NxF.shape) != (n_tokens, n_features):
         raise ValueError(f"v must be [{n_tokens}, {n_features}], got {tuple(v_NxF.shape)}")
-    a = torch.empty((n_tokens, n_features) if write_a else (0,), dtype=torch.float32, device=device)
-    x_hat = torch.empty((n_tokens, d_model) if decode else (0,), dtype=torch.float32, device=device)
-    if n_tokens == 0 or not (write_a or decode):
-        return a, x_hat
-    absent = torch.zeros(1, dtype=torch.float32, device=device)  # never read (its stage is compiled out)
-    x = x_NxD.contiguous().float() if has_x else absent
-    v = v_NxF.contiguous().float() if has_v else absent
     blocks = next_power_of_2(-(-n_features // BLOCK))
     if blocks > MAX_BLOCKS:
         raise ValueError(f"the fused solve takes at most {MAX_BLOCKS * BLOCK} features per token, got {n_features}")
+    tiles = factor_tiles(n_features)
+    if has_factors and tuple(factors.shape) != (n_tokens, tiles, BLOCK, BLOCK):
+        raise ValueError(f"factors must be [{n_tokens}, {tiles}, {BLOCK}, {BLOCK}], got {tuple(factors.shape)}")
+    keep_factors = keep_factors and solve and not has_factors
+    a = torch.empty((n_tokens, n_features) if write_a else (0,), dtype=torch.float32, device=device)
+    x_hat = torch.empty((n_tokens, d_model) if decode else (0,), dtype=torch.float32, device=device)
+    kept = torch.empty((n_tokens, tiles, BLOCK, BLOCK) if keep_factors else (0,), dtype=torch.float32, device=device)
+    if n_tokens == 0 or not (write_a or decode):
+        return a, x_hat, kept
+    absent = torch.zeros(1, dtype=torch.float32, device=device)  # never read (its stage is compiled out)
+    x = x_NxD.contiguous().float() if has_x else absent
+    v = v_NxF.contiguous().float() if has_v else absent
     _features_kernel[(n_tokens,)](
         x, v, indices_NxF.contiguous(), row_signs_PxH.contiguous().float(), col_signs_UxW.contiguous().float(),
+        factors.contiguous().float() if has_factors and solve else kept if keep_factors else absent,
         a, x_hat, n_features, n_rows, n_cols, int(math.log2(col_signs_UxW.shape[0])), 1.0 / math.sqrt(d_model),
         float(ridge), HAS_X=has_x, HAS_V=has_v, SOLVE=solve, WRITE_A=write_a, DECODE=decode,
         BLOCKS=blocks, REFINE=REFINE_STEPS if refine is None else refine,
         H_PAD=next_power_of_2(max(n_rows, 16)), W_PAD=next_power_of_2(max(n_cols, 16)),
+        FACTORS=2 if has_factors and solve else 1 if keep_factors else 0,
         num_warps=num_warps or (2 if blocks >= 4 else 1),
     )
-    return a, x_hat
+    return a, x_hat, kept

@@ -662,6 +662,48 @@ def test_parity_feature_solve_matches_the_materialised_reference(device, shape, 
 
 
 @pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("n_features", [12, 20, 40])
+def test_parity_feature_solve_keeps_the_factors_its_backward_loads(device, n_features):
+    """The factors a launch keeps (one, two or four 16-feature blocks) are those of the token's system, G + ridge
+    I = L D L^T (checked in float64), and a launch given them instead of factoring solves the same systems."""
+    from circuitlab.kernels import ops
+
+    rows, cols = feature_tables(8, 8, 5, 5)
+    gen = torch.Generator().manual_seed(n_features)
+    indices = torch.stack([torch.randperm(1024, generator=gen)[:n_features] for _ in range(3)])
+    x, v = torch.randn(3, 64, generator=gen), torch.randn(3, n_features, generator=gen)
+    ridge, empty = 1e-2, torch.empty(0)
+    on = [t.to(device) for t in (x, v, indices, rows, cols, empty)]
+    with kernels.use_backend("triton"):
+        a, x_hat, factors = ops.parity_feature_solve(*on, ridge, True, True, True, True)
+        a_loaded, x_hat_loaded, none_kept = ops.parity_feature_solve(*on[:5], factors, ridge, True, True, True, True)
+    blocks = -(-n_features // 16)
+    blocks = 1 << (blocks - 1).bit_length()
+    assert factors.shape == (3, {1: 1, 2: 3, 4: 10}[blocks], 16, 16) and none_kept.numel() == 0
+    # the system, padded to whole blocks with unit diagonal entries (as the kernel pads it)
+    size = 16 * blocks
+    _, phi = reference.parity_feature_solve(empty, torch.eye(n_features).expand(3, -1, -1).reshape(-1, n_features),
+                                            indices.repeat_interleave(n_features, 0), rows, cols, 0.0, False, False, True)
+    phi = phi.view(3, n_features, 64).double()
+    system = torch.eye(size, dtype=torch.double).repeat(3, 1, 1)
+    system[:, :n_features, :n_features] = phi @ phi.transpose(1, 2) + ridge * torch.eye(n_features, dtype=torch.double)
+    tiles = factors.cpu().double()
+    order = {1: [(0, 0)], 2: [(0, 0), (1, 1), (1, 0)],
+             4: [(0, 0), (1, 1), (2, 2), (3, 3), (1, 0), (2, 0), (3, 0), (2, 1), (3, 1), (3, 2)]}[blocks]
+    lower, diagonal = torch.eye(size, dtype=torch.double).repeat(3, 1, 1), torch.zeros(3, size, size, dtype=torch.double)
+    for tile, (i, j) in enumerate(order):
+        block = (slice(None), slice(16 * i, 16 * i + 16), slice(16 * j, 16 * j + 16))
+        if i == j:  # the inverse of D's block
+            diagonal[block] = torch.linalg.inv(tiles[:, tile])
+        else:
+            lower[block] = tiles[:, tile]
+    rebuilt = lower @ diagonal @ lower.transpose(1, 2)
+    assert (rebuilt - system).abs().max() < 1e-4 * system.abs().max()
+    for got, want in ((a_loaded, a), (x_hat_loaded, x_hat)):
+        assert relative_error(got.cpu(), want.cpu()) < 1e-6
+
+
+@pytest.mark.parametrize("device", DEVICES)
 def test_parity_feature_solve_is_least_squares(device):
     """Invariant: the residual x - x_hat of an unridged solve is orthogonal to every feature of the support."""
     rows, cols = feature_tables(8, 8, 5, 5)

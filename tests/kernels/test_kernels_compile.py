@@ -104,7 +104,12 @@ def test_parity_feature_solve_passes_opcheck(mode):
     solve, write_a, decode = mode
     x = torch.randn(3, 64, generator=gen).to(DEVICE).requires_grad_(True) if solve else torch.empty(0, device=DEVICE)
     v = torch.randn(3, 10, generator=gen).to(DEVICE).requires_grad_(True) if not solve else torch.empty(0, device=DEVICE)
-    _opcheck(ops.parity_feature_solve, (x, v, indices, rows, cols, 1e-3, solve, write_a, decode))
+    empty = torch.empty(0, device=DEVICE)
+    # a solve keeps its factors (for its backward); a later launch on the same support may be given them
+    _opcheck(ops.parity_feature_solve, (x, v, indices, rows, cols, empty, 1e-3, solve, write_a, decode, solve))
+    if solve:
+        factors = ops.parity_feature_solve(x.detach(), v, indices, rows, cols, empty, 1e-3, True, False, True, True)[2]
+        _opcheck(ops.parity_feature_solve, (x, v, indices, rows, cols, factors, 1e-3, solve, write_a, decode, False))
 
 
 def test_the_operators_give_the_reference_gradients():
