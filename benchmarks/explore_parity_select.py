@@ -123,49 +123,55 @@ def kernel_by_warps(rows: torch.Tensor, cols: torch.Tensor, x: torch.Tensor) -> 
                 print(f"{label}  FAILED {type(error).__name__}: {str(error)[:100]}", flush=True)
 
 
-# the option combinations `--options` times, all sorts and unpacked slots (the earlier default) first
-OPTION_NAMES = ("keys32", "topk", "packed")
-OPTION_COMBINATIONS = tuple(itertools.product((False, True), repeat=3))
+# the option combinations `--options` times: the earlier default (all sorts, unpacked slots), top-k with packed
+# slots (the default until 2026-12-02), and the top by row maxima in both orientations, each with 64- and 32-bit
+# beam keys
+OPTION_NAMES = ("keys32", "topk", "packed", "row_max", "transposed")
+OPTION_COMBINATIONS = tuple((keys32, *flags) for flags in ((False, False, False, False), (True, True, False, False),
+                                                           (True, True, True, False), (True, True, True, True))
+                            for keys32 in (False, True))
 
 
 def kernel_options(rows: torch.Tensor, cols: torch.Tensor, x: torch.Tensor, best_path: str | None) -> None:
     """`beam_select`'s options (parity_select_triton.BEAM_OPTIONS: 64- or 32-bit sort keys, full sorts or
-    tl.topk, candidate slots as values and positions or as packed keys), every combination, at the settings of
-    the shipped model (beam 16, count 16, its default 2 warps and 4) and at beam 32 (4 warps); the fastest with
-    exact (64-bit) keys at beam 16 and default warps to best_path. (Variants timed once and dropped, as not
-    faster: the beam's columns from registers, parity_select_2026-12-02_options.txt; rescoring only the rows
-    that hold a candidate, and the rare overflowing ties in a second launch,
-    parity_select_2026-12-02_options_more.txt.)"""
+    tl.topk, candidate slots as values and positions or as packed keys, the top by row maxima instead of slots,
+    its scores tile transposed), the combinations above at the settings of the shipped model (beam 16, count
+    16) in 2 and 4 warps, and at beam 32 in 4; the fastest with exact (64-bit) keys at beam 16, with its warps, to
+    best_path. (Variants timed once and dropped, as not faster: the beam's columns from registers,
+    parity_select_2026-12-02_options.txt; rescoring only the rows that hold a candidate, and the rare
+    overflowing ties in a second launch, parity_select_2026-12-02_options_more.txt.)"""
     import json
 
     from circuitlab.kernels import parity_select_triton as select
 
     grid = x.view(-1, 16, 16)
     timings = {}
-    default = dict(select.BEAM_OPTIONS)
+    default, default_row_max_beam = dict(select.BEAM_OPTIONS), select.ROW_MAX_BEAM
+    select.ROW_MAX_BEAM = 256  # row_max timed at beam 32 too
     print(f"tl.topk in this Triton: {select.HAS_TOPK}")
     print(f"{'beam':>4} {'count':>5} {'warps':>5} " + " ".join(f"{name:>10}" for name in OPTION_NAMES) + "  ms")
-    for beam, count, warps in ((16, 16, 0), (16, 16, 4), (32, 16, 0)):
+    for beam, count, warps in ((16, 16, 2), (16, 16, 4), (32, 16, 4)):
         reference_ids = None
         for flags in OPTION_COMBINATIONS:
             options = dict(zip(OPTION_NAMES, flags))
             if options["topk"] and not select.HAS_TOPK:
                 continue
             select.BEAM_OPTIONS.update(options)
-            label = f"{beam:4d} {count:5d} {warps or select.select_warps(256, beam):5d} " + \
-                " ".join(f"{flag!s:>10}" for flag in flags)
+            label = f"{beam:4d} {count:5d} {warps:5d} " + " ".join(f"{flag!s:>10}" for flag in flags)
             try:
                 ids = select.beam_select(grid, rows, cols, beam, count, warps)[0].sort(-1).values
                 reference_ids = ids if reference_ids is None else reference_ids
                 same = (ids == reference_ids).all(-1).float().mean().item()
                 timed = triton.testing.do_bench(lambda: select.beam_select(grid, rows, cols, beam, count, warps),
                                                 warmup=5, rep=40)
-                if beam == 16 and not warps and not options["keys32"]:
-                    timings[json.dumps(options)] = timed
+                if beam == 16 and not options["keys32"]:
+                    timings[json.dumps({**options, "warps": warps})] = timed
                 print(f"{label}  {timed:.3f}  (same features as the first row on {same:.4f} of tokens)", flush=True)
             except Exception as error:  # noqa: BLE001 - a variant that does not compile is reported, not fatal
                 print(f"{label}  FAILED {type(error).__name__}: {str(error)[:100]}", flush=True)
+    select.BEAM_OPTIONS.clear()
     select.BEAM_OPTIONS.update(default)
+    select.ROW_MAX_BEAM = default_row_max_beam
     if best_path and timings:
         with open(best_path, "w") as handle:
             handle.write(min(timings, key=timings.get))

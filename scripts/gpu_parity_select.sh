@@ -45,6 +45,6 @@ if [ "${PROFILE:-0}" = 1 ]; then
     || status=1
 fi
 timeout "${TEST_TIMEOUT:-240}" "$PYTHON" -m pytest -q -p no:cacheprovider tests/kernels/test_kernels.py \
-  -k "one_kernel or beam_select" > "$RESULTS/tests.log" 2>&1 || status=1
+  -k "one_kernel or beam_select or feature_solve or fused_solves" > "$RESULTS/tests.log" 2>&1 || status=1
 tail -n 3 "$RESULTS/tests.log"
 exit "$status"

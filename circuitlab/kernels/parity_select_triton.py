@@ -39,8 +39,9 @@ halvings on average per layer against 1.1-1.3 from zero.
 Y = x_grid sQ^T for all U column patterns (a [H, W] @ [W, U] product), their bounds ||Y[:, u]||_1, the beam by
 one sort of packed (bound, pattern) keys, the beam's columns of Y rebuilt from their sign patterns, `_select`,
 and the top `count` of the filled slots by a second sort of packed (score, position) keys, written as feature
-ids (both sorts now bitonic top-k's by default: below). Y and the bounds stay on chip; the beam's column list and the candidate slots go to memory and are read
-back by the same program. No torch top-k follows. The layer runs it up to beam 32
+ids (both sorts now bitonic top-k's by default, and at beams up to 16 the slots replaced by the top by row
+maxima: below). Y and the bounds stay on chip; the beam's column list and the candidate slots go to memory and
+are read back by the same program. No torch top-k follows. The layer runs it up to beam 32
 (kernels.FUSED_SELECT_MAX_BEAM): an earlier version without the final sort was slower than the composed path
 at beam 64 (BENCHMARKS.md, "The parity bottleneck's settings"). Timed on one H200 (65,536 tokens, heavy-tailed
 random writes; benchmarks/results/parity_select_2026-12-02_onekernel.txt, _options.txt): at beam 16 and k 16,
@@ -63,6 +64,20 @@ the sorts) and spills. ptxas for sm_90 counts about 10,600 instructions a thread
 the rows that hold a candidate (a [64, 16] tile stored instead of [256, 16]; 2.25 ms, the same), and the rare
 overflowing ties in a second launch, so that the first compiles without that code (204 registers, no spills;
 2.39 ms at 2 warps, 2.26 at 4).
+
+The top by row maxima (`row_max`, the default since 2026-12-02, up to beam ROW_MAX_BEAM): no bisection, slots
+or scans. The `count` largest keys lie among the `count` rows of the [P, C] tile with the largest maxima: a key
+with that many rows ranked above its own row has as many larger keys, their maxima. So the kernel takes each
+row's maximum, the ROWS best rows (at least `count`, and 16 for tl.dot) by tl.topk, computes those rows' scores
+again (the same products in the same order, so the same numbers) and takes the top `count` of their ROWS x C
+keys (`_top_by_row_max`). With `transposed` the tile is [C, P], like the bounds' tile: each thread holds whole
+columns of it, the maxima need no exchange between threads and the top-k over them runs on one copy of each
+instead of four. ptxas for sm_90 (Triton 3.9, 2 warps) counts 5,192 instructions a thread, 255 registers and a
+400-byte stack, against 10,584 with slots (6,248, 168 registers and no stack with the tile [P, C]). On one H200
+(parity_select_2026-12-02_options_rowmax.txt, the same workload; the same features as the sorts on every token):
+1.894 ms at beam 16, count 16, 2 warps, against 1.955 with the tile [P, C] and 2.243 with slots (top-k, packed
+keys); 4 warps were slower (2.52-2.88). At beam 32 (4 warps) the slots stayed faster, 3.42 against 3.67-3.87 ms,
+so wider beams keep them.
 """
 
 from __future__ import annotations
@@ -78,9 +93,13 @@ from circuitlab.kernels._triton_common import next_power_of_2
 # 2^-15 relative. topk: the beam and the final top `count` by Triton's bitonic top-k (`tl.topk`, where this Triton
 # has it) instead of full sorts; the same keys, so the same result. packed: the candidate slots hold one int64
 # (score, position) key each instead of a value and a position. Both on by default: together 11% faster at the
-# shipped settings (the module docstring)
-BEAM_OPTIONS = {"keys32": False, "topk": True, "packed": True}
+# shipped settings. row_max (needs tl.topk; on by default up to beam ROW_MAX_BEAM): no slots, the top `count`
+# among the rows of largest maximum, 16% faster again; transposed: its score tile as [C, P] (3% faster). warps:
+# the kernel's warps (0: `select_warps`). The module docstring has the measurements.
+BEAM_OPTIONS = {"keys32": False, "topk": True, "packed": True, "row_max": True, "transposed": True, "warps": 0}
 HAS_TOPK = hasattr(tl, "topk")
+# row_max serves beams up to this: at beam 32 (4 warps) the slots were faster (3.42 against 3.67-3.87 ms)
+ROW_MAX_BEAM = 16
 MAX_BISECTIONS = 40  # float32 has 24 mantissa bits: after 40 halvings of [0, max] only exact ties are left
 
 
@@ -104,7 +123,7 @@ def _beam_select_kernel(
     out_id_ptr, H: tl.constexpr, W: tl.constexpr, U: tl.constexpr, P: tl.constexpr, C: tl.constexpr,
     count: tl.constexpr, H_PAD: tl.constexpr, W_PAD: tl.constexpr, U_PAD: tl.constexpr, P_PAD: tl.constexpr,
     C_PAD: tl.constexpr, CAP: tl.constexpr, MAX_ITERS: tl.constexpr, KEYS32: tl.constexpr, TOPK: tl.constexpr,
-    PACKED: tl.constexpr, K_PAD: tl.constexpr,
+    PACKED: tl.constexpr, K_PAD: tl.constexpr, ROW_MAX: tl.constexpr, ROWS: tl.constexpr, TRANSPOSED: tl.constexpr,
 ):
     """One token from its write: the bounds of all U column patterns, the beam of the C largest, its columns
     of Y rebuilt, `_select` on them (into this token's CAP scratch slots), and the top `count` of the slots.
@@ -112,7 +131,8 @@ def _beam_select_kernel(
     the top C by bound to 2^-15 relative; the bound left out is still exact, and with it the certificate. Off:
     64-bit keys, the beam by exact bound (ties to the smaller pattern). TOPK: the beam (C_PAD keys) and the final
     K_PAD keys by tl.topk, not full sorts. PACKED: value_ptr is this token's int64 slot keys (position_ptr
-    unused)."""
+    unused). ROW_MAX: the top `count` by `_top_by_row_max` over the ROWS best rows (TRANSPOSED: its tile as
+    [C, P]) instead of `_select` and the slots, which are then not used."""
     token = tl.program_id(0).to(tl.int64)
     h = tl.arange(0, H_PAD)
     w = tl.arange(0, W_PAD)
@@ -144,31 +164,71 @@ def _beam_select_kernel(
     signs_CxW = tl.load(col_signs_ptr + columns[:, None] * W + w[None, :],
                         mask=(c[:, None] < C) & (w[None, :] < W), other=0.0)
     y_HxC = tl.dot(x_HxW, tl.trans(signs_CxW), input_precision="ieee")
-    n_used = _select(y_HxC, row_signs_ptr, value_ptr, position_ptr, token, H, P, C, count, H_PAD, P_PAD, C_PAD, CAP,
-                     MAX_ITERS, PACKED)
-    # the top `count` of the used slots, by packed (score, position) keys: descending scores, the lower position
-    # first among equal ones
-    tl.debug_barrier()
-    slot = tl.arange(0, CAP)
-    used = slot < n_used
-    if PACKED:
-        keys = tl.load(value_ptr + token * CAP + slot, mask=used, other=-1)
-    else:
-        value = tl.load(value_ptr + token * CAP + slot, mask=used, other=-1.0)
-        position = tl.load(position_ptr + token * CAP + slot, mask=used, other=0)
-        keys = _slot_keys(value, position)
-    if TOPK:
-        ranked = tl.topk(keys, K_PAD)
+    if ROW_MAX:  # the top `count` among the ROWS rows of largest maximum (`_top_by_row_max`); no slots
+        ranked = _top_by_row_max(y_HxC, row_signs_ptr, H, P, C, H_PAD, P_PAD, C_PAD, ROWS, K_PAD, TRANSPOSED)
         place = tl.arange(0, K_PAD)
     else:
-        ranked = tl.sort(keys, descending=True)
-        place = slot
+        n_used = _select(y_HxC, row_signs_ptr, value_ptr, position_ptr, token, H, P, C, count, H_PAD, P_PAD, C_PAD,
+                         CAP, MAX_ITERS, PACKED)
+        # the top `count` of the used slots, by packed (score, position) keys: descending scores, the lower
+        # position first among equal ones
+        tl.debug_barrier()
+        slot = tl.arange(0, CAP)
+        used = slot < n_used
+        if PACKED:
+            keys = tl.load(value_ptr + token * CAP + slot, mask=used, other=-1)
+        else:
+            value = tl.load(value_ptr + token * CAP + slot, mask=used, other=-1.0)
+            position = tl.load(position_ptr + token * CAP + slot, mask=used, other=0)
+            keys = _slot_keys(value, position)
+        if TOPK:
+            ranked = tl.topk(keys, K_PAD)
+            place = tl.arange(0, K_PAD)
+        else:
+            ranked = tl.sort(keys, descending=True)
+            place = slot
     best = (ranked >> 32).to(tl.int32).to(tl.float32, bitcast=True)
     flat = 0x7FFFFFFF - (ranked & 0xFFFFFFFF)
     column = tl.load(column_ptr + token * C + flat % C, mask=place < count, other=0)
     feature = (flat // C) * U + column  # row pattern u2 above the column pattern's log2(U) bits
     tl.store(out_value_ptr + token * count + place, best, mask=place < count)
     tl.store(out_id_ptr + token * count + place, feature, mask=place < count)
+
+
+@triton.jit
+def _top_by_row_max(y_HxC, signs_ptr, H, P, C, H_PAD: tl.constexpr, P_PAD: tl.constexpr, C_PAD: tl.constexpr,
+                    ROWS: tl.constexpr, K_PAD: tl.constexpr, TRANSPOSED: tl.constexpr):
+    """The K_PAD largest (score, position) keys (`_slot_keys`) of |signs @ y| ([P, C]), descending, found among
+    the ROWS rows (>= K_PAD) of largest maximum: each row's maximum is one distinct key, so a key with ROWS
+    rows ranked above its own has ROWS larger keys and is not in the top K_PAD. Rows rank by (maximum, lower
+    row first), which orders their maxima as the keys do. The chosen rows' scores are computed again (a
+    [ROWS, H] @ [H, C] product with the same inner order, so the same numbers) instead of gathered from the tile."""
+    h = tl.arange(0, H_PAD)
+    c = tl.arange(0, C_PAD)
+    if (ROWS < P_PAD) & TRANSPOSED:
+        # the scores transposed, [C, P] like the bounds' tile: each thread then holds whole columns of it, so
+        # the maxima need no exchange between threads and the top-k below runs on one copy of each
+        p = tl.arange(0, P_PAD)
+        signs_HxP = tl.load(signs_ptr + p[None, :] * H + h[:, None], mask=(p[None, :] < P) & (h[:, None] < H),
+                            other=0.0)
+        scores = tl.abs(tl.dot(tl.trans(y_HxC), signs_HxP, input_precision="ieee"))
+        row_max = tl.max(tl.where((c[:, None] < C) & (p[None, :] < P), scores, -1.0), axis=0)
+    elif ROWS < P_PAD:
+        p = tl.arange(0, P_PAD)
+        signs_PxH = tl.load(signs_ptr + p[:, None] * H + h[None, :], mask=(p[:, None] < P) & (h[None, :] < H),
+                            other=0.0)
+        scores = tl.abs(tl.dot(signs_PxH, y_HxC, input_precision="ieee"))
+        row_max = tl.max(tl.where((p[:, None] < P) & (c[None, :] < C), scores, -1.0), axis=1)
+    if ROWS < P_PAD:
+        row_keys = (row_max.to(tl.int32, bitcast=True).to(tl.int64) << 32) | (P_PAD - 1 - p).to(tl.int64)
+        rows = (P_PAD - 1 - (tl.topk(row_keys, ROWS) & 0xFFFFFFFF)).to(tl.int32)  # padded rows rank last
+    else:
+        rows = tl.arange(0, ROWS)
+    signs_RxH = tl.load(signs_ptr + rows[:, None] * H + h[None, :], mask=(rows[:, None] < P) & (h[None, :] < H),
+                        other=0.0)
+    scores = tl.abs(tl.dot(signs_RxH, y_HxC, input_precision="ieee"))
+    keys = tl.where((rows[:, None] < P) & (c[None, :] < C), _slot_keys(scores, rows[:, None] * C + c[None, :]), -1)
+    return tl.topk(tl.reshape(keys, [ROWS * C_PAD], can_reorder=True), K_PAD)
 
 
 @triton.jit
@@ -307,9 +367,12 @@ def beam_select(
     x = x_NxHxW.contiguous().float()
     device = x.device
     topk, packed = BEAM_OPTIONS["topk"] and HAS_TOPK, BEAM_OPTIONS["packed"]
-    # scratch, read back on chip: packed, the int64 keys in slot_values (slot_positions unused)
-    slot_values = torch.empty((n_tokens, cap), dtype=torch.int64 if packed else torch.float32, device=device)
-    slot_positions = torch.empty((n_tokens, 1 if packed else cap), dtype=torch.int32, device=device)
+    row_max = BEAM_OPTIONS.get("row_max", False) and HAS_TOPK and beam <= ROW_MAX_BEAM
+    p_pad, k_pad = next_power_of_2(max(n_patterns, 16)), next_power_of_2(count)
+    # scratch for the slots, read back on chip (none with row_max): packed, the int64 keys in slot_values
+    slots = 1 if row_max else cap
+    slot_values = torch.empty((n_tokens, slots), dtype=torch.int64 if packed else torch.float32, device=device)
+    slot_positions = torch.empty((n_tokens, 1 if packed else slots), dtype=torch.int32, device=device)
     columns = torch.empty((n_tokens, beam), dtype=torch.int32, device=device)
     next_bound = torch.empty((n_tokens,), dtype=torch.float32, device=device)
     values = torch.empty((n_tokens, count), dtype=torch.float32, device=device)
@@ -319,10 +382,11 @@ def beam_select(
             x, row_signs_PxH.contiguous().float(), col_signs_UxW.contiguous().float(), columns, next_bound,
             slot_values, slot_positions, values, ids, n_rows, n_cols, n_col_patterns, n_patterns, beam, count,
             H_PAD=next_power_of_2(max(n_rows, 16)), W_PAD=next_power_of_2(max(n_cols, 16)),
-            U_PAD=next_power_of_2(max(n_col_patterns, 16)), P_PAD=next_power_of_2(max(n_patterns, 16)),
+            U_PAD=next_power_of_2(max(n_col_patterns, 16)), P_PAD=p_pad,
             C_PAD=next_power_of_2(max(beam, 16)), CAP=cap, MAX_ITERS=MAX_BISECTIONS,
             KEYS32=BEAM_OPTIONS["keys32"] and next_power_of_2(max(n_col_patterns, 16)) <= 256, TOPK=topk,
-            PACKED=packed, K_PAD=next_power_of_2(count),
-            num_warps=num_warps or select_warps(n_patterns, beam),
+            PACKED=packed, K_PAD=k_pad, ROW_MAX=row_max, ROWS=min(max(16, k_pad), p_pad),
+            TRANSPOSED=BEAM_OPTIONS.get("transposed", False),
+            num_warps=num_warps or BEAM_OPTIONS.get("warps", 0) or select_warps(n_patterns, beam),
         )
     return ids, values, next_bound

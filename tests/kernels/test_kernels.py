@@ -514,11 +514,13 @@ SELECT_SHAPES = [(5, 16, 16, 8, 8, 16, 16), (3, 16, 16, 8, 8, 32, 64), (4, 8, 8,
 
 
 # parity_select_triton.BEAM_OPTIONS: sort keys of 64 or 32 bits; the beam and final top `count` by full sorts or
-# by tl.topk; candidate slots as values and positions or as packed int64 keys (the default: 64-bit keys, topk,
-# packed)
-BEAM_OPTIONS = {name: dict(zip(("keys32", "topk", "packed"), flags)) for name, flags in (
-    ("keys64", (False, True, True)), ("keys32", (True, True, True)),
-    ("keys64-sorts", (False, False, False)), ("keys32-sorts", (True, False, False)))}
+# by tl.topk; candidate slots as values and positions or as packed int64 keys; or no slots, the top `count` among
+# the rows of largest maximum, its score tile transposed or not (the default: 64-bit keys, row maxima, transposed)
+BEAM_OPTIONS = {name: dict(zip(("keys32", "topk", "packed", "row_max", "transposed"), flags)) for name, flags in (
+    ("keys64", (False, True, True, True, True)), ("keys32", (True, True, True, True, True)),
+    ("keys64-rows", (False, True, True, True, False)),
+    ("keys64-slots", (False, True, True, False, False)), ("keys32-slots", (True, True, True, False, False)),
+    ("keys64-sorts", (False, False, False, False, False)), ("keys32-sorts", (True, False, False, False, False)))}
 
 
 @pytest.mark.parametrize("device", DEVICES)
@@ -531,6 +533,7 @@ def test_parity_beam_select_in_one_kernel_equals_brute_force(device, shape, opti
     from circuitlab.kernels import parity_select_triton
 
     monkeypatch.setattr(parity_select_triton, "BEAM_OPTIONS", options)
+    monkeypatch.setattr(parity_select_triton, "ROW_MAX_BEAM", 256)  # row maxima at every beam here
 
     n_tokens, n_rows, n_cols, row_bits, col_bits, beam, count = shape
     gen = torch.Generator().manual_seed(sum(shape))
@@ -558,14 +561,15 @@ def test_parity_beam_select_in_one_kernel_equals_brute_force(device, shape, opti
     assert all(len(set(row.tolist())) == count for row in ids)
 
 
-TIE_OPTIONS = ["keys64", "keys64-sorts"]
+TIE_OPTIONS = ["keys64", "keys64-rows", "keys64-slots", "keys64-sorts"]
 
 
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("options", [BEAM_OPTIONS[name] for name in TIE_OPTIONS], ids=TIE_OPTIONS)
 def test_the_one_kernel_beam_select_keeps_a_valid_top_k_when_scores_tie_past_the_slots(device, options, monkeypatch):
     """A write on one grid row scores |Y[5, u1]| on all 256 row patterns of a column: ties the bisection cannot
-    split. The top 16 is still 16 distinct features of the best columns, each scored as reported."""
+    split, and every row has the same maximum. The top 16 is still 16 distinct features of the best columns,
+    each scored as reported."""
     from circuitlab.architectures.feedforward.parity import make_factor_code, sign_table
     from circuitlab.kernels import parity_select_triton
 
