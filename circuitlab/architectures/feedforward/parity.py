@@ -90,7 +90,8 @@ pursuit rounds; the model shipped since trains at k 16, beam 16, no pursuit roun
 - on CUDA (`fused_solves`) the least squares and the decode are one Triton kernel per token
   (`kernels.parity_feature_solve`, kernels/parity_solve_triton.py): the features' patterns are built from the
   sign tables and never written out, the Gram matrix is factored in 16 x 16 blocks without pivoting and the
-  solution refined once, x_hat is decoded in the same launch; the launch is also its own backward. Twelve
+  solution refined once, x_hat is decoded in the same launch; the launch is also its own backward (which, since
+  2026-12-02, loads the factors the forward kept instead of factoring again). Twelve
   pattern gathers had taken 17.7 of a layer call's 58.9 ms of kernels; with the kernel the layer fwd+bwd takes
   31.6 instead of 60.6 ms and the training step 127 instead of 154 ms (H200, 65,536 tokens,
   benchmarks/bench_parity.py and bench_gpu.py). Its rounding differs from the LU's, so near-tie pursuit
@@ -139,11 +140,14 @@ pursuit rounds; the model shipped since trains at k 16, beam 16, no pursuit roun
   usage is narrow: 334-737 distinct features per layer, the 100 most used carrying 0.98-0.99 of uses (the
   first model: 3,366-18,185 and 0.46-0.72).
 - up to beam 32 the beam search is one Triton kernel per token on CUDA (`kernels.parity_beam_select`,
-  kernels/parity_select_triton.py `beam_select`): bounds, beam, scores, candidates and their top k on chip,
-  no torch top-k after it: 2.24-2.26 ms (2.53 with full sorts) against 4.15 ms for the composed path at beam 16
-  and k 16 (H200, 65,536 tokens), and the training step 0.48x gelu-stories' (0.45x with full sorts, 0.39x
-  composed; target 0.5x, missed by 0.91 ms a step; BENCHMARKS.md, "The one-kernel search"). Wider beams choose the beam in PyTorch and score it with
-  `parity_beam_top`: a first version of the one kernel was slower at beam 64.
+  kernels/parity_select_triton.py `beam_select`): bounds, beam, scores and their top k on chip, no torch top-k
+  after it. Up to beam 16 it takes the top k among the k rows of largest maximum, their scores computed again,
+  instead of numbering candidates into slots: 1.89 ms (2.24-2.26 with the slots, 2.53 with full sorts) against
+  4.15 ms for the composed path at beam 16 and k 16 (H200, 65,536 tokens). With it, and the fused solve's
+  backward loading the forward's factors, the training step is 0.52x gelu-stories' in two paired runs (0.48x
+  with the slots, 0.45x with full sorts, 0.39x composed; target 0.5x: met; BENCHMARKS.md, "The top by row
+  maxima"). Wider beams choose the beam in PyTorch and score it with `parity_beam_top`: a first version of the
+  one kernel was slower at beam 64.
 
 Letters: B batch, T position, D d_model, N tokens (B*T), K code (k features), H grid rows (g_r), W grid
 columns (g_c), U column patterns (2^r1), P row patterns (2^r2), C beam (column patterns kept), F features
