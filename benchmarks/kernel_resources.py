@@ -59,8 +59,9 @@ def cases():
     shipped = dict(H=16, W=16, U=256, P=256, C=16, count=16, H_PAD=16, W_PAD=16, U_PAD=256, P_PAD=256, C_PAD=16,
                    CAP=parity_select_triton.candidate_slots(16), MAX_ITERS=parity_select_triton.MAX_BISECTIONS,
                    KEYS32=False, TOPK=True, PACKED=True, K_PAD=16, ROWS=16)
-    for label, row_max, transposed in (("candidate slots", False, False), ("top by row maxima, tile [P, C]", True, False),
-                                       ("top by row maxima, tile [C, P] (default)", True, True)):
+    forms = (("candidate slots", False, False), ("top by row maxima, tile [P, C]", True, False),
+             ("top by row maxima, tile [C, P] (default)", True, True))
+    for label, row_max, transposed in forms:
         for warps in (2, 4):
             yield (f"one-kernel beam search, beam 16, k 16: {label}", parity_select_triton._beam_select_kernel,
                    BEAM_SIGNATURE, dict(shipped, ROW_MAX=row_max, TRANSPOSED=transposed), warps,

@@ -38,9 +38,9 @@ Choices, measured once on an H200 (2026-12-01, 65,536 tokens, the shipped shapes
   features, 3 KB at 32, 10 KB at 64), and its backward, on the same support, loads them instead of factoring
   again (the same numbers, so the same result). For 16 features ptxas for sm_90 counts 1,368 instead of 2,480
   instructions a thread in the backward (Triton 3.9, benchmarks/kernel_resources.py), 2,488 in the forward that
-  keeps them; the Gauss-Jordan inversion is about 1,600 of a launch's. In parity-stories' compiled training step on an H200 the kernel's 8
-  launches took 2.81 ms against 3.19 before (bench_gpu.py --profile; gpu_2026-12-02_parity_rowmax_profile.json
-  and _topk_profile.json).
+  keeps them; the Gauss-Jordan inversion is about 1,600 of a launch's. In parity-stories' compiled training
+  step on an H200 the kernel's 8 launches took 2.81 ms against 3.19 before (bench_gpu.py --profile;
+  gpu_2026-12-02_parity_rowmax_profile.json and _topk_profile.json).
 """
 
 from __future__ import annotations
@@ -388,7 +388,7 @@ def feature_solve(
     tiles = factor_tiles(n_features)
     if has_factors and tuple(factors.shape) != (n_tokens, tiles, BLOCK, BLOCK):
         raise ValueError(f"factors must be [{n_tokens}, {tiles}, {BLOCK}, {BLOCK}], got {tuple(factors.shape)}")
-    keep_factors = keep_factors and solve and not has_factors
+    keep_factors = keep_factors and solve and not has_factors and (write_a or decode)
     a = torch.empty((n_tokens, n_features) if write_a else (0,), dtype=torch.float32, device=device)
     x_hat = torch.empty((n_tokens, d_model) if decode else (0,), dtype=torch.float32, device=device)
     kept = torch.empty((n_tokens, tiles, BLOCK, BLOCK) if keep_factors else (0,), dtype=torch.float32, device=device)

@@ -686,15 +686,17 @@ def test_parity_feature_solve_keeps_the_factors_its_backward_loads(device, n_fea
     assert factors.shape == (3, {1: 1, 2: 3, 4: 10}[blocks], 16, 16) and none_kept.numel() == 0
     # the system, padded to whole blocks with unit diagonal entries (as the kernel pads it)
     size = 16 * blocks
-    _, phi = reference.parity_feature_solve(empty, torch.eye(n_features).expand(3, -1, -1).reshape(-1, n_features),
-                                            indices.repeat_interleave(n_features, 0), rows, cols, 0.0, False, False, True)
+    unit_values = torch.eye(n_features).repeat(3, 1)  # token t's feature f alone, row t * F + f
+    _, phi = reference.parity_feature_solve(empty, unit_values, indices.repeat_interleave(n_features, 0), rows, cols,
+                                            0.0, False, False, True)
     phi = phi.view(3, n_features, 64).double()
     system = torch.eye(size, dtype=torch.double).repeat(3, 1, 1)
     system[:, :n_features, :n_features] = phi @ phi.transpose(1, 2) + ridge * torch.eye(n_features, dtype=torch.double)
     tiles = factors.cpu().double()
     order = {1: [(0, 0)], 2: [(0, 0), (1, 1), (1, 0)],
              4: [(0, 0), (1, 1), (2, 2), (3, 3), (1, 0), (2, 0), (3, 0), (2, 1), (3, 1), (3, 2)]}[blocks]
-    lower, diagonal = torch.eye(size, dtype=torch.double).repeat(3, 1, 1), torch.zeros(3, size, size, dtype=torch.double)
+    lower = torch.eye(size, dtype=torch.double).repeat(3, 1, 1)
+    diagonal = torch.zeros(3, size, size, dtype=torch.double)
     for tile, (i, j) in enumerate(order):
         block = (slice(None), slice(16 * i, 16 * i + 16), slice(16 * j, 16 * j + 16))
         if i == j:  # the inverse of D's block
