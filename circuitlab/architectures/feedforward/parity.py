@@ -145,8 +145,8 @@ pursuit rounds; the model shipped since trains at k 16, beam 16, no pursuit roun
   instead of numbering candidates into slots: 1.89 ms (2.24-2.26 with the slots, 2.53 with full sorts) against
   4.15 ms for the composed path at beam 16 and k 16 (H200, 65,536 tokens). With it, and the fused solve's
   backward loading the forward's factors, the training step is 0.52x gelu-stories' in two paired runs (0.48x
-  with the slots, 0.45x with full sorts, 0.39x composed; target 0.5x: met; BENCHMARKS.md, "The top by row
-  maxima"). Wider beams choose the beam in PyTorch and score it with `parity_beam_top`: a first version of the
+  with the slots and the backward factoring again, 0.45x with full sorts, 0.39x composed; target 0.5x: met;
+  BENCHMARKS.md, "The top by row maxima"). Wider beams choose the beam in PyTorch and score it with `parity_beam_top`: a first version of the
   one kernel was slower at beam 64.
 
 Letters: B batch, T position, D d_model, N tokens (B*T), K code (k features), H grid rows (g_r), W grid
