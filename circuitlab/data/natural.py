@@ -203,3 +203,97 @@ def corpus_stats(corpus: NaturalCorpus) -> dict[str, float | int]:
         "uses_adjective": shares["adjective"],
         "uses_all_three": shares["all"],
     }
+
+
+SPAN = 12  # words a story may not share with another story
+_SPAN_WORD = re.compile(r"[a-z]+(?:'[a-z]+)*")
+_META_WORDS = ("noun", "verb", "adjective", "prompt", "foreshadowing", "foreshadow")
+_SENTENCE_END = re.compile(r"(?<!\bMr\.)(?<!\bMrs\.)(?<!\bMs\.)(?<!\bDr\.)(?<!\bSt\.)(?<=[.!?])[\"'\u201d]?\s")
+
+
+def _span_keys(text: str) -> list[int]:
+    words = _SPAN_WORD.findall(text.lower())
+    return [hash(tuple(words[i:i + SPAN])) for i in range(len(words) - SPAN + 1)]
+
+
+def _opening_frame(text: str, prompt: dict) -> str:
+    """The story's first sentence, case-folded, with the prompt's three words (any inflection) masked."""
+    first = _SENTENCE_END.split(text.strip(), maxsplit=1)[0]
+    words = _SPAN_WORD.findall(first.lower())
+    masks = {}
+    for pos in ("noun", "verb", "adjective"):
+        for form in inflections(prompt[pos].lower(), pos):
+            masks[form] = pos.upper()
+    return " ".join(masks.get(word, word) for word in words)
+
+
+def story_problems(folder: str | os.PathLike, files: Sequence[Path] | None = None) -> tuple[list[str], int]:
+    """Problems of the stories in `files` (default: every story file of `folder`/stories), checked against
+    the whole corpus (scripts/check_stories.py lists the rules). Returns (problem lines, stories checked)."""
+    folder = Path(folder)
+    prompts = read_prompts(folder / "prompts.jsonl")
+    all_files = sorted((folder / "stories").glob("*.txt"))
+    checked_files = {Path(f).resolve() for f in files} if files is not None else {f.resolve() for f in all_files}
+    extra = [Path(f) for f in (files or []) if Path(f).resolve() not in {g.resolve() for g in all_files}]
+    problems: list[str] = []
+    stories: list[tuple[NaturalStory, bool]] = []
+    seen: dict[int, str] = {}
+    for path in [*all_files, *extra]:
+        try:
+            parsed = parse_story_file(path)
+        except DataError as error:
+            problems.append(str(error))
+            continue
+        for story in parsed:
+            checked = path.resolve() in checked_files
+            if story.id not in prompts:
+                problems.append(f"{story.source}: story id {story.id} is not a prompt id")
+                continue
+            if story.id in seen:
+                problems.append(f"{story.source}: story id {story.id} was already given at {seen[story.id]}")
+                continue
+            seen[story.id] = story.source
+            stories.append((story, checked))
+    # Every span of SPAN words, with the first story that has it.
+    owner: dict[int, int] = {}
+    shared: dict[int, set[int]] = {}
+    frames: dict[str, list[int]] = {}
+    for story, _ in stories:
+        for key in set(_span_keys(story.text)):
+            first = owner.setdefault(key, story.id)
+            if first != story.id:
+                shared.setdefault(story.id, set()).add(first)
+                shared.setdefault(first, set()).add(story.id)
+        frames.setdefault(_opening_frame(story.text, prompts[story.id]), []).append(story.id)
+    n_checked = 0
+    for story, checked in stories:
+        if not checked:
+            continue
+        n_checked += 1
+        prompt, where = prompts[story.id], story.source
+        n_words = len(_SPAN_WORD.findall(story.text.lower()))
+        low, high = 80, 500
+        if "words" in prompt:
+            low, high = max(low, prompt["words"] // 2), min(high, int(prompt["words"] * 1.6))
+        if not low <= n_words <= high:
+            problems.append(f"{where}: story {story.id} has {n_words} words; its prompt allows {low}-{high}")
+        missing = [pos for pos, used in prompt_words_used(story.text, prompt).items() if not used]
+        if missing:
+            problems.append(f"{where}: story {story.id} leaves out its {', '.join(f'{pos} {prompt[pos]!r}' for pos in missing)}")
+        if story.id in shared:
+            others = sorted(shared[story.id])
+            problems.append(f"{where}: story {story.id} shares a {SPAN}-word span with stories {others[:5]}")
+        words = set(_SPAN_WORD.findall(story.text.lower()))
+        meta = [word for word in _META_WORDS if word in words]
+        if meta:
+            problems.append(f"{where}: story {story.id} talks about its prompt ({', '.join(meta)})")
+        frame = _opening_frame(story.text, prompt)
+        is_template = any(pos.upper() in frame.split() for pos in ("noun", "verb", "adjective")) and len(frame.split()) >= 5
+        if is_template and len(frames.get(frame, [])) > 1:
+            others = [i for i in frames[frame] if i != story.id]
+            problems.append(f"{where}: story {story.id} opens with the same frame as stories {others[:5]}: {frame!r}")
+        if "dialogue" in prompt.get("features", []) and not re.search("[\"\u201c]", story.text):
+            problems.append(f"{where}: story {story.id} was asked for dialogue and has no quoted speech")
+        if re.search(r"^\s*(#|\*|title\s*:)", story.text, flags=re.IGNORECASE | re.MULTILINE):
+            problems.append(f"{where}: story {story.id} carries markup (a title, '#' or '*')")
+    return problems, n_checked
