@@ -61,19 +61,19 @@ def _categories() -> dict[str, set[str]]:
     """form -> every label it is listed under."""
     table: dict[str, set[str]] = {}
     nouns = {
-        "ANIMAL": set(vocab.ANIMALS) | set(words.ANIMALS) | {f.noun for f in FACTS if f.label == "ANIMAL"},
-        "OBJECT": set(vocab.OBJECTS) | set(words.OBJECTS) | set(words.MORE_OBJECTS) | {f.noun for f in FACTS if f.label == "OBJECT"},
-        "PLACE": set(vocab.PLACES) | set(words.PLACES) | {f.noun for f in FACTS if f.label == "PLACE"},
-        "NOUN": set(vocab.NOUNS) | set(words.NOUNS) | set(words.MORE_NOUNS) | {f.noun for f in FACTS if f.label == "NOUN"},
+        "ANIMAL": set(vocab.ANIMALS) | set(words.ANIMALS) | set(words.PROMPT_ANIMALS) | {f.noun for f in FACTS if f.label == "ANIMAL"},
+        "OBJECT": set(vocab.OBJECTS) | set(words.OBJECTS) | set(words.MORE_OBJECTS) | set(words.PROMPT_OBJECTS) | {f.noun for f in FACTS if f.label == "OBJECT"},
+        "PLACE": set(vocab.PLACES) | set(words.PLACES) | set(words.PROMPT_PLACES) | {f.noun for f in FACTS if f.label == "PLACE"},
+        "NOUN": set(vocab.NOUNS) | set(words.NOUNS) | set(words.MORE_NOUNS) | set(words.PROMPT_NOUNS) | {f.noun for f in FACTS if f.label == "NOUN"},
     }
     for label, lemmas in nouns.items():
         for lemma in lemmas:
             _add(table, inflections(lemma, "noun"), label)
-    verbs = {base for base, _ in vocab.INTRANSITIVE_VERBS + vocab.TRANSITIVE_VERBS} | set(words.VERBS) | set(words.MORE_VERBS)
+    verbs = {base for base, _ in vocab.INTRANSITIVE_VERBS + vocab.TRANSITIVE_VERBS} | set(words.VERBS) | set(words.MORE_VERBS) | set(words.PROMPT_VERBS)
     for lemma in verbs:
         _add(table, inflections(lemma, "verb"), "VERB")
     _add(table, vocab.SPEECH_VERBS, "VERB")
-    adjectives = set(vocab.ADJECTIVES) | set(words.ADJECTIVES) | set(words.MORE_ADJECTIVES) | {f.adjective for f in FACTS}
+    adjectives = set(vocab.ADJECTIVES) | set(words.ADJECTIVES) | set(words.MORE_ADJECTIVES) | set(words.PROMPT_ADJECTIVES) | {f.adjective for f in FACTS}
     for lemma in adjectives:
         forms = inflections(lemma, "adjective")
         _add(table, [form for form in forms if form != adverb(lemma)], "ADJECTIVE")

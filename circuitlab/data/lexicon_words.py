@@ -225,3 +225,49 @@ MORE_VERBS = (
 MORE_ADJECTIVES = ("damp", "single", "squishy", "wiggly", "greasy", "tangled", "bossy", "confused", "rainy",
                    "embarrassed", "bony", "gummy", "shaped", "soaking")
 MORE_ADVERBS = ("somehow", "especially", "backward", "wherever", "cannot")
+
+# the natural corpus's second word list (data/natural/prompt_words.json), by label
+PROMPT_ANIMALS = (
+    "slug", "oyster", "tortoise", "alligator", "hummingbird",
+)
+PROMPT_PLACES = (
+    "lighthouse", "windmill", "igloo", "cellar", "volcano", "waterfall", "pier", "lagoon", "glacier", "iceberg",
+    "marsh", "vineyard", "greenhouse", "carousel", "circus", "restaurant", "airport", "fireplace", "chimney",
+)
+PROMPT_OBJECTS = (
+    "mailbox", "elevator", "canoe", "kayak", "submarine", "helicopter", "ambulance", "firetruck", "tram", "taxi",
+    "motorcycle", "skateboard", "wheelbarrow", "trolley", "piggybank", "cupboard", "stove", "fridge", "hammock",
+    "fishbowl", "aquarium", "kennel", "leash", "collar", "saddle", "bridle", "carriage", "sleigh", "candlestick",
+    "blueberry", "strawberry", "plum", "melon", "watermelon", "pineapple", "coconut", "mango", "pepper",
+    "cucumber", "lettuce", "cabbage", "onion", "bean", "mushroom", "walnut", "almond", "raisin", "oatmeal",
+    "cereal", "porridge", "biscuit", "pretzel", "omelet", "sausage", "dumpling", "taco", "burrito", "cocoa",
+    "ladle", "whisk", "pinecone", "twig", "thorn", "vine", "boulder", "crystal", "gem", "microscope", "computer",
+    "television", "telephone", "doorbell", "alarm", "tambourine", "xylophone", "harmonica", "banjo", "harp",
+    "bagpipe", "drumstick", "easel", "canvas", "clay", "ruler", "notebook", "diary", "journal", "poster", "cape",
+    "tiara", "armor", "shield", "banner", "parachute", "sandal", "raincoat", "overalls", "bonnet", "icicle",
+    "trowel", "scarecrow", "haystack", "plow", "postcard", "parcel", "invitation", "campfire",
+)
+PROMPT_NOUNS = (
+    "doctor", "sailor", "artist", "builder", "tusk", "claw", "whisker", "hail", "comet", "planet", "tooth",
+    "knuckle", "freckle", "hiccup", "holiday", "festival", "parade", "contest", "riddle",
+)
+PROMPT_VERBS = (
+    "admire", "arrange", "balance", "bury", "calculate", "coax", "comfort", "compare", "dash", "discover", "doze",
+    "flicker", "fling", "gallop", "guard", "hiccup", "invent", "itch", "knead", "limp", "mend", "nudge", "obey",
+    "pant", "perch", "pinch", "pounce", "practice", "prance", "prepare", "rattle", "recycle", "repair", "rinse",
+    "roast", "scatter", "scramble", "scrub", "sketch", "sprout", "squint", "steer", "stroll", "swap", "swirl",
+    "thump", "trace", "vanish", "wade", "wrestle", "clatter", "crumble", "dangle", "dribble", "fizz", "gurgle",
+    "jiggle", "mumble", "plead", "rhyme", "splatter", "swoop", "tangle", "tinkle", "topple", "trickle", "tremble",
+    "wheeze", "wriggle",
+)
+PROMPT_ADJECTIVES = (
+    "ancient", "blind", "breezy", "bubbly", "careless", "chatty", "cranky", "creaky", "crowded", "curly", "dainty",
+    "dazzling", "elegant", "enchanted", "faded", "feathery", "fiery", "flimsy", "fragile", "frosty", "fruity",
+    "gleaming", "glossy", "gooey", "graceful", "hasty", "hollow", "humid", "itchy", "jumpy", "knobbly", "leafy",
+    "lumpy", "magnificent", "melty", "mild", "misty", "moody", "mossy", "mushy", "musical", "nasty", "nimble",
+    "nutty", "peppery", "pointy", "quirky", "ragged", "rocky", "rosy", "rotten", "rubbery", "rumbly", "sandy",
+    "scratchy", "shallow", "silent", "silky", "skinny", "sleek", "snug", "speckled", "spiky", "squashy", "steady",
+    "stinky", "stretchy", "stripy", "sturdy", "sugary", "tender", "thundery", "ticklish", "timid", "toasty",
+    "trusty", "velvety", "wavy", "weary", "whispery", "wintry", "woolly", "wrinkly", "homesick", "invisible",
+    "puzzled", "scruffy", "starry", "unusual", "valuable",
+)
