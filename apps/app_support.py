@@ -121,7 +121,7 @@ def read_parquet(path: Path) -> Any:
 
 @st.cache_resource(show_spinner="loading the model ...", max_entries=4)
 def _load_model(folder: str, weights_sha256: str | None) -> Any:
-    from circuitlab.architectures.checkpoint import load_model
+    from circuitlab.architectures.transformer import load_model
 
     return load_model(folder)
 

@@ -32,8 +32,8 @@ import circuitlab.kernels as kernels
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import bench_kernels as kb  # noqa: E402
 
-from circuitlab.architectures.feedforward.dense import MLP  # noqa: E402
-from circuitlab.architectures.feedforward.parity import ParityBottleneck, relative_error  # noqa: E402
+from circuitlab.architectures.feedforward.mlp import MLP  # noqa: E402
+from circuitlab.architectures.bottleneck.parity import ParityBottleneck, relative_error  # noqa: E402
 from circuitlab.config import ModelConfig  # noqa: E402
 
 
@@ -52,7 +52,7 @@ def shipped_model_check(device: str, n_windows: int) -> dict | None:
     """Supports and held-out loss of the shipped parity-stories on both paths (None without its weights)."""
     import torch.nn.functional as F
 
-    from circuitlab.architectures.checkpoint import load_model
+    from circuitlab.architectures.transformer import load_model
     from circuitlab.data.natural import default_folder
 
     try:

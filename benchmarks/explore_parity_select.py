@@ -31,7 +31,7 @@ import torch
 import triton
 import triton.language as tl
 
-from circuitlab.architectures.feedforward.parity import make_factor_code, sign_table
+from circuitlab.architectures.bottleneck.parity_code import make_factor_code, sign_table
 from circuitlab.kernels.parity_select_triton import MAX_BISECTIONS, _select, candidate_slots
 
 

@@ -85,7 +85,7 @@ def _overlap(found: torch.Tensor, reference: torch.Tensor) -> float:
 @torch.no_grad()
 def layer_stats(model, windows: torch.Tensor, batch_size: int, device: torch.device, beams: list[int]) -> list[dict]:
     """Per-layer figures of the bottleneck (and write norms) over the windows."""
-    from circuitlab.architectures.feedforward.parity import relative_error
+    from circuitlab.architectures.bottleneck.parity_code import relative_error
 
     n_layers = model.config.n_layers
     stats = [dict(error_sum=0.0, norm_sum=0.0, write_ratio_sum=0.0, tokens=0, sampled=[], usage=None)
@@ -170,7 +170,7 @@ def report(model_dir: str, gelu_dir: str | None, n_tokens: int, natural: Path, s
            device: str, beams: list[int], overrides: dict | None = None) -> dict:
     """The figures above. `overrides` ({"beam": ..., "pursuit_rounds": ..., "k": ...}) runs the trained model's
     encoder with other settings than it was trained with; the result records them."""
-    from circuitlab.architectures.checkpoint import load_model
+    from circuitlab.architectures.transformer import load_model
     from circuitlab.errors import UserError
 
     torch_device = torch.device(device)

@@ -34,7 +34,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from circuitlab.analysis import dbstore
+import circuitlab.analysis.dbstore as dbstore
 from circuitlab.analysis.codeindex import (
     ApproximateIndex,
     CodeMatrix,
@@ -158,7 +158,7 @@ class CircuitDB:
             if index == "auto":
                 import importlib.util
 
-                from circuitlab.analysis import postings
+                import circuitlab.analysis.postings as postings
 
                 if not postings.available() and importlib.util.find_spec("faiss") is None:
                     warnings.warn("neither numba nor faiss is installed: building the database without approximate indexes")

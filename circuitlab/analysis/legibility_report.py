@@ -164,7 +164,8 @@ def measure_model(model_dir: str | os.PathLike, windows: Tensor | None = None, s
         legibility_stats,
         legibility_summary,
     )
-    from circuitlab.architectures.checkpoint import load_model, resolve_model_folder
+    from circuitlab.architectures.weights import resolve_model_folder
+    from circuitlab.architectures.transformer import load_model
     from circuitlab.training.pressure import describe as describe_pressures
 
     folder = resolve_model_folder(model_dir)

@@ -44,7 +44,6 @@ import numpy as np
 from jaxtyping import Float, Int
 
 BLOCK_ROWS = 1 << 15  # rows per accumulator block (256 KB of float64)
-ROUND_CUTOFF = 1e-9  # margin of the cutoff below the k-th best score: far above float64 rounding of a cosine
 
 
 @functools.cache
@@ -58,7 +57,7 @@ def available() -> bool:
 
 @functools.cache
 def _kernels():
-    from circuitlab.analysis import _postings_numba as compiled
+    import circuitlab.analysis._postings_numba as compiled
 
     return compiled.exact, compiled.pruned, compiled.segment_starts
 

@@ -18,6 +18,7 @@ Letters: B batch, T position, D d_model, V vocabulary.
 from __future__ import annotations
 
 import math
+import os
 from dataclasses import dataclass
 from typing import Any
 
@@ -27,14 +28,13 @@ from torch import Tensor, nn
 from transformer_lens import ActivationCache, HookedRootModule
 from transformer_lens.hook_points import HookPoint
 
-from circuitlab.architectures.attention import Attention
+from circuitlab.architectures.attention.layer import Attention
 from circuitlab.architectures.code_layer import CodeLayer
 from circuitlab.architectures.components import make_norm
-from circuitlab.architectures.feedforward import make_bottleneck, make_feedforward
 from circuitlab.architectures.generation import GenerationMixin
 from circuitlab.architectures.tl_api import TransformerLensAPI
 from circuitlab.architectures.tl_cache import CircuitActivationCache
-from circuitlab.architectures.weights import save_model
+from circuitlab.architectures.weights import CONFIG_FILE, CheckpointError, read_model_folder, save_model
 from circuitlab.codes import SparseCode
 from circuitlab.config import ModelConfig
 from circuitlab.errors import UserError
@@ -52,8 +52,8 @@ class Block(nn.Module):
         self.ln1 = make_norm(config.norm, config.d_model, config.norm_eps)
         self.attn = Attention(config)
         self.ln2 = make_norm(config.norm, config.d_model, config.norm_eps)
-        self.mlp = make_feedforward(config)
-        self.bottleneck = make_bottleneck(config) if config.bottleneck is not None else None
+        self.mlp = config.feedforward.build(config)
+        self.bottleneck = config.bottleneck.build(config) if config.bottleneck is not None else None
         for layer in self.code_layers():
             layer.layer_index = layer_index
         self.hook_resid_pre = HookPoint()
@@ -124,15 +124,6 @@ class LensConfig:
     gated_mlp: bool = False
 
 
-def _units_per_layer(ffn: Any) -> int:
-    """Hidden units per FFN layer, numbered as in the sparse codes: sgatlin and PEER c * N + i, MoE e * F + f."""
-    if ffn.type in ("sgatlin", "peer"):
-        return ffn.d_ffw * ffn.n_channels
-    if ffn.type == "moe":
-        return ffn.d_ffw * ffn.n_experts
-    return ffn.d_ffw
-
-
 class CircuitTransformer(TransformerLensAPI, GenerationMixin, HookedRootModule):
     def __init__(self, config: ModelConfig, tokenizer: Any = None):
         super().__init__()
@@ -196,10 +187,10 @@ class CircuitTransformer(TransformerLensAPI, GenerationMixin, HookedRootModule):
         return LensConfig(
             n_layers=c.n_layers, n_heads=c.n_heads, d_model=c.d_model, d_head=c.d_head, d_vocab=c.d_vocab,
             d_vocab_out=c.d_vocab, n_ctx=c.n_ctx,
-            d_mlp=_units_per_layer(c.feedforward),
+            d_mlp=c.feedforward.hidden_units(),
             normalization_type="RMS" if c.norm == "rmsnorm" else "LN",
             positional_embedding_type="rotary" if c.positional == "rope" else "standard",
-            device=self.W_E.device, gated_mlp=c.feedforward.type == "swiglu",
+            device=self.W_E.device, gated_mlp=c.feedforward.gated,
         )
 
     # --- forward ---------------------------------------------------------------------------------------
@@ -305,7 +296,44 @@ class CircuitTransformer(TransformerLensAPI, GenerationMixin, HookedRootModule):
                 total += param.numel()
         return total
 
-    # --- persistence (circuitlab.architectures.weights; load_model in .checkpoint reads it back) ---------
+    # --- persistence (circuitlab.architectures.weights; load_model below reads it back) -------------------
 
     def save(self, folder: Any, dtype: torch.dtype | None = None) -> None:
         save_model(self, folder, dtype=dtype)
+
+
+def load_model(
+    name_or_path: str | os.PathLike,
+    device: str | torch.device = "cpu",
+    dtype: torch.dtype = torch.float32,
+    load_tokenizer: bool = True,
+) -> CircuitTransformer:
+    """Load a model folder (or a shipped model by name) into a CircuitTransformer, in evaluation mode (every
+    file checked: circuitlab.architectures.weights.read_model_folder)."""
+    found = read_model_folder(name_or_path, load_tokenizer)
+    config, state, weights = found.config, found.tensors, found.weights_file
+    model = CircuitTransformer(config, tokenizer=found.tokenizer)
+    expected = model.state_dict()
+    for name, tensor in expected.items():
+        if name not in state:
+            raise CheckpointError(f"{weights}: missing tensor {name!r} (expected shape {tuple(tensor.shape)})")
+        if tuple(state[name].shape) != tuple(tensor.shape):
+            raise CheckpointError(
+                f"{weights}: tensor {name!r} has shape {tuple(state[name].shape)} but {CONFIG_FILE} implies "
+                f"{tuple(tensor.shape)}"
+            )
+    unexpected = sorted(set(state) - set(expected))
+    if unexpected:
+        raise CheckpointError(f"{weights}: tensors {unexpected[:5]} are not part of the configured model")
+    if found.recorded_config_hash is not None and config.hash() != found.recorded_config_hash:
+        raise CheckpointError(
+            f"{found.folder / CONFIG_FILE}: config hash {config.hash()[:12]} != {found.recorded_config_hash[:12]} "
+            f"recorded in {found.recorded_where}: the weights were saved with another architecture of the same "
+            "shapes; put back the config.json the model was saved with"
+        )
+    for name, tensor in state.items():
+        if tensor.is_floating_point() and not torch.isfinite(tensor).all():
+            raise CheckpointError(f"{weights}: tensor {name!r} holds NaN or infinite values (corrupted?)")
+    model.load_state_dict({k: v.to(expected[k].dtype) for k, v in state.items()})
+    # loaded models are for analysis: evaluation mode (TransformerLens' tools insist on it); train() to train
+    return model.to(device=device, dtype=dtype).eval()

@@ -58,7 +58,7 @@ class Context:
         return Sizes.fast() if self.fast else Sizes.full()
 
     def folder(self, name: str) -> Path:
-        from circuitlab.architectures.checkpoint import resolve_model_folder
+        from circuitlab.architectures.weights import resolve_model_folder
 
         if self.models_dir is not None:
             folder = Path(self.models_dir) / name

@@ -14,7 +14,13 @@ from __future__ import annotations
 import argparse
 import sys
 
-from circuitlab.cli import causal, data, db, demo, ladder, summary, train
+import circuitlab.cli.causal as causal
+import circuitlab.cli.data as data
+import circuitlab.cli.db as db
+import circuitlab.cli.demo as demo
+import circuitlab.cli.ladder as ladder
+import circuitlab.cli.summary as summary
+import circuitlab.cli.train as train
 from circuitlab.errors import UserError
 
 try:  # `circuitlab generate` (text generation) lives in its own module

@@ -135,7 +135,7 @@ def _needs_verb(parser: argparse.ArgumentParser) -> Callable[[argparse.Namespace
 
 
 def _load_model(spec: str, device: str = "cpu") -> Any:
-    from circuitlab.architectures.checkpoint import load_model
+    from circuitlab.architectures.transformer import load_model
 
     model = load_model(spec, device=device)
     if model.tokenizer is None:

@@ -15,7 +15,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from circuitlab.presets import LADDER_ABLATIONS, LADDER_FFN_TYPES
+from circuitlab.presets import LADDER_ABLATIONS
 
 # --smoke: every code path of the sweep on a CPU (2 steps of batch 2 x 32 tokens per run; minutes, mostly start-up)
 SMOKE = dict(budget_scale=1e-6, seq_len=32, batch_size=2, n_stories=40, held_out_stories=8, natural_upsample=1,
@@ -33,8 +33,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "(1e17 to 6e18 FLOPs): a sweep of minutes on one GPU.",
     )
     parser.add_argument("--out", default="runs/ladder", help="results folder (default runs/ladder)")
-    parser.add_argument("--archs", nargs="+", default=None, choices=LADDER_FFN_TYPES,
-                        help="FFN designs (default: all five)")
+    parser.add_argument("--archs", nargs="+", default=None,
+                        help="FFN designs on the ladder: mlp, swiglu, sgatlin, peer, moe (default: all of them)")
     parser.add_argument("--ablations", nargs="*", default=None, choices=sorted(LADDER_ABLATIONS),
                         help="ablations run at the smallest scale with every seed (default sgatlin-gelu: seed 000's "
                         "nonlinearity ablation, a GELU on each sgatlin neuron); --ablations alone runs none")

@@ -30,7 +30,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from circuitlab.data import vocabulary as vocab
+import circuitlab.data.vocabulary as vocab
 from circuitlab.data.facts import FACT_ADJECTIVES, FACT_BY_NOUN
 from circuitlab.data.story_text import LABELS, _CLOSE_QUOTE, _OPEN_QUOTE, _article, _Piece, _t, _w
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from circuitlab.data import vocabulary as vocab
+import circuitlab.data.vocabulary as vocab
 from circuitlab.data.facts import Fact
 from circuitlab.data.story_text import (
     _CLOSE_QUOTE,

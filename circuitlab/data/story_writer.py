@@ -11,8 +11,8 @@ import random
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from circuitlab.data import lexicon_words
-from circuitlab.data import vocabulary as vocab
+import circuitlab.data.lexicon_words as lexicon_words
+import circuitlab.data.vocabulary as vocab
 from circuitlab.data.facts import FACT_BY_NOUN, FACTS, Fact
 from circuitlab.data.story_text import (
     _CLOSE_QUOTE,

@@ -26,7 +26,7 @@ import torch
 import triton
 import triton.language as tl
 
-from circuitlab.kernels import ops
+import circuitlab.kernels.ops as ops
 from circuitlab.kernels._triton_common import tuning_configs
 
 _SCAN_CONFIGS = [

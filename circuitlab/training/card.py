@@ -13,44 +13,16 @@ from pathlib import Path
 from typing import Any
 
 from circuitlab.atomic import atomic_write_text
-from circuitlab.config import ModelConfig, bottleneck_description, ncffn_partition
+from circuitlab.config import ModelConfig
 
 CARD_FILE = "card.md"
 METRICS_FILE = "metrics.json"
 
 
 def _architecture_lines(config: ModelConfig) -> list[str]:
-    attention = config.attention
-    ffn = config.feedforward
-    lines = [
-        f"- skeleton: {config.n_layers} layers, d_model {config.d_model}, {config.n_heads} heads of {config.d_head}, "
-        f"context {config.n_ctx}, vocabulary {config.d_vocab}",
-        f"- {config.positional} positions{f' (base {config.rope_base:g})' if config.positional == 'rope' else ''}, "
-        f"pre-{config.norm} (eps {config.norm_eps:g}), QK-norm {'on' if attention.qk_norm else 'off'}, "
-        f"{'tied' if config.tied_embeddings else 'untied'} embeddings",
-    ]
-    if attention.value_mode == "standard" or attention.n_special == 0:
-        lines.append("- attention: standard softmax heads")
-    else:
-        lines.append(f"- attention: {attention.value_mode} values on {attention.n_special} of {config.n_heads} heads")
-    if ffn.type == "sgatlin":
-        lines.append(
-            f"- FFN: sgatlin, {ffn.n_channels} channels x {ffn.d_ffw} neurons, k {ffn.k} per channel, d_key {ffn.d_key}"
-        )
-    elif ffn.type == "ncffn":
-        n_gelu, n_pairs, n_quant = ncffn_partition(ffn)
-        lines.append(
-            f"- FFN: NC-FFN width {ffn.d_ffw} (rho {ffn.rho:g}): {n_gelu} GELU units, {n_pairs} AND/AND-NOT operator "
-            f"pairs, {n_quant} sequence quantifiers"
-        )
-    else:
-        lines.append(f"- FFN: {ffn.type}, width {ffn.d_ffw}")
-    if config.bottleneck is not None:
-        lines.append(f"- parity bottleneck in every block: {bottleneck_description(config)}")
     from circuitlab.training.pressure import describe
 
-    lines.append(f"- selectivity pressures: {describe(config.selectivity)}")
-    return lines
+    return [f"- {line}" for line in config.describe()] + [f"- selectivity pressures: {describe(config.selectivity)}"]
 
 
 def _format_seconds(seconds: float) -> str:

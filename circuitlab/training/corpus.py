@@ -205,7 +205,7 @@ def prepare_data(
     spec: DataSpec, seq_len: int, data_dir: str | os.PathLike, show_progress: bool = True
 ) -> PreparedData:
     """Load or build the tokenizer and the packed windows of `spec` (see the module docstring)."""
-    from circuitlab.architectures.checkpoint import CheckpointError, load_tensors, save_tensors
+    from circuitlab.architectures.weights import CheckpointError, load_tensors, save_tensors
     from circuitlab.data import CircuitTokenizer, train_tokenizer
 
     spec.validate()

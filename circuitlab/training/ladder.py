@@ -29,8 +29,9 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from circuitlab.config import ModelConfig
-from circuitlab.presets import LADDER_ABLATIONS, LADDER_FFN_TYPES, ladder_config, scaling_ladder
+import circuitlab.architectures.registry as registry
+from circuitlab.config import ModelConfig, ladder_config, ladder_designs, scaling_ladder
+from circuitlab.presets import LADDER_ABLATIONS
 from circuitlab.errors import UserError
 from circuitlab.flops import count_flops
 
@@ -38,10 +39,11 @@ BASE_BUDGET = 6e13  # training FLOPs of scale 1 at --budget-scale 1; x4 per scal
 RESULTS_FILE = "ladder_results.json"
 TABLE_FILE = "ladder_table.md"
 FIGURE_FILE = "ladder_loss_vs_flops.html"
-ARCH_LABELS = {"mlp": "GELU MLP", "swiglu": "SwiGLU", "sgatlin": "sgatlin", "peer": "PEER", "moe": "MoE (top-2 of 16)",
-               "sgatlin-gelu": "sgatlin + GELU (ablation)"}
+LADDER_FFN_TYPES = ladder_designs()
 ABLATIONS = LADDER_ABLATIONS  # run at the smallest scale, every seed
 ALL_ARCHS = (*LADDER_FFN_TYPES, *ABLATIONS)
+ARCH_LABELS = {name: registry.FEEDFORWARDS[name].label for name in LADDER_FFN_TYPES} | {
+    "sgatlin-gelu": "sgatlin + GELU (ablation)"}
 
 
 def arch_config(scale: int, arch: str, **overrides: Any) -> ModelConfig:

@@ -259,7 +259,7 @@ def _finish(
     started: (time.monotonic(), time.process_time()) at the start of the run."""
     import torch
 
-    from circuitlab.architectures.checkpoint import save_model
+    from circuitlab.architectures.weights import save_model
     from circuitlab.training.card import write_card
     from circuitlab.training.pressure import describe as describe_pressures
     from circuitlab.training.pressure import pressure_summary

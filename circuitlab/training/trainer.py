@@ -29,7 +29,7 @@ default: batch_size / (ranks x grad_accum)); with the default on one CUDA device
 the micro-batch and redoes the step, so the largest micro-batch that fits is found while the effective batch
 stays the one asked for.
 
-Checkpoints are written every `ckpt_every` steps by `circuitlab.training.checkpoints` (atomic folders,
+Checkpoints are written every `ckpt_every` steps by `circuitlab.training.resume` (atomic folders,
 safetensors + JSON, never pickled). On CPU a resumed run logs losses bitwise equal to an uninterrupted run's.
 
 Letters: B batch (sequences), T positions, V vocabulary, W window (seq_len + 1).
@@ -56,7 +56,7 @@ from torch import Tensor, nn
 
 from circuitlab.atomic import atomic_write_text
 from circuitlab.errors import UserError
-from circuitlab.training.checkpoints import (  # noqa: F401  (CheckpointMismatchError, find_checkpoint: public here too)
+from circuitlab.training.resume import (  # noqa: F401  (CheckpointMismatchError, find_checkpoint: public here too)
     CHECKPOINT_FORMAT,
     CHECKPOINT_VERSION,
     CheckpointMismatchError,

@@ -48,7 +48,7 @@ def test_report_figures_follow_their_definitions(tiny_models, tmp_path, capsys):
     assert result["tokens"] == 600  # 6 windows of 100 next-token predictions
 
     # recompute the figures of layer 1 from a cache of the same windows
-    from circuitlab.architectures.checkpoint import load_model
+    from circuitlab.architectures.transformer import load_model
 
     model = load_model(tiny_models["tiny-parity"]).eval()
     windows = report.natural_windows(model, ROOT / "data" / "natural", 600, 100)
@@ -97,7 +97,7 @@ def test_encoder_overrides_run_the_trained_model_with_other_settings(tiny_models
     assert result["natural"] == "data/natural"  # the default folder, recorded relative to the repository
     assert result["design"]["beam"] == 2 and result["design"]["pursuit_rounds"] == 1 and result["design"]["k"] == 4
 
-    from circuitlab.architectures.checkpoint import load_model
+    from circuitlab.architectures.transformer import load_model
 
     model = load_model(tiny_models["tiny-parity"]).eval()
     for block in model.blocks:

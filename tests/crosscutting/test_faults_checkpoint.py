@@ -19,7 +19,7 @@ import torch
 from safetensors.torch import save_file
 
 from circuitlab import CheckpointError, CircuitTransformer, ModelConfig, load_model
-from circuitlab.architectures.checkpoint import load_tensors, save_tensors, tensors_sha256
+from circuitlab.architectures.weights import load_tensors, save_tensors, tensors_sha256
 
 TESTS = Path(__file__).resolve().parent
 
@@ -139,7 +139,7 @@ def test_folders_without_records_are_checked_against_the_training_metrics(tmp_pa
 
 
 def test_shipped_models_agree_with_their_recorded_hashes():
-    from circuitlab.architectures.checkpoint import models_root
+    from circuitlab.architectures.weights import models_root
 
     shipped = [p for p in sorted(models_root().glob("*")) if (p / "model.safetensors").is_file() and (p / "metrics.json").is_file()]
     if not shipped:
@@ -215,7 +215,7 @@ KILLER = textwrap.dedent(
     import torch
     torch.set_num_threads(1)
     sys.path[:0] = [{tests!r}, {tests!r} + "/.."]
-    import circuitlab.architectures.checkpoint as checkpoint
+    import circuitlab.architectures.weights as checkpoint
     from test_faults_checkpoint import make_trainer
 
     real_save_tensors = checkpoint.save_tensors

@@ -117,7 +117,8 @@ def test_a_name_without_a_trained_model_is_never_a_random_preset(monkeypatch, tm
     err = capsys.readouterr().err
     assert "names no trained model" in err and "preset:sgatlin-stories" in err
     assert main(["summary", "preset:tiny-gelu"]) == 0  # asked for explicitly: fine
-    from circuitlab.architectures.checkpoint import CheckpointError, load_model
+    from circuitlab.architectures.weights import CheckpointError
+    from circuitlab.architectures.transformer import load_model
 
     with pytest.raises(CheckpointError, match="circuitlab downloads nothing"):
         load_model("sgatlin-stories")
@@ -136,7 +137,8 @@ def test_pickles_are_refused_by_content_not_by_name(tmp_path, capsys, kind):
     folder = tmp_path / "model"
     folder.mkdir()
     (folder / "weights.data").write_bytes(path.read_bytes())
-    from circuitlab.architectures.checkpoint import CheckpointError, load_model
+    from circuitlab.architectures.weights import CheckpointError
+    from circuitlab.architectures.transformer import load_model
 
     with pytest.raises(CheckpointError, match="weights.data.*never unpickles"):
         load_model(folder)

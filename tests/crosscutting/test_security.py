@@ -21,7 +21,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from circuitlab import CircuitTransformer, ModelConfig, load_model
-from circuitlab.architectures.checkpoint import CheckpointError, is_plain_name, resolve_model_folder
+from circuitlab.architectures.weights import CheckpointError, is_plain_name, resolve_model_folder
 
 REPO = Path(__file__).resolve().parents[2]
 SCANNED = [REPO / "circuitlab", REPO / "apps", REPO / "scripts", REPO / "benchmarks"]

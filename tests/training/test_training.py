@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from circuitlab import CircuitTransformer, ModelConfig
-from circuitlab.architectures.checkpoint import load_model
+from circuitlab.architectures.transformer import load_model
 from circuitlab.errors import UserError
 from circuitlab.training.guard import DivergenceError
 from circuitlab.training.trainer import (
@@ -355,8 +355,8 @@ def test_an_unknown_compile_mode_is_refused():
         TrainConfig(compile_mode="fast").validate()
 
 
-def test_cuda_graphs_are_the_default_only_where_every_layer_can_be_captured(monkeypatch):
-    from circuitlab.architectures.feedforward.parity import ParityBottleneck
+def test_cuda_graphs_are_the_default_only_where_every_layer_can_be_captured():
+    from circuitlab import kernels
 
     def model(preset):
         return CircuitTransformer(ModelConfig.preset(preset))
@@ -368,8 +368,8 @@ def test_cuda_graphs_are_the_default_only_where_every_layer_can_be_captured(monk
     wide = ModelConfig.preset("tiny-parity")
     wide = wide.replace(bottleneck={**wide.bottleneck.model_dump(), "k": 40})  # the pursuit's 2k = 80 > 64 features
     assert default_compile_mode(CircuitTransformer(wide), "cuda") == "default"
-    monkeypatch.setattr(ParityBottleneck, "fused_solves", False)
-    assert default_compile_mode(model("tiny-parity"), "cuda") == "default"
+    with kernels.use_backend("reference"):  # no fused solves: the batched LU
+        assert default_compile_mode(model("tiny-parity"), "cuda") == "default"
     assert default_compile_mode(model("tiny-legible"), "cuda", distributed=True) == "default"
     assert default_compile_mode(model("tiny-legible"), "cpu") == "default"
 

@@ -18,7 +18,7 @@ import torch
 import torch.nn.functional as F
 from safetensors.torch import load_file
 
-from circuitlab.architectures.checkpoint import load_model
+from circuitlab.architectures.transformer import load_model
 from circuitlab.cli import main
 from circuitlab.config import ModelConfig
 from circuitlab.training.card import write_card, write_card_from_metrics

@@ -10,7 +10,7 @@ import torch
 import torch.nn.functional as F
 from safetensors.torch import load_file
 
-from circuitlab.architectures.checkpoint import load_model
+from circuitlab.architectures.transformer import load_model
 from circuitlab.cli import main
 from circuitlab.data._io import DataError
 from circuitlab.data.loaders import load_text_files

@@ -125,7 +125,7 @@ class ApproximateIndex:
     ) -> "ApproximateIndex":
         from tqdm.auto import tqdm
 
-        from circuitlab.analysis import postings
+        import circuitlab.analysis.postings as postings
 
         spec = spec or SketchSpec()
         n_rows = len(codes)

@@ -30,7 +30,7 @@ class ExactIndex:
     """
 
     def __init__(self, codes: CodeMatrix, block_rows: int | None = None, engine: str = "auto") -> None:
-        from circuitlab.analysis import postings
+        import circuitlab.analysis.postings as postings
 
         if engine not in ("auto", "postings", "scipy"):
             raise ValueError(f"unknown exact search engine {engine!r}; expected 'auto', 'postings' or 'scipy'")

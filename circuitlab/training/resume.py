@@ -75,7 +75,7 @@ def write_checkpoint(
 
     state: the trainer's own fields (step, tokens seen, seconds, guard, train config, model config hash,
     data); the format, optimizer hyper-parameters and RNG states are added here."""
-    from circuitlab.architectures.checkpoint import save_model, save_tensors
+    from circuitlab.architectures.weights import save_model, save_tensors
 
     if (final / "trainer_state.json").exists():
         return final
@@ -118,7 +118,7 @@ def remove_temporaries(out_dir: str | os.PathLike) -> None:
 
 def find_checkpoint(out_dir: str | os.PathLike) -> Path | None:
     """The newest complete checkpoint folder of a run, or None."""
-    from circuitlab.architectures.checkpoint import is_plain_name
+    from circuitlab.architectures.weights import is_plain_name
 
     root = Path(out_dir) / "checkpoints"
     latest = root / "latest.json"
@@ -142,7 +142,7 @@ def find_checkpoint(out_dir: str | os.PathLike) -> Path | None:
 
 def read_checkpoint(folder: str | os.PathLike) -> tuple[dict[str, Any], dict[str, dict[str, Tensor]]]:
     """(trainer_state.json, {file name: tensors}) of a checkpoint, or CheckpointMismatchError naming the damage."""
-    from circuitlab.architectures.checkpoint import CheckpointError, load_tensors
+    from circuitlab.architectures.weights import CheckpointError, load_tensors
 
     folder = Path(folder)
     state_path = folder / "trainer_state.json"

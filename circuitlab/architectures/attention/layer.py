@@ -1,9 +1,10 @@
-"""Causal self-attention with the value modes of seed 002 (section 3).
+"""Causal self-attention; its value mode (seed 002, section 3) is a design of its own (attention/<mode>.py):
 
 standard:   V = X W_v
 membership: V = sigmoid(X W_v) in [0, 1]                                  (seed 002, eq. 1)
 boolean:    A = sigmoid(X W_a), B = sigmoid(X W_b), V = [A*B ; A*(1-B)]    (seed 002, eq. 2)
-The first `n_special` heads use the bounded mode, the rest stay standard. W_O is always free.
+The first `n_special` heads use the bounded mode, the rest stay standard. W_O is always free. The value mode
+adds its value parameters to the layer, computes the values and names the bounded channels.
 
 Hooks follow TransformerLens: hook_q / hook_k are the projections X W_Q, X W_K, before QK-norm and RoPE;
 hook_rot_q / hook_rot_k (RoPE models only) are what the scores read, after both. Its units are the heads
@@ -25,27 +26,23 @@ from transformer_lens.hook_points import HookPoint
 
 from circuitlab.architectures.code_layer import ChannelGroup, CodeLayer, UnitWrites
 from circuitlab.architectures.components import RMSNorm, Rotary, is_hooked, selectivity_penalty
-from circuitlab.config import ModelConfig
+from circuitlab.architectures.design import ModelShape
+
 
 
 class Attention(CodeLayer):
     kind = "attention"
 
-    def __init__(self, config: ModelConfig):
+    def __init__(self, config: ModelShape):
         super().__init__()
         self.config = config
         n_heads, d_model, d_head = config.n_heads, config.d_model, config.d_head
-        self.value_mode = config.attention.value_mode
-        self.n_special = config.attention.n_special if self.value_mode != "standard" else 0
+        self.mode = config.attention
+        self.value_mode = self.mode.value_mode
+        self.n_special = self.mode.n_special
         self.W_Q = nn.Parameter(torch.empty(n_heads, d_model, d_head))
         self.W_K = nn.Parameter(torch.empty(n_heads, d_model, d_head))
-        if self.value_mode == "boolean":
-            # two half-width operand projections replace the special heads' W_v: parameter-neutral
-            self.W_V = nn.Parameter(torch.empty(n_heads - self.n_special, d_model, d_head))
-            self.W_A = nn.Parameter(torch.empty(self.n_special, d_model, d_head // 2))
-            self.W_B = nn.Parameter(torch.empty(self.n_special, d_model, d_head // 2))
-        else:
-            self.W_V = nn.Parameter(torch.empty(n_heads, d_model, d_head))
+        self.mode.add_value_parameters(self, config)
         self.W_O = nn.Parameter(torch.empty(n_heads, d_head, d_model))
         self.q_norm = RMSNorm(d_head, config.norm_eps) if config.attention.qk_norm else None
         self.k_norm = RMSNorm(d_head, config.norm_eps) if config.attention.qk_norm else None
@@ -103,17 +100,7 @@ class Attention(CodeLayer):
 
     def _values(self, x_BxTxD: Tensor) -> tuple[Tensor, list[Tensor]]:
         """The value of every head, and the bounded operands the selectivity pressures act on."""
-        if self.value_mode == "boolean" and self.n_special > 0:
-            a_BxTxSxE2 = self.hook_operand_a(torch.sigmoid(torch.einsum("btd,hde->bthe", x_BxTxD, self.W_A)))
-            b_BxTxSxE2 = self.hook_operand_b(torch.sigmoid(torch.einsum("btd,hde->bthe", x_BxTxD, self.W_B)))
-            special = torch.cat([a_BxTxSxE2 * b_BxTxSxE2, a_BxTxSxE2 * (1 - b_BxTxSxE2)], dim=-1)
-            standard = torch.einsum("btd,hde->bthe", x_BxTxD, self.W_V)
-            return torch.cat([special, standard], dim=2), [a_BxTxSxE2, b_BxTxSxE2]
-        v_BxTxHxE = torch.einsum("btd,hde->bthe", x_BxTxD, self.W_V)
-        if self.value_mode == "membership" and self.n_special > 0:
-            membership = torch.sigmoid(v_BxTxHxE[:, :, : self.n_special])
-            return torch.cat([membership, v_BxTxHxE[:, :, self.n_special :]], dim=2), [membership]
-        return v_BxTxHxE, []
+        return self.mode.values(self, x_BxTxD)
 
     # --- its units and channels (see CodeLayer) ---------------------------------------------------------
 
@@ -142,16 +129,4 @@ class Attention(CodeLayer):
         return f"{self.value_mode} head-{round(100 * self.n_special / self.config.n_heads)}"
 
     def bounded_channels(self) -> list[ChannelGroup]:
-        if self.n_special == 0 or self.value_mode == "standard":
-            return []
-        heads, layer = slice(0, self.n_special), self.layer_index
-        if self.value_mode == "membership":
-            return [ChannelGroup("attention", layer, self.hook_name(self.hook_v), "membership", True, True, heads)]
-        half = self.config.d_head // 2
-        return [
-            ChannelGroup("attention", layer, self.hook_name(self.hook_operand_a), "operand_a", True, False, heads),
-            ChannelGroup("attention", layer, self.hook_name(self.hook_operand_b), "operand_b", True, False, heads),
-            # seed 002, eq. 2: V = [A*B ; A*(1-B)]
-            ChannelGroup("attention", layer, self.hook_name(self.hook_v), "and", False, True, heads, slice(0, half)),
-            ChannelGroup("attention", layer, self.hook_name(self.hook_v), "andnot", False, True, heads, slice(half, 2 * half)),
-        ]
+        return self.mode.bounded_channels(self) if self.n_special else []

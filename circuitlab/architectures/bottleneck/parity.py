@@ -10,7 +10,7 @@ the pattern R(M bits(u)) / sqrt(d) of the linear code M whose row (row, col) is 
 facts of DESIGN section 5 hold: sqrt(d) phi_(u xor v) = sqrt(d) phi_u * sqrt(d) phi_v, and
 <phi_u, phi_v> = mean sign of the codeword of u xor v = tQ[u1 xor v1] * tP[u2 xor v2], with tQ, tP the mean
 signs of the column and row codewords. Only the sign tables (2^r1 x g_c and 2^r2 x g_r) are kept, and they
-are recomputed from the seed. Unlike the prefix design (parity_prefix.py) there are no basis features.
+are recomputed from the seed.
 
 Exact scores of all m features. With Y = x_grid @ sQ^T (g_r x 2^r1, one column per u1),
 <x, phi_u> = (sP @ Y)[u2, u1] / sqrt(d): two small matmuls, about 1 MFLOP per token at d = 256, m = 2^16.
@@ -38,116 +38,12 @@ over tokens), which the model returns as aux["reconstruction"] (mean over layers
 loss times `lambda_recon`, so that the FFN learns writes the k features carry. Without it the out-of-span
 part of a write costs the language model nothing and nothing pushes it out.
 
-Choices and why ("the first model" is the parity-stories shipped until 2026-12-02: k 32, beam 64, two
-pursuit rounds; the model shipped since trains at k 16, beam 16, no pursuit round, the last choice below):
-- product code: exact exhaustive scores for the price of two small matmuls and a bound that prunes whole
-  columns of features; the first design's parents (|x_j|) said nothing about their children.
-- each factor code is the full-rank seeded matrix of lowest coherence among `FACTOR_CODE_TRIES` seeded
-  draws: distinct features differ, and lower overlap makes the least squares better conditioned.
-- least squares instead of a_i = <x, phi_i>: on a coherent dictionary the inner products over-count shared
-  directions (relative error 1.5 with the exhaustive top-32 on the prefix-design model shipped before these).
-- ridge relative to the unit diagonal of the Gram matrix: 1e-3 by default, small enough not to bias x_hat.
-- selection and solves in float32 with autocast off: top-k orders and 32 x 32 solves need the precision.
-  (Training on CUDA allows TF32 matmuls: scores then carry about 1e-3 relative rounding, so near-ties may
-  be ordered differently and a certificate holds up to that rounding; the +-1 Gram matrices stay exact.)
-- the first model's beam, 64 of 256 column patterns (16,384 exact scores per token and round instead of
-  65,536): on unstructured Gaussian writes it agrees with the exhaustive top-32 on 0.98 of features (beam 32:
-  0.86, 16: 0.67; tests/architectures/test_parity.py); on a trained model scripts/parity_report.py measures
-  it (the model shipped since: the top 16 at beam 16 certified on every held-out token, every layer).
-- the first model's pursuit round in training (pursuit_rounds 2): on planted 16-sparse writes the relative error falls
-  0.26 -> 0.06 with one round and to 0.003 with three; each round costs one more encoder pass and solves.
-- the code is the encoder's choice, not the unique sparse write: the 2^r2 features of one column pattern
-  lie in a g_r-dimensional space, so any g_r + 1 of them are linearly dependent, and a 32-sparse write has
-  many 32-sparse representations (planted 32-sparse writes are reconstructed, error 0.2 after one round,
-  but their features are not recovered). The search is deterministic, so equal writes get equal codes.
-- coherence: a [16, 8] factor code of 64 seeded draws reaches 0.625 (0.5 came up in 4 of 2000 draws); the
-  product's coherence is the larger of its factors'.
-- fast path: batched matmuls, top-k and batched solves, no Python loop per token and no host sync;
-  torch.compile traces it in one graph (tested). On CUDA the beam's scores and their top-k run as one Triton
-  kernel per token (`kernels.parity_beam_top`, a custom operator; kernels/parity_select_triton.py) that
-  never writes the N x 2^r2 x beam scores to memory: one `top_scores` call at 65,536 tokens went from 19.5 to
-  10.6 ms on an H200 (8.8 ms once its slots were numbered in one scan), the whole layer fwd+bwd from 97
-  to 78 ms, with identical supports on the first model (benchmarks/bench_parity.py). The only tables are
-  the two 2^8 x 16 sign tables (32 KB in float32) and the m overlaps <phi_0, phi_w> (256 KB at m = 2^16), so
-  a kernel that builds patterns from index bits saves no dictionary bytes here; the first design's kernels
-  (kernels/parity_triton.py) serve the prefix design.
-- the Gram matrix by lookup in the overlap table instead of two batched matmuls of the features' row and
-  column patterns: equal entries (both exact). Compared once on an H200 at 65,536 tokens (a one-off run, not
-  kept as a script): 0.25 against 3.4 ms (k = 32) and 2.4 against 8.1 ms (64 features) compiled; on 2 CPU
-  cores, 4,096 tokens, 6.5 against 18.4 ms (k = 32) and 88 against 146 ms (64).
-- LU without pivoting on CUDA (`pivot_free`): the systems are symmetric positive definite, and partial
-  pivoting's batched LU was 101 of the 241 ms of kernels of a compiled parity-stories training step on an
-  H200, its row swaps alone 54 ms (benchmarks/results/gpu_2026-12-01_parity_profile.json). Without pivoting
-  the pursuit's 2k-feature solve takes 15.7 ms instead of 37.8, the encoder 54 ms instead of 94, the layer
-  fwd+bwd 65 ms instead of 105 (benchmarks/bench_parity.py, 65,536 tokens). It rounds differently, so the
-  pursuit's near-tie choices can differ: on 16,384 held-out natural tokens the first model kept the same
-  support on 0.999, 0.994, 0.986 and 0.973 of tokens in layers 0-3, with the same reconstruction errors
-  (0.0058, 0.0075, 0.0070, 0.0113) and held-out loss (3.19837). torch's cuSOLVER backend solves the 64-feature
-  systems slower (8.7 against 6.2 ms without pivoting; one-off run), so the default backend is kept.
-- the pursuit round solves the 2k-feature union once and takes the kept k's system (rows and columns of the
-  union's Gram matrix, entries of its Phi^T x) from it instead of rebuilding it; same supports. (The fused
-  path below rebuilds it on chip, which costs less than gathering it.)
-- on CUDA (`fused_solves`) the least squares and the decode are one Triton kernel per token
-  (`kernels.parity_feature_solve`, kernels/parity_solve_triton.py): the features' patterns are built from the
-  sign tables and never written out, the Gram matrix is factored in 16 x 16 blocks without pivoting and the
-  solution refined once, x_hat is decoded in the same launch; the launch is also its own backward (which, since
-  2026-12-02, loads the factors the forward kept instead of factoring again). Twelve
-  pattern gathers had taken 17.7 of a layer call's 58.9 ms of kernels; with the kernel the layer fwd+bwd takes
-  31.6 instead of 60.6 ms and the training step 127 instead of 154 ms (H200, 65,536 tokens,
-  benchmarks/bench_parity.py and bench_gpu.py). Its rounding differs from the LU's, so near-tie pursuit
-  choices can too: on 16,384 held-out natural tokens the first model's supports equal those of the same
-  encoder run in float64 on 0.995, 0.989, 0.968, 0.993 of tokens in layers 0-3 (PyTorch's float32 path: 0.997,
-  0.986, 0.961, 0.917), the held-out loss is 3.19821 (3.19837).
-- on the CPU (`compiled_cpu_encoder`, where numba is installed) the encoder is compiled and runs one token at
-  a time on numba's threads (kernels/_parity_numba.py): the columns visited in decreasing bound and the visit
-  stopped once the k kept scores beat every bound left (the configured beam's result, found without scoring
-  the columns that cannot change it), the pursuit's k best residual features outside the support asked for
-  directly, Cholesky in float64 with the union's system built on the support's factor. Its coefficients
-  serve the forward pass where no gradient is needed and no hook changed the support, and its decoded write
-  where, in addition, no hook is attached to the coefficients. On 2 CPU cores the parity-stories forward (the first model) went
-  from 1,506-1,669 to 5,121-5,674 tokens/s (0.14-0.15x to 0.51-0.60x gelu-stories' in the runs of record,
-  benchmarks/bench_cpu.py --rounds 8; BENCHMARKS.md). Its supports equal
-  the PyTorch encoder's except where rounding decides a near-tie, among the scores or the union's |a| (tested:
-  there the two fits stay within 10% of each other; one token 4% apart on another machine's CPU). On the
-  bottleneck inputs of 4,096 random tokens run through the first model, its supports equal those of the
-  PyTorch encoder run in float64 on 0.9988-0.9995 of tokens by layer (the PyTorch encoder in float32:
-  0.9949-0.9963). Without numba the CPU runs the PyTorch encoder below, 128 tokens at a time.
-- the first top-k scores the whole beam at once. Tried and not kept (2026-12-01, BENCHMARKS.md): half the beam
-  first, the whole beam only for tokens whose k-th score there does not beat every bound left (same
-  supports). On the first model's writes every token settled, and the encoder gained 5-10% on 2 CPU cores
-  and 3.5% on an H200; on random writes, as training starts with, a layer lost 12-14% on both.
-- CUDA graphs only where every solve runs fused (`cuda_graphs`). The batched LU refuses capture: a compiled
-  parity-stories step with it failed on an H200, and captured one at a time (torch 2.11, one-off run) solve_ex
-  and lu_factor_ex failed with and without pivoting, while cholesky_ex, topk and the fused selection kernel
-  were captured (`torch.backends.cuda.preferred_linalg_library("cusolver")` captures the LU too, but that
-  setting is process-wide and slower, above). On CUDA with the fused solves the step has no LU, and since
-  2026-12-02 the trainer captures it: the first model's step took 127.54 ms against 127.36 ms in torch's
-  default mode (paired runs, H200, benchmarks/results/gpu_2026-12-02_parity_settings*.md): that step was
-  kernel-bound, so graphs bought little there.
-- the coefficients and their decoded write come from one fused launch, and its backward is one launch, where
-  nothing is hooked on `hook_code_values` (a hook there may change the coefficients, so they are then solved
-  and decoded apart). Measured once (2026-12-01 against 2026-12-02, H200): the first model's step's fused-solve
-  launches went from 28 to 20 and their time stayed 41.3 ms, the dropped launches being cheap decodes.
-- with one pursuit round (`pursuit_rounds = 1`) the support is the encoder's top k and no solve compares
-  residuals. The settings decide training speed far more than any kernel (paired against gelu-stories on an
-  H200, untrained models, 2026-12-02): beam 64 / two rounds / k 32 (the first model) 0.09x, beam 64 / one
-  round 0.22x, beam 16 / one round 0.32x, beam 16 / one round / k 16 0.39x. Run at k 16, beam 16 and one round
-  without retraining, the first model found and certified its top 16 (agreement 1.000) but its perplexity was
-  1.057x GELU's (16,384 held-out tokens, scripts/parity_report.py --k 16 --beam 16 --pursuit-rounds 1;
-  BENCHMARKS.md). Trained with those settings (scripts/gpu_parity.sh), the shipped model meets the four quality
-  targets on 65,536 held-out natural tokens: reconstruction 0.002-0.019, agreement 1.000 with every token
-  certified, ablation share 0.513, perplexity 0.973x GELU's (results/parity/parity_report.md). Its feature
-  usage is narrow: 334-737 distinct features per layer, the 100 most used carrying 0.98-0.99 of uses (the
-  first model: 3,366-18,185 and 0.46-0.72).
-- up to beam 32 the beam search is one Triton kernel per token on CUDA (`kernels.parity_beam_select`,
-  kernels/parity_select_triton.py `beam_select`): bounds, beam, scores and their top k on chip, no torch top-k
-  after it. Up to beam 16 it takes the top k among the k rows of largest maximum, their scores computed again,
-  instead of numbering candidates into slots: 1.89 ms (2.24-2.26 with the slots, 2.53 with full sorts) against
-  4.15 ms for the composed path at beam 16 and k 16 (H200, 65,536 tokens). With it, and the fused solve's
-  backward loading the forward's factors, the training step is 0.52x gelu-stories' in two paired runs (0.48x
-  with the slots and the backward factoring again, 0.45x with full sorts, 0.39x composed; target 0.5x: met;
-  BENCHMARKS.md, "The top by row maxima"). Wider beams choose the beam in PyTorch and score it with `parity_beam_top`: a first version of the
-  one kernel was slower at beam 64.
+Where it sits: see above. Why each choice was made, and the variants measured and dropped, are in the
+documentation (docs/designs/parity.md and docs/decisions/).
+
+Paths: the encoder's beam search and the least squares each have a fast path and a reference, chosen per call
+by `circuitlab.kernels` (Triton on CUDA, the numba-compiled encoder on the CPU where numba is installed, the
+PyTorch code below elsewhere or under `kernels.use_backend("reference")`).
 
 Letters: B batch, T position, D d_model, N tokens (B*T), K code (k features), H grid rows (g_r), W grid
 columns (g_c), U column patterns (2^r1), P row patterns (2^r2), C beam (column patterns kept), F features
@@ -156,107 +52,93 @@ per token in a candidate list.
 
 from __future__ import annotations
 
-import functools
 import math
 from collections.abc import Callable
+from typing import Annotated, Literal
 
 import torch
 from jaxtyping import Float, Int
+from pydantic import Field, StrictInt
 from torch import Tensor
 from transformer_lens.hook_points import HookPoint
 
-from circuitlab import kernels
+import circuitlab.kernels as kernels
+from circuitlab.architectures.bottleneck.parity_code import make_factor_code, product_layout, relative_error, sign_table
 from circuitlab.architectures.code_layer import Cache, CodeLayer, UnitWrites, code_hook_error
 from circuitlab.architectures.components import is_hooked
+from circuitlab.architectures.design import BottleneckPart, ModelShape, Number, PositiveInt
 from circuitlab.codes import SparseCode
-from circuitlab.config import ModelConfig, product_layout
 
-FACTOR_CODE_TRIES = 64  # seeded draws per factor code; the least coherent full-rank one is kept
+
 EXHAUSTIVE_CHUNK = 1024  # tokens per chunk of the exhaustive encoder (chunk x m scores in memory)
 OVERLAP_TABLE_BITS = 20  # up to m = 2^20 the m overlaps <phi_0, phi_w> are kept as a table (4 MB in float32)
-# tokens per encoder pass on the CPU (eager): a pass's intermediates (2k x 2k systems, 16,384 scores a token)
-# then stay in cache; 4,096 tokens of parity-stories' layer on 2 cores took 0.64 instead of 0.97 s (128 tokens;
-# 64: 0.73 s, 256: 0.67 s, 1024: 0.90 s; one run, 2026-12-01)
+# tokens per encoder pass of the PyTorch encoder on the CPU: a pass's intermediates (2k x 2k systems, 16,384
+# scores a token) then stay in cache (docs/decisions/parity-cpu-chunk.md)
 CPU_ENCODE_CHUNK = 128
 
 
-# --- F2 codes ------------------------------------------------------------------------------------------------
+class ParityConfig(BottleneckPart):
+    """The deep parity bottleneck on each block's FFN write (see the module docstring): m = 2**n_bits features
+    in d_model dimensions, k active per token. d_model is read as a `grid` of rows x cols (None: the most
+    nearly square one); the low `col_bits` index bits (None: half of n_bits, rounded up) pick a column pattern,
+    the others a row pattern. The encoder keeps the `beam` column patterns with the largest score bound, scores
+    their features exactly and keeps the top k; coefficients are least squares on the support (`ridge` added
+    to the Gram matrix), refined by `pursuit_rounds - 1` swap rounds. Training adds `lambda_recon` times the
+    relative reconstruction error of the FFN write to the loss."""
 
+    design: Literal["product"] = "product"
+    n_bits: PositiveInt = 16
+    k: PositiveInt = 32
+    code_seed: StrictInt = 0
+    grid: tuple[PositiveInt, PositiveInt] | None = None
+    col_bits: PositiveInt | None = None
+    beam: PositiveInt = 64
+    pursuit_rounds: PositiveInt = 2
+    ridge: Annotated[Number, Field(ge=0)] = 1e-3
+    lambda_recon: Annotated[Number, Field(ge=0)] = 1.0
 
-def f2_rank(bits_DxR: Tensor) -> int:
-    """Rank over GF(2) of a 0/1 matrix, by Gaussian elimination on its columns."""
-    rows = [int("".join(str(int(b)) for b in column), 2) for column in bits_DxR.T.tolist()]
-    rank = 0
-    for bit in reversed(range(bits_DxR.shape[0])):
-        pivot = next((i for i in range(rank, len(rows)) if rows[i] >> bit & 1), None)
-        if pivot is None:
-            continue
-        rows[rank], rows[pivot] = rows[pivot], rows[rank]
-        for i in range(len(rows)):
-            if i != rank and rows[i] >> bit & 1:
-                rows[i] ^= rows[rank]
-        rank += 1
-    return rank
+    def build(self, config: ModelShape) -> ParityBottleneck:
+        return ParityBottleneck(config)
 
-
-def make_code_matrix(d_model: int, n_bits: int, seed: int) -> Int[Tensor, "d_model n_bits"]:
-    """A seeded random M in F2^(d x r) of full column rank (distinct features get distinct patterns)."""
-    generator = torch.Generator().manual_seed(seed)
-    for _ in range(100):
-        # on the CPU even under a meta default device (the CLI sizes models on meta before training them)
-        code = torch.randint(0, 2, (d_model, n_bits), generator=generator, dtype=torch.int32, device="cpu")
-        if f2_rank(code) == n_bits:
-            return code
-    raise RuntimeError(f"no full-rank {d_model}x{n_bits} F2 matrix found from seed {seed}")
-
-
-def sign_table(code_GxR: Int[Tensor, "length n_bits"]) -> Float[Tensor, "patterns length"]:
-    """R(code bits(u)) for every u in [0, 2^r): row u is the +-1 pattern of codeword code @ bits(u)."""
-    length, n_bits = code_GxR.shape
-    patterns = torch.arange(2**n_bits, device="cpu")
-    bits = (patterns[:, None] >> torch.arange(n_bits, device="cpu")) & 1
-    parity = (bits @ code_GxR.to(device="cpu", dtype=torch.int64).T) & 1
-    return (1 - 2 * parity).to(torch.float32)
-
-
-def code_coherence(code_GxR: Int[Tensor, "length n_bits"]) -> float:
-    """max over non-zero u of |mean sign of codeword u| (1 when two features would coincide up to sign)."""
-    return float(sign_table(code_GxR)[1:].mean(-1).abs().max()) if code_GxR.shape[1] else 0.0
-
-
-@functools.lru_cache(maxsize=64)
-def make_factor_code(length: int, n_bits: int, seed: int) -> Int[Tensor, "length n_bits"]:
-    """The full-rank F2 matrix (length x n_bits) of lowest coherence among FACTOR_CODE_TRIES seeded draws
-    (cached: every layer of a model draws the same one; treat the result as read-only)."""
-    generator = torch.Generator().manual_seed(seed)
-    best, best_coherence = None, 2.0
-    for _ in range(FACTOR_CODE_TRIES):
-        code = torch.randint(0, 2, (length, n_bits), generator=generator, dtype=torch.int32, device="cpu")
-        if f2_rank(code) < n_bits:
-            continue
-        coherence = code_coherence(code)
-        if coherence < best_coherence:
-            best, best_coherence = code, coherence
-    if best is None or best_coherence >= 1.0:
-        raise ValueError(
-            f"no {length} x {n_bits} F2 code from seed {seed} keeps distinct features apart (an all-ones codeword "
-            f"is unavoidable when n_bits = length); use fewer index bits or a larger grid"
+    def describe(self, d_model: int) -> str:
+        rows, cols, row_bits, col_bits = product_layout(self, d_model)
+        return (
+            f"m = 2^{self.n_bits} = {2 ** self.n_bits} features, k {self.k}, code seed {self.code_seed}, product "
+            f"design: grid {rows} x {cols}, {col_bits} column + {row_bits} row index bits, beam {self.beam} column "
+            f"patterns, least-squares coefficients (ridge {self.ridge:g}) with {self.pursuit_rounds - 1} pursuit "
+            f"round(s), reconstruction term lambda {self.lambda_recon:g}"
         )
-    return best
 
-
-def relative_error(x: Tensor, x_hat: Tensor) -> Tensor:
-    """||x - x_hat||^2 / ||x||^2 summed over all tokens (float32 scalar; 0 for an all-zero x)."""
-    x, x_hat = x.float(), x_hat.float()
-    return (x - x_hat).pow(2).sum() / x.pow(2).sum().clamp_min(torch.finfo(torch.float32).tiny)
-
+    def check(self, d_model: int) -> None:
+        if self.k > 2**self.n_bits:
+            raise ValueError(f"bottleneck k={self.k} must lie in (0, m={2**self.n_bits}]")
+        if self.n_bits > 30:
+            raise ValueError(f"bottleneck n_bits={self.n_bits} is larger than supported (30)")
+        rows, cols, row_bits, col_bits = product_layout(self, d_model)
+        if rows * cols != d_model:
+            raise ValueError(f"bottleneck grid {rows} x {cols} must hold d_model={d_model} coordinates")
+        if not 1 <= col_bits < self.n_bits:
+            raise ValueError(f"bottleneck col_bits={col_bits} must leave row bits: 1 <= col_bits < n_bits={self.n_bits}")
+        if col_bits > cols or row_bits > rows:
+            raise ValueError(
+                f"bottleneck: {col_bits} column bits and {row_bits} row bits need a grid of at least {row_bits} rows x "
+                f"{col_bits} cols (full-rank codes, so distinct features differ), got {rows} x {cols}"
+            )
+        if self.beam > 2**col_bits:
+            raise ValueError(f"bottleneck beam={self.beam} must lie in (0, 2^col_bits = {2**col_bits}]")
+        needed = self.k * (2 if self.pursuit_rounds > 1 else 1)
+        if needed > self.beam * 2**row_bits:
+            raise ValueError(
+                f"bottleneck: the beam scores {self.beam * 2**row_bits} features per token, fewer than the "
+                f"{needed} that k={self.k}{' and pursuit' if needed > self.k else ''} need"
+            )
 
 # --- the layer -----------------------------------------------------------------------------------------------
 
 
 class FeatureCodeLayer(CodeLayer):
     """A bottleneck whose code is k (feature id, coefficient) pairs on `hook_code_indices` and
-    `hook_code_values`, feature i writing a_i phi_i with phi_i = `feature_directions(i)` (both parity designs)."""
+    `hook_code_values`, feature i writing a_i phi_i with phi_i = `feature_directions(i)`."""
 
     def code_hooks(self) -> list[str]:
         return [self.hook_name(self.hook_code_indices), self.hook_name(self.hook_code_values)]
@@ -293,24 +175,16 @@ class FeatureCodeLayer(CodeLayer):
 class ParityBottleneck(FeatureCodeLayer):
     kind = "parity"
     sparse_by_construction = True
-    # LU without row swaps where the device has it (CUDA); False: partial pivoting everywhere, as until 2026-12-01
-    pivot_free = True
-    # on CUDA, least squares and decode in one fused kernel per token (kernels.parity_feature_solve); False: the
-    # PyTorch gathers, batched matmuls and LU everywhere (the CPU's path; on CUDA until 2026-12-01, 15:30 UTC)
-    fused_solves = True
-    # on the CPU, the encoder compiled with numba where numba is installed (kernels/_parity_numba.py); False: the
-    # batched PyTorch encoder (the reference the compiled one is tested against)
-    compiled_cpu_encoder = True
 
     @property
     def cuda_graphs(self) -> bool:
-        """Whether a compiled step may be captured in CUDA graphs: only when every solve runs fused on CUDA. The
-        batched LU refuses capture (torch 2.11, H200: "operation failed due to a previous error during
-        capture", 2026-12-01), the fused kernels and top-k do not."""
+        """Whether a compiled step may be captured in CUDA graphs: only when every solve runs fused on CUDA (the
+        batched LU refuses capture; the fused kernels and top-k do not)."""
         widest = self.k * (2 if self.pursuit_rounds > 1 else 1)
-        return self.fused_solves and widest <= kernels.MAX_SOLVE_FEATURES and max(self.grid_rows, self.grid_cols) <= 64
+        fused = kernels.requested_backend() != "reference"
+        return fused and widest <= kernels.MAX_SOLVE_FEATURES and max(self.grid_rows, self.grid_cols) <= 64
 
-    def __init__(self, config: ModelConfig):
+    def __init__(self, config: ModelShape):
         super().__init__()
         bottleneck = config.bottleneck
         self.d_model = config.d_model
@@ -402,7 +276,7 @@ class ParityBottleneck(FeatureCodeLayer):
         encoder found them, else None and None)."""
         with torch.autocast(device_type=x_BxTxD.device.type, enabled=False):
             X = self._grid(x_BxTxD).float()
-            if self.compiled_cpu_encoder and not torch.compiler.is_compiling():
+            if not torch.compiler.is_compiling():
                 beam = None if exhaustive else self.beam
                 compiled = kernels.cpu.parity_encode(X, self.row_signs, self.col_signs, self.k, beam,
                                                      self.pursuit_rounds, self.ridge)
@@ -497,11 +371,9 @@ class ParityBottleneck(FeatureCodeLayer):
     def _solve_system(self, gram_NxFxF: Tensor, inner_NxF: Tensor) -> Float[Tensor, "tokens feat"]:
         """(G + ridge I) a = Phi^T x, by LU without a host sync (no check for singular systems: the ridge keeps
         them regular). The systems are symmetric positive definite, for which elimination without pivoting is
-        stable; on CUDA (`pivot_free`) it skips the row swaps: the pursuit's 2k-feature system built and solved
-        in 15.7 instead of 37.8 ms (H200, 65,536 tokens, benchmarks/bench_parity.py). The CPU has only partial
-        pivoting. Cholesky was measured slower on both devices (H200: 11.3 against 6.2 ms for LU without
-        pivoting at 64 features; 2 CPU cores: 28 against 16 ms at 4,096 tokens of k = 32)."""
-        if self.pivot_free and gram_NxFxF.is_cuda:
+        stable, so on CUDA it skips the row swaps; the CPU has only partial pivoting
+        (docs/decisions/parity-solver.md)."""
+        if gram_NxFxF.is_cuda:
             factors, pivots, _ = torch.linalg.lu_factor_ex(gram_NxFxF, pivot=False)
             return torch.linalg.lu_solve(factors, pivots, inner_NxF[..., None])[..., 0]
         return torch.linalg.solve_ex(gram_NxFxF, inner_NxF[..., None])[0][..., 0]
@@ -509,8 +381,8 @@ class ParityBottleneck(FeatureCodeLayer):
     def _fused(self, X: Tensor, n_features: int) -> bool:
         """Whether least squares and decode on `n_features` features run fused (`kernels.parity_feature_solve`,
         one Triton kernel per token, float32): where that kernel runs (CUDA under the "auto" backend, or a forced
-        "triton" backend), unless `fused_solves` is off."""
-        if not self.fused_solves or X.dtype != torch.float32:
+        "triton" backend)."""
+        if X.dtype != torch.float32:
             return False
         return kernels.parity_feature_solve_backend(X, n_features, self.row_signs, self.col_signs) == "triton"
 
@@ -625,12 +497,3 @@ class ParityBottleneck(FeatureCodeLayer):
             f"index bits, beam {self.beam} column patterns, least squares (ridge {self.ridge:g}) with "
             f"{self.pursuit_rounds - 1} pursuit round(s), coherence {self.coherence():.3f}"
         )
-
-
-def make_bottleneck(config: ModelConfig) -> CodeLayer:
-    """The bottleneck layer of `config.bottleneck.design`."""
-    if config.bottleneck.design == "prefix":
-        from circuitlab.architectures.feedforward.parity_prefix import PrefixParityBottleneck
-
-        return PrefixParityBottleneck(config)
-    return ParityBottleneck(config)
