@@ -125,7 +125,7 @@ def make_step(model_name: str, batch: int, seq: int, device: str, compiled: bool
     gen = torch.Generator(device=device).manual_seed(5)
     batches = [torch.randint(0, config.d_vocab, (batch, seq + 1), device=device, generator=gen) for _ in range(3)]
     if compile_mode == "auto":  # what the trainer picks for this model
-        from circuitlab.training.trainer import default_compile_mode
+        from circuitlab.training.compile import default_compile_mode
 
         compile_mode = default_compile_mode(model, device)
     forward = torch.compile(model, backend=compile_backend, mode=compile_mode) if compiled else model

@@ -14,22 +14,13 @@ from __future__ import annotations
 
 import hashlib
 import json
-import math
 from pathlib import Path
 from typing import Annotated, Any, ClassVar, Literal, Union
 
 from pydantic import BaseModel, Field, StrictBool, ValidationError, model_validator
 
 import circuitlab.architectures.registry as registry
-from circuitlab.architectures.design import (
-    BottleneckPart,
-    ConfigPart,
-    CountInt,
-    FeedForwardPart,
-    Number,
-    PositiveInt,
-    ValueModePart,
-)
+from circuitlab.architectures.design import ConfigPart, CountInt, Number, PositiveInt
 from circuitlab.atomic import atomic_write_text
 from circuitlab.errors import UserError
 from circuitlab.presets import PRESETS
@@ -92,6 +83,22 @@ class SelectivityConfig(ConfigPart):
     @property
     def active(self) -> bool:
         return any(value != 0 for value in self.lambdas.values())
+
+    def describe(self) -> str:
+        """One line for a card: the regime, the lambdas and how they are normalised and scheduled."""
+        if not self.active:
+            return "none"
+        lambdas = ", ".join(f"{name} {value:g}" for name, value in self.lambdas.items() if value)
+        if self.normalization == "sum":
+            form = "summed over operand channels and layers, averaged over tokens (seed 002's form)"
+        else:
+            form = "averaged over tokens, operand channels and layers (the calibrated form)"
+        schedule = []
+        if self.ramp_steps:
+            schedule.append(f"ramped in over {self.ramp_steps} steps")
+        if self.cap:
+            schedule.append(f"capped at {self.cap:g} x the LM loss")
+        return f"{self.regime}: {lambdas}; {form}" + (f"; {', '.join(schedule)}" if schedule else "")
 
     @property
     def regime(self) -> str:
@@ -370,12 +377,22 @@ def register_design(section: type[ConfigPart]) -> str:
     """Add a design at run time (a config section subclassing FeedForwardPart, ValueModePart or BottleneckPart,
     with its layer in its `build`): model configs then accept it by name. Returns the name."""
     name = registry.add_design(section)
+    _rebuild_unions()
+    return name
+
+
+def unregister_design(section: type[ConfigPart]) -> None:
+    """Take back a design `register_design` added (configs no longer accept its name)."""
+    registry.remove_design(section)
+    _rebuild_unions()
+
+
+def _rebuild_unions() -> None:
     fields = ModelConfig.model_fields
     fields["attention"].annotation = _union(registry.VALUE_MODES, "value_mode")
     fields["feedforward"].annotation = _union(registry.FEEDFORWARDS, "type")
     fields["bottleneck"].annotation = _union(registry.BOTTLENECKS, "design") | None
     ModelConfig.model_rebuild(force=True)
-    return name
 
 
 def from_dict_copy(data: dict[str, Any]) -> dict[str, Any]:

@@ -27,7 +27,6 @@ n keys per half (n*n = N neurons), E experts, V vocabulary, T seq_len.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 from typing import Any
 

@@ -3,7 +3,7 @@
 "Given a new circuit, which circuits seen before look like it?" A database holds, per token of a reference
 corpus and per chosen layer, the token's sparse code (its circuit), and once per token the token, its
 sequence and position, its category label, a context excerpt and the model's top-5 next-token predictions.
-Search compares codes by cosine distance (DESIGN section 7), exactly (blocked sparse products, equal to
+Search compares codes by cosine distance (docs/analyses/circuit-lookup.md), exactly (blocked sparse products, equal to
 brute force) or approximately (FAISS over compact sketches, re-ranked exactly; see
 `circuitlab.analysis.codeindex`).
 

@@ -26,7 +26,7 @@ import secrets
 import shutil
 import warnings
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
 
 import numpy as np
 from filelock import FileLock, Timeout
@@ -36,8 +36,7 @@ from circuitlab.analysis.codeindex import ApproximateIndex, CodeMatrix, SketchSp
 from circuitlab.analysis.dberrors import CircuitDBError, CorruptDatabaseError
 from circuitlab.atomic import atomic_write_text
 
-if TYPE_CHECKING:
-    from circuitlab.analysis.circuitdb import CircuitDB
+CircuitDB = Any  # circuitlab.analysis.circuitdb.CircuitDB (which imports this module)
 
 FORMAT_NAME = "circuitlab.circuitdb"
 FORMAT_VERSION = 1
@@ -197,7 +196,7 @@ def _lock(folder: Path, timeout: float) -> FileLock:
     return FileLock(folder / LOCK, timeout=timeout)
 
 
-def save_database(db: "CircuitDB", folder: str | os.PathLike) -> Path:
+def save_database(db: CircuitDB, folder: str | os.PathLike) -> Path:
     """Save atomically: a crash mid-save leaves the previous database in `folder` readable."""
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
@@ -233,7 +232,7 @@ def save_database(db: "CircuitDB", folder: str | os.PathLike) -> Path:
     return folder
 
 
-def _write_data(db: "CircuitDB", data_dir: Path) -> dict[str, dict]:
+def _write_data(db: CircuitDB, data_dir: Path) -> dict[str, dict]:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
@@ -261,12 +260,12 @@ def _clean_if_no_save_runs(folder: Path, keep: str) -> None:
 
 
 def load_database(
-    cls: type["CircuitDB"],
+    cls: type[CircuitDB],
     folder: str | os.PathLike,
     *,
     verify: bool = True,
     mmap: bool = True,
-) -> "CircuitDB":
+) -> CircuitDB:
     """A saved database, every file checked against the manifest's size and (verify=True) sha256."""
     import pandas as pd
 

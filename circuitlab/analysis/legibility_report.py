@@ -166,7 +166,6 @@ def measure_model(model_dir: str | os.PathLike, windows: Tensor | None = None, s
     )
     from circuitlab.architectures.weights import resolve_model_folder
     from circuitlab.architectures.transformer import load_model
-    from circuitlab.training.pressure import describe as describe_pressures
 
     folder = resolve_model_folder(model_dir)
     model = load_model(folder, device=device)
@@ -199,7 +198,7 @@ def measure_model(model_dir: str | os.PathLike, windows: Tensor | None = None, s
                                and ffn_alive >= TARGET_ALIVE and attention_alive >= TARGET_ALIVE),
         "training": {key: metrics.get(key) for key in ("steps", "stopped", "tokens_seen", "held_out_loss", "train_seconds")},
         # models trained before pressures were logged: the rule their config states, no measured sizes
-        "pressures": metrics.get("pressures") or {"rule": describe_pressures(selectivity)},
+        "pressures": metrics.get("pressures") or {"rule": selectivity.describe()},
     }
 
 

@@ -31,7 +31,7 @@ import torch
 from jaxtyping import Float
 from torch import Tensor
 
-from circuitlab.pairs import MIN_LOGIT_DIFFERENCE
+from circuitlab.analysis.pairs import MIN_LOGIT_DIFFERENCE, PatchPair, as_patch_pair
 from circuitlab.errors import UserError
 
 if TYPE_CHECKING:
@@ -42,120 +42,6 @@ POSITION_ROLES = ("noun", "final", "all")
 
 # hooks whose axis 1 is not the token position cannot be patched by position
 _NOT_POSITIONAL = ("hook_attn_scores", "hook_pattern")
-
-
-# --- inputs ----------------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class PatchPair:
-    """A clean prompt and a counterfactual prompt, their answers, and where each position role sits.
-
-    `roles` maps a role name to (clean position, patch position); "final" is where m(x) is read and
-    defaults to the last token of each prompt. `alignment` lists (clean position, patch position) pairs
-    that make up the role "all" when the prompts have different lengths.
-    """
-
-    clean_tokens: tuple[int, ...]
-    patch_tokens: tuple[int, ...]
-    clean_answer_id: int
-    patch_answer_id: int
-    roles: Mapping[str, tuple[int, int]] = field(default_factory=dict)
-    alignment: tuple[tuple[int, int], ...] | None = None
-    name: str = ""
-
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "clean_tokens", tuple(int(t) for t in self.clean_tokens))
-        object.__setattr__(self, "patch_tokens", tuple(int(t) for t in self.patch_tokens))
-        if not self.clean_tokens or not self.patch_tokens:
-            raise UserError("a patch pair needs non-empty clean and patch token lists")
-        roles = {name: (int(c), int(p)) for name, (c, p) in dict(self.roles).items()}
-        roles.setdefault("final", (len(self.clean_tokens) - 1, len(self.patch_tokens) - 1))
-        for role, (clean_pos, patch_pos) in roles.items():
-            if not (0 <= clean_pos < len(self.clean_tokens) and 0 <= patch_pos < len(self.patch_tokens)):
-                raise UserError(
-                    f"{self.name or 'pair'}: role {role!r} at positions ({clean_pos}, {patch_pos}) lies outside "
-                    f"the prompts of {len(self.clean_tokens)} and {len(self.patch_tokens)} tokens"
-                )
-        object.__setattr__(self, "roles", roles)
-        if self.alignment is not None:
-            object.__setattr__(self, "alignment", tuple((int(c), int(p)) for c, p in self.alignment))
-
-    @property
-    def clean_final(self) -> int:
-        return self.roles["final"][0]
-
-    @property
-    def patch_final(self) -> int:
-        return self.roles["final"][1]
-
-    def aligned_positions(self, position: str | int) -> list[tuple[int, int]]:
-        """(clean position, patch position) pairs that a position spec selects."""
-        n_clean, n_patch = len(self.clean_tokens), len(self.patch_tokens)
-        if isinstance(position, str) and position == "all":
-            if self.alignment is not None:
-                return list(self.alignment)
-            if n_clean != n_patch:
-                raise UserError(
-                    f"{self.name or 'pair'}: position 'all' needs prompts of equal length, got {n_clean} and "
-                    f"{n_patch} tokens; give the pair an explicit alignment [(clean_pos, patch_pos), ...] or "
-                    "patch by role only (positions=('noun', 'final'))"
-                )
-            return [(t, t) for t in range(n_clean)]
-        if isinstance(position, str):
-            if position not in self.roles:
-                raise UserError(
-                    f"{self.name or 'pair'} has no position role {position!r}; it has {sorted(self.roles)} "
-                    "(and 'all'), or pass integer positions"
-                )
-            return [self.roles[position]]
-        index = int(position)
-        if n_clean != n_patch:
-            raise UserError(
-                f"{self.name or 'pair'}: integer position {index} is ambiguous for prompts of {n_clean} and "
-                f"{n_patch} tokens; patch by role instead"
-            )
-        if not -n_clean <= index < n_clean:
-            raise UserError(f"position {index} is outside a prompt of {n_clean} tokens")
-        return [(index % n_clean, index % n_clean)]
-
-
-def as_patch_pair(pair: Any, index: int = 0, model: Any = None) -> PatchPair:
-    """A PatchPair from a PatchPair, a text pair (the documented format of circuitlab.pairs; needs
-    `model` for its tokenizer), a fact pair (circuitlab.data.facts.FactPair) or a mapping of token ids:
-    clean_tokens, patch_tokens, clean_answer_id, patch_answer_id and optionally noun_position,
-    final_position, patch_noun_position, patch_final_position, alignment, name."""
-    from circuitlab.pairs import EXAMPLE, TOKEN_KEYS, PairFormatError, is_text_pair, text_pair
-
-    if isinstance(pair, PatchPair):
-        return pair
-    if is_text_pair(pair):
-        if model is None:
-            raise PairFormatError(f"pair {index} is a text pair; reading it needs the model's tokenizer (pass model=)")
-        return text_pair(model, pair, index)
-    get = pair.get if isinstance(pair, Mapping) else (lambda key, default=None: getattr(pair, key, default))
-    missing = [key for key in TOKEN_KEYS if get(key) is None]
-    if missing:
-        raise PairFormatError(
-            f"pair {index} lacks the key{'s' if len(missing) > 1 else ''} {', '.join(map(repr, missing))}: a pair is "
-            f"text, like {EXAMPLE}, or token ids with {', '.join(TOKEN_KEYS)} (see circuitlab.pairs)"
-        )
-    clean_tokens, patch_tokens = list(get("clean_tokens")), list(get("patch_tokens"))
-    roles = dict(get("roles") or {})
-    for role in ("noun", "final"):
-        clean_pos = get(f"{role}_position")
-        if clean_pos is None:
-            continue
-        patch_pos = get(f"patch_{role}_position")
-        roles[role] = (int(clean_pos), int(clean_pos if patch_pos is None else patch_pos))
-    name = get("name") or ""
-    if not name and get("clean_noun") is not None:
-        name = f"{get('clean_noun')}->{get('patch_noun')}"
-    return PatchPair(
-        clean_tokens=tuple(clean_tokens), patch_tokens=tuple(patch_tokens),
-        clean_answer_id=int(get("clean_answer_id")), patch_answer_id=int(get("patch_answer_id")),
-        roles=roles, alignment=get("alignment"), name=str(name) or f"pair {index}",
-    )
 
 
 # --- interventions ---------------------------------------------------------------------------------------
@@ -356,7 +242,7 @@ def nie_grid(
 ) -> pandas.DataFrame:
     """NIE of do(g = g_patch) for every pair x layer x position (x head), batched.
 
-    pairs: text pairs in the documented format (circuitlab.pairs), fact pairs
+    pairs: text pairs in the documented format (circuitlab.analysis.pairs), fact pairs
         (circuitlab.data.facts.build_fact_pairs), PatchPairs, or mappings of token ids.
     layers: ints and/or "all" (every layer at once); default every layer and "all".
     positions: roles ("noun", "final", any role the pairs define), "all", or integer positions.

@@ -155,8 +155,8 @@ def neuron_usage(
     n_coactivation: int = 128,
     n_summary: int = 1024,
 ) -> UsageReport:
-    """Usage statistics of one layer's codes; a product-key `layout` (one with "neurons_per_channel" and
-    "keys_per_half", as a circuit database records sgatlin's) enables the shared-subkey marking.
+    """Usage statistics of one layer's codes; a channelled product-key `layout` (one with "neurons_per_channel",
+    as a circuit database records sgatlin's) enables the shared-subkey marking.
 
     The shared-subkey and other-pair means are taken over the first `n_summary` neurons (one whole channel
     of the shipped sgatlin models), off the diagonal, over neurons that are ever active.
@@ -167,7 +167,7 @@ def neuron_usage(
     shown = np.arange(min(n_coactivation, codes.size))
     probabilities = coactivation(codes, shown)
     shared = shared_mean = other_mean = None
-    if layout and "neurons_per_channel" in layout and "keys_per_half" in layout:
+    if layout and "neurons_per_channel" in layout:
         per_channel = int(layout["neurons_per_channel"])
         shared = shared_subkey_mask(shown, per_channel)
         summary_neurons = np.arange(min(n_summary, codes.size))

@@ -55,5 +55,14 @@ def add_design(section: type[ConfigPart]) -> str:
     raise TypeError(f"{section.__name__} is not a FeedForwardPart, ValueModePart or BottleneckPart")
 
 
+def remove_design(section: type[ConfigPart]) -> None:
+    """Take a design added by `add_design` off its list (the built-in designs stay)."""
+    if section in DESIGNS:
+        raise ValueError(f"{section.__name__} is a built-in design")
+    for table in (FEEDFORWARDS, VALUE_MODES, BOTTLENECKS):
+        for name in [name for name, listed in table.items() if listed is section]:
+            del table[name]
+
+
 for _section in DESIGNS:
     add_design(_section)

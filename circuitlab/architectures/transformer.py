@@ -4,7 +4,7 @@
     for each block:  h = h + attn(norm1(h));  h = h + [bottleneck](ffn(norm2(h)))
     logits = norm_final(h) @ W_U        (W_U = W_E^T when tied)
 
-Every named quantity passes through a TransformerLens HookPoint (DESIGN section 6), so run_with_cache,
+Every named quantity passes through a TransformerLens HookPoint (docs/hooks.md), so run_with_cache,
 run_with_hooks and TransformerLens' patching utilities work unchanged. As in TransformerLens,
 hook_resid_mid = hook_resid_pre + hook_attn_out and hook_resid_post = hook_resid_mid + hook_mlp_out, where
 hook_mlp_out is the block's whole FFN write (after the parity bottleneck, when there is one).

@@ -69,7 +69,7 @@ class Context:
 
     def model(self, name: str) -> Any:
         if name not in self._models:
-            from circuitlab import load_model
+            from circuitlab.architectures.transformer import load_model
 
             self._models[name] = load_model(self.folder(name)).eval()
         return self._models[name]

@@ -61,7 +61,7 @@ def _parse_ids(text: str, what: str) -> list[int]:
 
 
 def run_patch(args: argparse.Namespace) -> int:
-    from circuitlab.pairs import read_pairs
+    from circuitlab.analysis.pairs import read_pairs
     from circuitlab.analysis.patching import as_patch_pair, excluded_report, nie_grid, nie_heatmap, nie_summary
 
     model = _load(args.model)
@@ -210,8 +210,8 @@ def run_legibility(args: argparse.Namespace) -> int:
 
 
 def register(subparsers: Any) -> None:
-    from circuitlab.pairs import EXAMPLE as PAIR_EXAMPLE
-    from circuitlab.pairs import MIN_LOGIT_DIFFERENCE
+    from circuitlab.analysis.pairs import EXAMPLE as PAIR_EXAMPLE
+    from circuitlab.analysis.pairs import MIN_LOGIT_DIFFERENCE
     patch = subparsers.add_parser(
         "patch", help="normalized indirect effect of patching circuits (seed 000, section 4.3)",
         description="NIE grid over layers x positions for clean/counterfactual pairs (fact pairs by default).",

@@ -97,7 +97,7 @@ def settings_from(args: argparse.Namespace):
 
 
 def run_ladder_command(args: argparse.Namespace) -> int:
-    from circuitlab.training.ladder import run_ladder
+    from circuitlab.cli.ladder_runs import run_ladder
 
     results = run_ladder(args.out, settings_from(args), progress=not args.quiet)
     if not args.quiet:

@@ -135,17 +135,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.set_defaults(func=run_train)
 
 
-def _checked_settings(validate: Any) -> None:
-    """Run a settings check of the training library: the settings are the user's, so its ValueError is a
-    UserError here (the library raises ValueError so that Python callers need not know circuitlab's classes)."""
-    try:
-        validate()
-    except UserError:
-        raise
-    except ValueError as error:
-        raise UserError(str(error)) from None
-
-
 def command_line(args: argparse.Namespace, world_size: int) -> str:
     """The command of this run as typed (without --resume): the arguments after `train` that main() parsed."""
     parts = ["circuitlab", "train"] if world_size == 1 else [
@@ -163,7 +152,7 @@ def _setting(args: argparse.Namespace, defaults: dict[str, Any], name: str, fall
 
 
 def build_train_config(args: argparse.Namespace) -> Any:
-    from circuitlab.training.trainer import TrainConfig
+    from circuitlab.training.settings import TrainConfig
 
     defaults = defaults_for(args.preset)
     base = TrainConfig()
@@ -188,7 +177,13 @@ def build_data_spec(args: argparse.Namespace) -> Any:
     from circuitlab.training.corpus import DataSpec
 
     defaults = defaults_for(args.preset)
-    spec = DataSpec(
+    source, paths = "stories", ()
+    for name, given in (("text", args.text), ("jsonl", args.jsonl), ("hf", args.hf_dataset)):
+        if given:
+            source, paths = name, tuple(given)
+    return DataSpec(
+        source=source,
+        paths=paths,
         n_stories=_setting(args, defaults, "n_stories", 20000),
         n_held_out=_setting(args, defaults, "held_out_stories", 500),
         vocab_size=_setting(args, defaults, "vocab_size", 4096),
@@ -203,11 +198,6 @@ def build_data_spec(args: argparse.Namespace) -> Any:
         natural_dir=args.natural,
         natural_upsample=args.natural_upsample,
     )
-    for source, paths in (("text", args.text), ("jsonl", args.jsonl), ("hf", args.hf_dataset)):
-        if paths:
-            spec.source, spec.paths = source, list(paths)
-    _checked_settings(spec.validate)
-    return spec
 
 
 def build_model_config(args: argparse.Namespace, vocab_size: int | None = None) -> Any:
@@ -225,7 +215,7 @@ def build_model_config(args: argparse.Namespace, vocab_size: int | None = None) 
 
 
 def run_train(args: argparse.Namespace) -> int:
-    from circuitlab.training.distributed import launched_by_torchrun
+    from circuitlab.distributed import launched_by_torchrun
     from circuitlab.training.guard import DivergenceError
     from circuitlab.training.run import train
 

@@ -93,7 +93,7 @@ class DemoInputs:
             if path is not None and not Path(path).exists():
                 raise UserError(f"{option} {path} does not exist")
         if pairs is not None:
-            from circuitlab.pairs import read_pairs
+            from circuitlab.analysis.pairs import read_pairs
 
             read_pairs(pairs)  # a malformed file fails now, not after the circuit database is built
         return cls(corpus=str(Path(corpus).resolve()) if corpus else None, pairs=str(Path(pairs).resolve()) if pairs else None)
@@ -295,7 +295,7 @@ def _make_usage(ctx: PipelineContext) -> tuple[list[str], dict | None]:
 def _make_nie(ctx: PipelineContext) -> tuple[list[str], dict | None]:
     from circuitlab.analysis.patching import POSITION_ROLES, nie_grid
     from circuitlab.data.facts import build_fact_pairs, single_token_facts
-    from circuitlab.pairs import load_pairs
+    from circuitlab.analysis.pairs import load_pairs
 
     if ctx.inputs.pairs is not None:
         pairs = load_pairs(ctx.model, ctx.inputs.pairs)

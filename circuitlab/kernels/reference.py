@@ -33,7 +33,7 @@ def sgatlin_combine(
 def sgatlin_route(
     subkey_scores_BxTx2xCxn: Float[Tensor, "batch pos 2 channel n_subkeys"], k: int
 ) -> tuple[Int[Tensor, "batch pos channel k"], Float[Tensor, "batch pos channel k"]]:
-    """Product top-k (seed 000, eq. 1; DESIGN section 3): per channel, the top-k of each half of the subkey
+    """Product top-k (seed 000, eq. 1; docs/designs/sgatlin.md): per channel, the top-k of each half of the subkey
     scores, the k*k sums of the two candidate lists, and the top-k of those. Returns neuron indices
     i1 * n + i2 (long) and gate values, the raw summed scores (gradients flow to the subkey scores)."""
     n_subkeys = subkey_scores_BxTx2xCxn.shape[-1]
@@ -50,7 +50,7 @@ def sgatlin_route(
     return first_BxTxCxK * n_subkeys + second_BxTxCxK, gates_BxTxCxK
 
 
-# --- NC-FFN sequence quantifiers (DESIGN section 4) ----------------------------------------------------
+# --- NC-FFN sequence quantifiers (docs/designs/legible.md) ----------------------------------------------------
 # Both recurrences are associative scans over (value a, decay g) pairs, composed left-to-right as
 #   existential: (a1, g1) then (a2, g2) -> (max(a2, g2 * a1), g1 * g2)
 #   proportion:  (a1, g1) then (a2, g2) -> (a2 + g2 * a1,      g1 * g2)

@@ -1,4 +1,4 @@
-"""Triton fast paths for the NC-FFN sequence quantifiers (DESIGN section 4) as parallel scans.
+"""Triton fast paths for the NC-FFN sequence quantifiers (docs/designs/legible.md) as parallel scans.
 
 Letters: S sequences (all leading dims flattened), T position, U unit.
 

@@ -20,9 +20,7 @@ METRICS_FILE = "metrics.json"
 
 
 def _architecture_lines(config: ModelConfig) -> list[str]:
-    from circuitlab.training.pressure import describe
-
-    return [f"- {line}" for line in config.describe()] + [f"- selectivity pressures: {describe(config.selectivity)}"]
+    return [f"- {line}" for line in config.describe()] + [f"- selectivity pressures: {config.selectivity.describe()}"]
 
 
 def _format_seconds(seconds: float) -> str:

@@ -29,7 +29,7 @@ import hashlib
 import json
 import os
 import random
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -38,16 +38,18 @@ import torch
 from jaxtyping import Int
 from torch import Tensor
 
+from pydantic import model_validator
+
 from circuitlab.atomic import atomic_write, atomic_write_text
 from circuitlab.errors import UserError
+from circuitlab.settings import Settings
 
 
-@dataclass
-class DataSpec:
-    """Where the documents come from and how they are split and tokenized."""
+class DataSpec(Settings):
+    """Where the documents come from and how they are split and tokenized (checked when built)."""
 
     source: str = "stories"  # stories | text | jsonl | hf
-    paths: list[str] = field(default_factory=list)  # text/jsonl files, or the HF dataset name/path
+    paths: tuple[str, ...] = ()  # text/jsonl files, or the HF dataset name/path
     n_stories: int = 20000
     story_seed: int = 0  # circuitlab.data.TRAIN_SEED
     n_held_out: int = 500
@@ -63,30 +65,32 @@ class DataSpec:
     natural_dir: str | None = None  # a folder with prompts.jsonl and stories/ (data/natural)
     natural_upsample: int = 1
 
-    def validate(self) -> None:
+    @model_validator(mode="after")
+    def _consistent(self) -> DataSpec:
         from circuitlab.data.loaders import SPLIT_MODES
 
         if self.source not in ("stories", "text", "jsonl", "hf"):
-            raise UserError(f"unknown data source {self.source!r}; expected stories, text, jsonl or hf")
+            raise ValueError(f"unknown data source {self.source!r}; expected stories, text, jsonl or hf")
         if self.text_split not in SPLIT_MODES:
-            raise UserError(f"--text-split {self.text_split!r}; expected one of {', '.join(SPLIT_MODES)}")
+            raise ValueError(f"--text-split {self.text_split!r}; expected one of {', '.join(SPLIT_MODES)}")
         if self.window_chars < 1:
-            raise UserError(f"--window-chars must be positive, got {self.window_chars}")
+            raise ValueError(f"--window-chars must be positive, got {self.window_chars}")
         if self.natural_dir is not None and self.source != "stories":
-            raise UserError("--natural mixes the natural stories into the generated ones; it cannot go with "
+            raise ValueError("--natural mixes the natural stories into the generated ones; it cannot go with "
                              "--text, --jsonl or --hf-dataset (pass the story files to --text instead)")
         if self.natural_upsample < 1:
-            raise UserError(f"--natural-upsample must be a positive whole number of copies, got {self.natural_upsample}")
+            raise ValueError(f"--natural-upsample must be a positive whole number of copies, got {self.natural_upsample}")
         if self.source == "stories":
             if self.n_stories < 0 or self.n_held_out <= 0 or (self.n_stories == 0 and self.natural_dir is None):
-                raise UserError(
+                raise ValueError(
                     f"--n-stories ({self.n_stories}) and --held-out-stories ({self.n_held_out}) must be positive"
                 )
         else:
             if not self.paths:
-                raise UserError(f"data source {self.source!r} needs at least one path")
+                raise ValueError(f"data source {self.source!r} needs at least one path")
             if not 0.0 < self.held_out_fraction < 1.0:
-                raise UserError(f"--held-out-fraction must lie in (0, 1), got {self.held_out_fraction}")
+                raise ValueError(f"--held-out-fraction must lie in (0, 1), got {self.held_out_fraction}")
+        return self
 
     def describe(self) -> str:
         if self.source == "stories" and self.natural_dir is not None:
@@ -114,7 +118,7 @@ def _key(payload: dict[str, Any]) -> str:
 
 
 def _source_payload(spec: DataSpec) -> dict[str, Any]:
-    payload = asdict(spec)
+    payload = spec.model_dump(mode="json")
     payload.pop("tokenizer_path")
     if spec.source in ("text", "jsonl"):
         payload["paths"] = [_shown_path(Path(p)) for p in spec.paths]
@@ -150,7 +154,6 @@ def load_document_sets(spec: DataSpec, show_progress: bool = True) -> tuple[list
     """(training documents, {held-out set name: documents}); a single held-out set is named "held_out"."""
     from circuitlab.data import HELD_OUT_SEED, iter_stories, load_hf_dataset, load_jsonl, load_text_files
 
-    spec.validate()
     if spec.source == "stories":
         if spec.story_seed == HELD_OUT_SEED:
             raise UserError(f"story seed {HELD_OUT_SEED} is the held-out seed; train on another seed")
@@ -208,7 +211,6 @@ def prepare_data(
     from circuitlab.architectures.weights import CheckpointError, load_tensors, save_tensors
     from circuitlab.data import CircuitTokenizer, train_tokenizer
 
-    spec.validate()
     data_dir = Path(data_dir)
     data_dir.mkdir(parents=True, exist_ok=True)
     source_key = _key(_source_payload(spec))

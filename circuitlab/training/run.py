@@ -25,7 +25,8 @@ from typing import Any
 from circuitlab.errors import UserError
 from circuitlab.atomic import atomic_write_text
 from circuitlab.training.corpus import DataSpec
-from circuitlab.training.trainer import LOG_FILE, TrainConfig, TrainResult
+from circuitlab.training.settings import TrainConfig
+from circuitlab.training.trainer import LOG_FILE, TrainResult
 
 
 @dataclass
@@ -136,19 +137,18 @@ def train(
     cpu_started = time.process_time()
     import torch
 
-    from circuitlab.training.distributed import (
+    from circuitlab.distributed import (
         barrier,
         broadcast_object,
         device_for,
         launched_by_torchrun,
         setup_distributed,
         teardown_distributed,
-        unwrap_model,
     )
+    from circuitlab.training.ddp import unwrap_model
 
     train_config = train_config or TrainConfig()
     data = data or DataSpec()
-    data.validate()
     out = Path(out)
     if threads is not None:
         if threads <= 0:
@@ -198,7 +198,8 @@ def train(
 
         model_config = model_config.replace(d_vocab=prepared.tokenizer.vocab_size)
         from circuitlab.architectures.transformer import CircuitTransformer
-        from circuitlab.training.trainer import Trainer, find_checkpoint
+        from circuitlab.training.resume import find_checkpoint
+        from circuitlab.training.trainer import Trainer
 
         model = CircuitTransformer(model_config, tokenizer=prepared.tokenizer)
         model.reset_parameters(seed=train_config.seed)
@@ -261,7 +262,6 @@ def _finish(
 
     from circuitlab.architectures.weights import save_model
     from circuitlab.training.card import write_card
-    from circuitlab.training.pressure import describe as describe_pressures
     from circuitlab.training.pressure import pressure_summary
 
     model.eval()
@@ -313,7 +313,7 @@ def _finish(
         "data": prepared.manifest,
         "train_settings": train_config.to_dict(),
         "warnings": list(result.warnings),
-        "pressures": {"rule": describe_pressures(model.config.selectivity), **pressure_summary(result.history)},
+        "pressures": {"rule": model.config.selectivity.describe(), **pressure_summary(result.history)},
     }
     atomic_write_text(out / "metrics.json", json.dumps(metrics, indent=1) + "\n")
     write_card(

@@ -20,8 +20,7 @@ checkpoint is just its step, and a resumed run draws exactly the batches the uni
 Speed: on CUDA the model is compiled with torch.compile unless `compile=False` (CLI --no-compile); the
 circuitlab fast paths are custom operators, so the compiled graph keeps them. On one CUDA device the default
 `compile_mode` is "reduce-overhead": the compiled steps replay as CUDA graphs, so the GPU no longer waits
-while the host launches each kernel. That wait was what held legible-stories back (on one H200 its compiled
-step ran 19.1 ms of kernels in a 32.5 ms step; with CUDA graphs its steps took 20.1-20.5 ms: BENCHMARKS.md). Runs
+while the host launches each kernel (what held legible-stories back: docs/performance.md). Runs
 over several ranks, and models with a layer that cannot be captured (the product parity bottleneck), keep
 torch's default mode (`default_compile_mode`), and so does a run after it first runs out of GPU memory. A step of `batch_size` sequences
 runs as micro-batches of `micro_batch` sequences per rank with gradients accumulated (`micro_batch=0`, the
@@ -38,8 +37,6 @@ Letters: B batch (sequences), T positions, V vocabulary, W window (seq_len + 1).
 from __future__ import annotations
 
 import contextlib
-import dataclasses
-import hashlib
 import json
 import math
 import os
@@ -55,11 +52,7 @@ from jaxtyping import Int
 from torch import Tensor, nn
 
 from circuitlab.atomic import atomic_write_text
-from circuitlab.errors import UserError
-from circuitlab.training.resume import (  # noqa: F401  (CheckpointMismatchError, find_checkpoint: public here too)
-    CHECKPOINT_FORMAT,
-    CHECKPOINT_VERSION,
-    CheckpointMismatchError,
+from circuitlab.training.resume import (
     StateHolder,
     check_compatible,
     find_checkpoint,
@@ -70,107 +63,18 @@ from circuitlab.training.resume import (  # noqa: F401  (CheckpointMismatchError
     restore_rng,
     write_checkpoint,
 )
-from circuitlab.training.distributed import (
-    DistributedContext,
-    all_reduce_mean,
-    all_reduce_sum,
-    barrier,
-    unwrap_model,
-    wrap_model,
-)
+from circuitlab.distributed import DistributedContext, all_reduce_mean, barrier
+from circuitlab.training.batches import WindowSampler, data_fingerprint, parameter_groups
+from circuitlab.training.compile import autocast_for, compile_model, default_compile_mode
+from circuitlab.training.ddp import unwrap_model, wrap_model
+from circuitlab.training.evaluation import held_out_loss
 from circuitlab.training.guard import DivergenceError, DivergenceGuard
 from circuitlab.training.overfit import overfitting_warnings
 from circuitlab.training.pressure import LOG_PREFIX, TERMS, pressure_scale
 from circuitlab.training.schedule import wsd_lr
+from circuitlab.training.settings import RESUMABLE_CHANGES, TrainConfig
 
 LOG_FILE = "train_log.jsonl"
-
-
-# torch.compile modes a run may ask for ("reduce-overhead": CUDA graphs)
-COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
-
-
-def default_compile_mode(model: nn.Module, device: torch.device | str, distributed: bool = False) -> str:
-    """"reduce-overhead" (CUDA graphs) on one CUDA device when every layer can be captured (CodeLayer.cuda_graphs),
-    else torch's "default"."""
-    capturable = all(getattr(module, "cuda_graphs", True) for module in model.modules())
-    return "reduce-overhead" if torch.device(device).type == "cuda" and not distributed and capturable else "default"
-
-
-@dataclass
-class TrainConfig:
-    """Everything that determines the sequence of updates (plus a few knobs that do not, see RESUMABLE_CHANGES)."""
-
-    steps: int = 1000
-    batch_size: int = 32  # sequences per optimizer step, over all ranks and micro-batches
-    seq_len: int = 256
-    lr: float = 1e-3
-    warmup: int = 100
-    decay_fraction: float = 0.2  # seed 000: square-root decay over the last 20% of steps
-    weight_decay: float = 0.1
-    decay_embeddings: bool = True
-    beta1: float = 0.9
-    beta2: float = 0.95
-    adam_eps: float = 1e-8
-    grad_clip: float = 1.0  # 0 disables clipping (the norm is still logged)
-    grad_accum: int = 1
-    seed: int = 0
-    eval_every: int = 200
-    eval_sequences: int = 256  # held-out windows per periodic evaluation (the final one uses all)
-    eval_batch_size: int = 32
-    ckpt_every: int = 500
-    keep_checkpoints: int = 2
-    guard_window: int = 50
-    guard_factor: float = 2.0
-    max_minutes: float | None = None
-    compile: bool | None = None  # torch.compile the model; None: on CUDA yes, on the CPU no
-    compile_mode: str | None = None  # torch.compile mode; None: "reduce-overhead" on one CUDA device, else "default"
-    micro_batch: int = 0  # sequences per forward/backward on each rank; 0: picked (see Trainer.micro_batch)
-    fsdp: bool = False
-
-    def validate(self, world_size: int = 1) -> None:
-        def need(ok: bool, message: str) -> None:
-            if not ok:
-                raise UserError(f"invalid training settings: {message}")
-
-        for key in ("steps", "batch_size", "seq_len", "grad_accum", "eval_batch_size", "keep_checkpoints"):
-            need(int(getattr(self, key)) > 0, f"{key} must be a positive integer, got {getattr(self, key)}")
-        need(self.lr > 0, f"lr must be positive, got {self.lr}")
-        need(self.warmup >= 0, f"warmup must be >= 0, got {self.warmup}")
-        need(self.weight_decay >= 0, f"weight_decay must be >= 0, got {self.weight_decay}")
-        need(self.grad_clip >= 0, f"grad_clip must be >= 0 (0 disables clipping), got {self.grad_clip}")
-        need(self.eval_every >= 0 and self.ckpt_every >= 0, "eval_every and ckpt_every must be >= 0 (0 = never)")
-        need(self.max_minutes is None or self.max_minutes > 0, f"max_minutes must be positive, got {self.max_minutes}")
-        need(self.compile_mode is None or self.compile_mode in COMPILE_MODES,
-             f"compile_mode must be one of {', '.join(COMPILE_MODES)}, got {self.compile_mode!r}")
-        need(self.micro_batch >= 0, f"micro_batch must be >= 0 (0 = picked for the device), got {self.micro_batch}")
-        per_rank = self.batch_size // max(1, world_size)
-        need(
-            self.micro_batch == 0 or per_rank % self.micro_batch == 0,
-            f"micro_batch {self.micro_batch} must divide the {per_rank} sequences each rank takes per step",
-        )
-        need(
-            self.batch_size % (world_size * self.grad_accum) == 0,
-            f"batch_size {self.batch_size} must be divisible by ranks x grad_accum = {world_size} x "
-            f"{self.grad_accum}, so every micro-batch has the same number of sequences",
-        )
-
-    def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> TrainConfig:
-        known = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(set(data) - known)
-        if unknown:
-            raise ValueError(f"unknown training settings {unknown}; expected a subset of {sorted(known)}")
-        return cls(**data)
-
-
-# settings that may differ between a checkpoint and the run resuming it without changing any update
-# (how a step is split into micro-batches changes float rounding only, not the update)
-RESUMABLE_CHANGES = frozenset({"eval_every", "eval_sequences", "eval_batch_size", "ckpt_every", "keep_checkpoints",
-                               "max_minutes", "compile", "compile_mode", "micro_batch"})
 
 
 @dataclass
@@ -185,69 +89,6 @@ class TrainResult:
     log_path: Path
     history: list[dict[str, Any]] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)  # overfitting signs (circuitlab.training.overfit)
-
-
-def parameter_groups(model: nn.Module, weight_decay: float, decay_embeddings: bool = True) -> list[dict[str, Any]]:
-    """AdamW groups: matrices decayed, vectors and scalars (norm scales, biases, decay logits) not; the
-    token/position embeddings follow `decay_embeddings` (see the module docstring for why they default on)."""
-    decayed, undecayed = [], []
-    for name, param in model.named_parameters():
-        if not param.requires_grad or param.numel() == 0:  # zero-size (e.g. W_V when every head is Boolean)
-            continue
-        is_embedding = name.split(".")[-1] in ("W_E", "W_pos")
-        if param.dim() < 2 or (is_embedding and not decay_embeddings):
-            undecayed.append(param)
-        else:
-            decayed.append(param)
-    return [
-        {"params": decayed, "weight_decay": weight_decay},
-        {"params": undecayed, "weight_decay": 0.0},
-    ]
-
-
-def epoch_permutation(n_windows: int, seed: int, epoch: int) -> Tensor:
-    generator = torch.Generator().manual_seed(int(seed) * 1_000_003 + int(epoch))
-    return torch.randperm(n_windows, generator=generator)
-
-
-class WindowSampler:
-    """Global batch of optimizer step `step`: a pure function of (seed, step, n_windows)."""
-
-    def __init__(self, n_windows: int, batch_size: int, seed: int):
-        if n_windows <= 0:
-            raise ValueError("the training data holds no windows: give more text or a shorter --seq-len")
-        self.n_windows, self.batch_size, self.seed = n_windows, batch_size, seed
-        self._cache: dict[int, Tensor] = {}
-
-    def _perm(self, epoch: int) -> Tensor:
-        if epoch not in self._cache:
-            self._cache = {e: p for e, p in self._cache.items() if e >= epoch - 1}
-            self._cache[epoch] = epoch_permutation(self.n_windows, self.seed, epoch)
-        return self._cache[epoch]
-
-    def batch_indices(self, step: int) -> Int[Tensor, "batch"]:
-        positions = torch.arange(step * self.batch_size, (step + 1) * self.batch_size)
-        epochs, offsets = positions // self.n_windows, positions % self.n_windows
-        out = torch.empty(self.batch_size, dtype=torch.long)
-        for epoch in epochs.unique().tolist():
-            mask = epochs == epoch
-            out[mask] = self._perm(int(epoch))[offsets[mask]]
-        return out
-
-
-def data_fingerprint(windows: Tensor) -> str:
-    array = windows.contiguous().cpu().numpy()
-    digest = hashlib.sha256()
-    digest.update(str((array.shape, str(array.dtype))).encode())
-    digest.update(array.tobytes())
-    return digest.hexdigest()
-
-
-def autocast_for(device: torch.device) -> contextlib.AbstractContextManager:
-    """bf16 autocast on CUDA (weights and optimizer stay float32); plain float32 elsewhere."""
-    if device.type == "cuda":
-        return torch.autocast("cuda", dtype=torch.bfloat16)
-    return contextlib.nullcontext()
 
 
 class Trainer:
@@ -396,31 +237,18 @@ class Trainer:
     @torch.no_grad()
     def evaluate(self, max_windows: int | None = None) -> float:
         """Mean next-token cross-entropy (nats) over held-out windows, split evenly across ranks."""
-        windows = self.held_out_windows
-        if max_windows is not None and max_windows > 0:
-            windows = windows[:max_windows]
-        usable = (windows.shape[0] // self.context.world_size) * self.context.world_size
-        local = windows[:usable][self.context.rank :: self.context.world_size]
-        totals = torch.zeros(2, dtype=torch.float64, device=self.device)
         self.model.eval()
-        for start in range(0, local.shape[0], self.config.eval_batch_size):
-            batch = local[start : start + self.config.eval_batch_size].to(self.device).long()
-            with autocast_for(self.device):
-                logits_BxTxV = self._forward(batch[:, :-1])
-            loss_sum = F.cross_entropy(
-                logits_BxTxV.float().reshape(-1, logits_BxTxV.shape[-1]), batch[:, 1:].reshape(-1), reduction="sum"
-            )
-            totals += torch.stack([loss_sum.double(), torch.tensor(batch[:, 1:].numel(), device=self.device, dtype=torch.float64)])
-        self.model.train()
-        totals = all_reduce_sum(totals, self.context)
-        return float(totals[0] / totals[1])
+        try:
+            return held_out_loss(self._forward, self.held_out_windows, self.context, self.device,
+                                 self.config.eval_batch_size, max_windows)
+        finally:
+            self.model.train()
 
     def _compile(self, mode: str) -> None:
         """Set forward_model: the model compiled in `mode` (when compiling), else the model itself."""
         self.compile_mode = mode
         # CUDA graphs reuse their output buffers: each forward starts a new step (see _forward)
-        self.cuda_graphs = self.compiled and mode == "reduce-overhead" and self.device.type == "cuda"
-        self.forward_model = torch.compile(self.model, mode=mode) if self.compiled else self.model
+        self.forward_model, self.cuda_graphs = compile_model(self.model, self.compiled, mode, self.device)
 
     def _forward(self, tokens_BxT: Tensor, **kwargs):
         """The (compiled) model on one batch. Under CUDA graphs a forward's outputs live in buffers the next

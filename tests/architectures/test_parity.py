@@ -642,7 +642,8 @@ def test_torch_compile_traces_the_bottleneck_in_one_graph():
 def test_training_adds_and_logs_the_reconstruction_term(tmp_path):
     """One step of two runs that differ only in lambda_recon: same forward (LM loss and reconstruction
     logged equal), different update (the term's gradient), and the logged value is aux['reconstruction']."""
-    from circuitlab.training.trainer import TrainConfig, Trainer
+    from circuitlab.training.settings import TrainConfig
+    from circuitlab.training.trainer import Trainer
 
     windows = torch.randint(0, 512, (12, 17), generator=torch.Generator().manual_seed(12)).to(torch.int32)
     runs = {}

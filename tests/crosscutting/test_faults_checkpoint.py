@@ -185,7 +185,8 @@ DETERMINISTIC = ("step", "loss", "lr", "grad_norm", "selectivity", "running_loss
 
 def make_trainer(out: Path):
     """A tiny-legible trainer on seeded synthetic windows (the same in every process)."""
-    from circuitlab.training.trainer import TrainConfig, Trainer
+    from circuitlab.training.settings import TrainConfig
+    from circuitlab.training.trainer import Trainer
 
     generator = torch.Generator().manual_seed(0)
     starts = torch.randint(0, 512, (48, 1), generator=generator)
@@ -266,7 +267,7 @@ def test_sigkill_while_writing_a_checkpoint_resumes_from_the_previous_one(tmp_pa
     ],
 )
 def test_a_damaged_training_checkpoint_names_the_file(tmp_path, one_thread, file, damage, message):
-    from circuitlab.training.trainer import CheckpointMismatchError
+    from circuitlab.training.resume import CheckpointMismatchError
 
     make_trainer(tmp_path).fit(stop_at=3)
     path = tmp_path / "checkpoints" / "step_00000003" / file

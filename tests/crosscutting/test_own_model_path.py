@@ -163,7 +163,7 @@ def word_model():
 
 def test_text_pairs_name_the_missing_key_with_an_example(word_model):
     from circuitlab.analysis.patching import nie_grid
-    from circuitlab.pairs import PairFormatError
+    from circuitlab.analysis.pairs import PairFormatError
 
     with pytest.raises(PairFormatError, match=r"lacks the key 'patch_answer'.*\{\"clean\": \"The turtle was\""):
         nie_grid(word_model, [{"clean": "The turtle was", "patch": "The rabbit was", "clean_answer": "slow"}])
@@ -175,7 +175,7 @@ def test_text_pairs_name_the_missing_key_with_an_example(word_model):
 
 def test_a_text_pair_is_the_same_pair_in_python_cli_and_dashboard(word_model, tmp_path):
     from circuitlab.demo.inputs import custom_patch_pair
-    from circuitlab.pairs import text_pair
+    from circuitlab.analysis.pairs import text_pair
 
     record = {"clean": "The turtle was", "patch": "The rabbit was", "clean_answer": "slow", "patch_answer": "fast",
               "noun_position": 2}

@@ -13,15 +13,11 @@ from circuitlab import CircuitTransformer, ModelConfig
 from circuitlab.architectures.transformer import load_model
 from circuitlab.errors import UserError
 from circuitlab.training.guard import DivergenceError
-from circuitlab.training.trainer import (
-    CheckpointMismatchError,
-    TrainConfig,
-    Trainer,
-    WindowSampler,
-    default_compile_mode,
-    find_checkpoint,
-    parameter_groups,
-)
+from circuitlab.training.batches import WindowSampler, parameter_groups
+from circuitlab.training.compile import default_compile_mode
+from circuitlab.training.resume import CheckpointMismatchError, find_checkpoint
+from circuitlab.training.settings import TrainConfig
+from circuitlab.training.trainer import Trainer
 
 SEQ_LEN = 32
 

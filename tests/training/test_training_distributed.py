@@ -21,8 +21,9 @@ import torch.multiprocessing as mp
 from safetensors.torch import load_file
 
 from circuitlab import CircuitTransformer, ModelConfig
-from circuitlab.training.distributed import DistributedContext
-from circuitlab.training.trainer import TrainConfig, Trainer
+from circuitlab.distributed import DistributedContext
+from circuitlab.training.settings import TrainConfig
+from circuitlab.training.trainer import Trainer
 
 SEQ_LEN = 32
 SETTINGS = dict(steps=3, batch_size=8, seq_len=SEQ_LEN, lr=3e-3, warmup=1, eval_every=0, ckpt_every=2, eval_sequences=8)

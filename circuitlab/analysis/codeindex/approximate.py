@@ -2,9 +2,8 @@
 
 Two kinds of proposer. Where numba is installed the default ("auto") is the postings index: the posting
 lists of each query's largest units propose candidates (circuitlab/analysis/postings.py); it shares the exact
-index's lists, so it costs nothing to build. At 10^6 structured sgatlin-shape codes on 2 cores it answered
-1,119-1,156 queries/s at recall@10 0.995 (24 units, 256 candidates), FAISS IVF 301-303 at 0.996 after a 25 s
-build (2026-12-01, idle runs of benchmarks/bench_cpu.py). The FAISS kinds remain: every code is compressed to
+index's lists, so it costs nothing to build (docs/decisions/search-postings.md compares the two). The FAISS
+kinds remain: every code is compressed to
 a dense sketch of `dim` floats (a sparse signed random projection, seeded, so it needs no stored matrix
 whatever the code size), the normalised sketches go into a FAISS inner-product index, FAISS proposes
 candidates and those are re-ranked with the exact sparse cosine distance. Densified sgatlin codes (8192

@@ -1,4 +1,4 @@
-"""The deep parity bottleneck, product design (DESIGN section 5; seed 003, whose full text was not available:
+"""The deep parity bottleneck, product design (docs/designs/parity.md; seed 003, whose full text was not available:
 every choice below is circuitlab's and is recorded here and in the parity model card).
 
 Dictionary. m = 2^r features in d dimensions, computed, never stored. d is read as a grid of g_r rows x g_c
@@ -7,7 +7,7 @@ columns and P (g_r x r2) for the rows, r1 + r2 = r, give sign tables sQ(u1) = R(
 and sP(u2) = R(P bits(u2)) in {+1,-1}^g_r (R(0) = +1, R(1) = -1). Feature u = u1 + 2^r1 u2 is
     phi_u = outer(sP(u2), sQ(u1)).flatten() / sqrt(d),
 the pattern R(M bits(u)) / sqrt(d) of the linear code M whose row (row, col) is [Q[col], P[row]]. So the
-facts of DESIGN section 5 hold: sqrt(d) phi_(u xor v) = sqrt(d) phi_u * sqrt(d) phi_v, and
+facts of the design hold (docs/designs/parity.md): sqrt(d) phi_(u xor v) = sqrt(d) phi_u * sqrt(d) phi_v, and
 <phi_u, phi_v> = mean sign of the codeword of u xor v = tQ[u1 xor v1] * tP[u2 xor v2], with tQ, tP the mean
 signs of the column and row codewords. Only the sign tables (2^r1 x g_c and 2^r2 x g_r) are kept, and they
 are recomputed from the seed.

@@ -1,4 +1,4 @@
-"""NC-FFN: a feed-forward layer of named fuzzy operators (DESIGN section 4; the companion paper's full
+"""NC-FFN: a feed-forward layer of named fuzzy operators (docs/designs/legible.md; the companion paper's full
 text was not available, so this layout is circuitlab's design).
 
 Hidden pre-activations pre = z W_in are split [GELU | A | B | quantifiers]:

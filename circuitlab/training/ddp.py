@@ -17,17 +17,7 @@ from __future__ import annotations
 
 from torch import nn
 
-from circuitlab.distributed import (  # noqa: F401  (the process group is shared with sharded collection)
-    DistributedContext,
-    all_reduce_mean,
-    all_reduce_sum,
-    barrier,
-    broadcast_object,
-    device_for,
-    launched_by_torchrun,
-    setup_distributed,
-    teardown_distributed,
-)
+from circuitlab.distributed import DistributedContext
 
 
 def wrap_model(model: nn.Module, context: DistributedContext, fsdp: bool = False) -> nn.Module:

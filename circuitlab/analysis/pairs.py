@@ -1,4 +1,4 @@
-"""Patching pairs written as text: the one pair format of `circuitlab patch --pairs`, `circuitlab demo --pairs`,
+"""Patching pairs: `PatchPair`, and pairs written as text: the one pair format of `circuitlab patch --pairs`, `circuitlab demo --pairs`,
 `nie_grid` and the dashboard's patching page.
 
 A pairs file is a JSON list of objects:
@@ -27,6 +27,7 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -50,6 +51,115 @@ class PairFormatError(UserError):
     """A patching pair that does not follow the documented format."""
 
 
+@dataclass(frozen=True)
+class PatchPair:
+    """A clean prompt and a counterfactual prompt, their answers, and where each position role sits.
+
+    `roles` maps a role name to (clean position, patch position); "final" is where m(x) is read and
+    defaults to the last token of each prompt. `alignment` lists (clean position, patch position) pairs
+    that make up the role "all" when the prompts have different lengths.
+    """
+
+    clean_tokens: tuple[int, ...]
+    patch_tokens: tuple[int, ...]
+    clean_answer_id: int
+    patch_answer_id: int
+    roles: Mapping[str, tuple[int, int]] = field(default_factory=dict)
+    alignment: tuple[tuple[int, int], ...] | None = None
+    name: str = ""
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "clean_tokens", tuple(int(t) for t in self.clean_tokens))
+        object.__setattr__(self, "patch_tokens", tuple(int(t) for t in self.patch_tokens))
+        if not self.clean_tokens or not self.patch_tokens:
+            raise UserError("a patch pair needs non-empty clean and patch token lists")
+        roles = {name: (int(c), int(p)) for name, (c, p) in dict(self.roles).items()}
+        roles.setdefault("final", (len(self.clean_tokens) - 1, len(self.patch_tokens) - 1))
+        for role, (clean_pos, patch_pos) in roles.items():
+            if not (0 <= clean_pos < len(self.clean_tokens) and 0 <= patch_pos < len(self.patch_tokens)):
+                raise UserError(
+                    f"{self.name or 'pair'}: role {role!r} at positions ({clean_pos}, {patch_pos}) lies outside "
+                    f"the prompts of {len(self.clean_tokens)} and {len(self.patch_tokens)} tokens"
+                )
+        object.__setattr__(self, "roles", roles)
+        if self.alignment is not None:
+            object.__setattr__(self, "alignment", tuple((int(c), int(p)) for c, p in self.alignment))
+
+    @property
+    def clean_final(self) -> int:
+        return self.roles["final"][0]
+
+    @property
+    def patch_final(self) -> int:
+        return self.roles["final"][1]
+
+    def aligned_positions(self, position: str | int) -> list[tuple[int, int]]:
+        """(clean position, patch position) pairs that a position spec selects."""
+        n_clean, n_patch = len(self.clean_tokens), len(self.patch_tokens)
+        if isinstance(position, str) and position == "all":
+            if self.alignment is not None:
+                return list(self.alignment)
+            if n_clean != n_patch:
+                raise UserError(
+                    f"{self.name or 'pair'}: position 'all' needs prompts of equal length, got {n_clean} and "
+                    f"{n_patch} tokens; give the pair an explicit alignment [(clean_pos, patch_pos), ...] or "
+                    "patch by role only (positions=('noun', 'final'))"
+                )
+            return [(t, t) for t in range(n_clean)]
+        if isinstance(position, str):
+            if position not in self.roles:
+                raise UserError(
+                    f"{self.name or 'pair'} has no position role {position!r}; it has {sorted(self.roles)} "
+                    "(and 'all'), or pass integer positions"
+                )
+            return [self.roles[position]]
+        index = int(position)
+        if n_clean != n_patch:
+            raise UserError(
+                f"{self.name or 'pair'}: integer position {index} is ambiguous for prompts of {n_clean} and "
+                f"{n_patch} tokens; patch by role instead"
+            )
+        if not -n_clean <= index < n_clean:
+            raise UserError(f"position {index} is outside a prompt of {n_clean} tokens")
+        return [(index % n_clean, index % n_clean)]
+
+
+def as_patch_pair(pair: Any, index: int = 0, model: Any = None) -> PatchPair:
+    """A PatchPair from a PatchPair, a text pair (the documented format above; needs
+    `model` for its tokenizer), a fact pair (circuitlab.data.facts.FactPair) or a mapping of token ids:
+    clean_tokens, patch_tokens, clean_answer_id, patch_answer_id and optionally noun_position,
+    final_position, patch_noun_position, patch_final_position, alignment, name."""
+    if isinstance(pair, PatchPair):
+        return pair
+    if is_text_pair(pair):
+        if model is None:
+            raise PairFormatError(f"pair {index} is a text pair; reading it needs the model's tokenizer (pass model=)")
+        return text_pair(model, pair, index)
+    get = pair.get if isinstance(pair, Mapping) else (lambda key, default=None: getattr(pair, key, default))
+    missing = [key for key in TOKEN_KEYS if get(key) is None]
+    if missing:
+        raise PairFormatError(
+            f"pair {index} lacks the key{'s' if len(missing) > 1 else ''} {', '.join(map(repr, missing))}: a pair is "
+            f"text, like {EXAMPLE}, or token ids with {', '.join(TOKEN_KEYS)} (see circuitlab.analysis.pairs)"
+        )
+    clean_tokens, patch_tokens = list(get("clean_tokens")), list(get("patch_tokens"))
+    roles = dict(get("roles") or {})
+    for role in ("noun", "final"):
+        clean_pos = get(f"{role}_position")
+        if clean_pos is None:
+            continue
+        patch_pos = get(f"patch_{role}_position")
+        roles[role] = (int(clean_pos), int(clean_pos if patch_pos is None else patch_pos))
+    name = get("name") or ""
+    if not name and get("clean_noun") is not None:
+        name = f"{get('clean_noun')}->{get('patch_noun')}"
+    return PatchPair(
+        clean_tokens=tuple(clean_tokens), patch_tokens=tuple(patch_tokens),
+        clean_answer_id=int(get("clean_answer_id")), patch_answer_id=int(get("patch_answer_id")),
+        roles=roles, alignment=get("alignment"), name=str(name) or f"pair {index}",
+    )
+
+
 def is_text_pair(record: Any) -> bool:
     return isinstance(record, Mapping) and any(key in record for key in TEXT_KEYS)
 
@@ -69,10 +179,8 @@ def answer_token(tokenizer: Any, word: Any, what: str) -> int:
     )
 
 
-def text_pair(model: Any, record: Mapping[str, Any], index: int = 0) -> Any:
+def text_pair(model: Any, record: Mapping[str, Any], index: int = 0) -> PatchPair:
     """A PatchPair from one text pair of the documented format (module docstring)."""
-    from circuitlab.analysis.patching import PatchPair
-
     where = f"pair {index}"
     if not isinstance(record, Mapping):
         raise PairFormatError(f"{where} is {type(record).__name__}, not an object; a pair looks like {EXAMPLE}")
@@ -143,8 +251,6 @@ def read_pairs(path: str | os.PathLike) -> list[dict]:
     return records
 
 
-def load_pairs(model: Any, path: str | os.PathLike) -> list[Any]:
+def load_pairs(model: Any, path: str | os.PathLike) -> list[PatchPair]:
     """PatchPairs from a pairs file (text pairs, or pairs of token ids)."""
-    from circuitlab.analysis.patching import as_patch_pair
-
     return [as_patch_pair(record, index, model=model) for index, record in enumerate(read_pairs(path))]

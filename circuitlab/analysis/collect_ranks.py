@@ -6,7 +6,7 @@ parts into one collection whose sequence ids are the texts' global indices and w
 renumbered 0..n-1 in (sequence, position) order, so the merged database equals the one a single process
 would build. Then rank 0 builds and saves the CircuitDB.
 
-    torchrun --nproc_per_node=2 -m circuitlab.analysis.distributed sgatlin-stories --stories 2000 --out runs/db
+    torchrun --nproc_per_node=2 -m circuitlab.analysis.collect_ranks sgatlin-stories --stories 2000 --out runs/db
 """
 
 from __future__ import annotations
@@ -119,7 +119,7 @@ def _load(spec: str, tokenizer_path: str | None, device: torch.device) -> Any:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m circuitlab.analysis.distributed",
+        prog="python -m circuitlab.analysis.collect_ranks",
         description="Build a circuit database with collection sharded across torchrun ranks.",
     )
     parser.add_argument("model", help="model folder, shipped model, or preset:NAME with --tokenizer (for timing)")
