@@ -180,10 +180,14 @@ def _held_out_tokens(model: Any, args: argparse.Namespace) -> Any:
 
 
 def run_legibility(args: argparse.Namespace) -> int:
+    from circuitlab.analysis.channel_names import name_channels
     from circuitlab.analysis.legibility import (
-        bounded_channel_groups, head_selectivity_heatmap, legibility_by_layer, legibility_stats,
-        legibility_summary, name_channels, regimes_by_layer_figure,
+        bounded_channel_groups,
+        legibility_by_layer,
+        legibility_stats,
+        legibility_summary,
     )
+    from circuitlab.analysis.legibility_figures import head_selectivity_heatmap, regimes_by_layer_figure
 
     model = _load(args.model)
     bounded_channel_groups(model)  # fails fast, before reading any text, when nothing is bounded

@@ -43,7 +43,7 @@ from circuitlab.data.story_text import (  # noqa: F401  (re-exported: the public
     label_tokens,
     token_labels,
 )
-from circuitlab.data.story_writer import _ATTRIBUTIVE_FACT_NOUNS
+from circuitlab.data.story_pools import _ATTRIBUTIVE_FACT_NOUNS
 
 TRAIN_SEED = 0
 HELD_OUT_SEED = 1_000_003

@@ -255,7 +255,14 @@ _TRANSITIVE = tuple(pair for pair in vocab.TRANSITIVE_VERBS if pair[0] not in ("
 
 
 def _pools():
-    from circuitlab.data.story_writer import _PLAIN_ANIMALS, _PLAIN_OBJECTS, _PLAIN_PLACES, WIDE_ANIMALS, WIDE_OBJECTS, WIDE_PLACES
+    from circuitlab.data.story_pools import (
+        _PLAIN_ANIMALS,
+        _PLAIN_OBJECTS,
+        _PLAIN_PLACES,
+        WIDE_ANIMALS,
+        WIDE_OBJECTS,
+        WIDE_PLACES,
+    )
 
     return {
         "animal": _PLAIN_ANIMALS + WIDE_ANIMALS,

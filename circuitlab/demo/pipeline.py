@@ -315,7 +315,8 @@ def _make_nie(ctx: PipelineContext) -> tuple[list[str], dict | None]:
 
 
 def _make_legibility(ctx: PipelineContext) -> tuple[list[str], dict | None]:
-    from circuitlab.analysis.legibility import legibility_stats, legibility_summary, name_channels
+    from circuitlab.analysis.channel_names import name_channels
+    from circuitlab.analysis.legibility import legibility_stats, legibility_summary
 
     tokens = corpus_windows(ctx.model, ctx.texts(), ctx.sizes.legibility_seq_len)
     stats = legibility_stats(ctx.model, tokens, progress=ctx.progress)

@@ -38,9 +38,7 @@ over tokens), which the model returns as aux["reconstruction"] (mean over layers
 loss times `lambda_recon`, so that the FFN learns writes the k features carry. Without it the out-of-span
 part of a write costs the language model nothing and nothing pushes it out.
 
-Where it sits: see above. Why each choice was made, and the variants measured and dropped, are in the
-documentation (docs/designs/parity.md and docs/decisions/).
-
+Why each choice was made, and the variants measured and dropped: docs/designs/parity.md, docs/decisions/.
 Paths: the encoder's beam search and the least squares each have a fast path and a reference, chosen per call
 by `circuitlab.kernels` (Triton on CUDA, the numba-compiled encoder on the CPU where numba is installed, the
 PyTorch code below elsewhere or under `kernels.use_backend("reference")`).
