@@ -63,7 +63,7 @@ def summary_text(model: Any) -> str:
         lines.append(f"  {config.bottleneck.design} bottleneck: {config.bottleneck.describe(config.d_model)}: "
                      f"{model.blocks[0].bottleneck.features_scored_per_token()} features scored per token")
     if config.selectivity.active:
-        lines.append(f"  selectivity pressures: {config.selectivity}")
+        lines.append(f"  selectivity pressures: {config.selectivity.describe()}")
     lines.append("parameters per part:")
     counts = model.parameter_counts()
     for part, count in counts.items():

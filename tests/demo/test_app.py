@@ -8,6 +8,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.slow  # the dashboard end to end: every page rendered for every model
+
 pytest.importorskip("streamlit")
 from streamlit.testing.v1 import AppTest
 

@@ -1,4 +1,4 @@
-"""The README's measured numbers are the ones the commands print today (scripts/readme_numbers.py)."""
+"""The documentation's measured numbers are the ones the commands print today (scripts/doc_numbers.py)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def _script():
-    spec = importlib.util.spec_from_file_location("readme_numbers", ROOT / "scripts" / "readme_numbers.py")
+    spec = importlib.util.spec_from_file_location("doc_numbers", ROOT / "scripts" / "readme_numbers.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
@@ -30,5 +30,5 @@ def test_the_table_renders_the_summary_and_replaces_only_its_block():
 
 
 @pytest.mark.slow
-def test_the_readme_legibility_numbers_match_the_command():
+def test_the_documented_legibility_numbers_match_the_command():
     assert _script().main(["--check"]) == 0

@@ -1,11 +1,11 @@
-"""Regenerate the README's measured numbers from the commands that print them, so the two cannot drift apart.
+"""Regenerate the documentation's numbers that a command prints (and no results file holds), so the two cannot
+drift apart. Each block sits between `<!-- numbers:NAME -->` and `<!-- /numbers:NAME -->` in its page:
 
-Each block sits between `<!-- numbers:NAME -->` and `<!-- /numbers:NAME -->` in README.md:
+- legibility (docs/generated/legibility.md): the table `circuitlab legibility legible-stories` prints (default
+  arguments), one row per surface
 
-- legibility: the table `circuitlab legibility legible-stories` prints (default arguments), one row per surface
-
-    .venv/bin/python scripts/readme_numbers.py           # rewrite the blocks in README.md
-    .venv/bin/python scripts/readme_numbers.py --check   # exit 1 when README.md differs from a fresh run
+    .venv/bin/python scripts/doc_numbers.py           # rewrite the blocks
+    .venv/bin/python scripts/doc_numbers.py --check   # exit 1 when a page differs from a fresh run
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-README = ROOT / "README.md"
+PAGE = ROOT / "docs" / "generated" / "legibility.md"
 LEGIBILITY_MODEL = "legible-stories"
 HEADER = ("| design | surface | channels | atom crisp | ON % | alive operands | SELECTIVE | CONSTANT | FUZZY |\n"
           "| --- | --- | --- | --- | --- | --- | --- | --- | --- |\n")
@@ -40,7 +40,7 @@ def legibility_summary(model_name: str = LEGIBILITY_MODEL):
 
 
 def legibility_table(summary) -> str:
-    """The README's markdown table of a legibility summary (percentages as the command prints them)."""
+    """The markdown table of a legibility summary (percentages as the command prints them)."""
     rows = []
     for row in summary.itertuples(index=False):
         rows.append(f"| {row.design} | {row.surface} | {int(row.n_channels)} | {row.atom_crisp:.1f}% | "
@@ -52,24 +52,24 @@ def legibility_table(summary) -> str:
 def replace_block(text: str, name: str, body: str) -> str:
     pattern = re.compile(rf"(<!-- numbers:{name} -->\n)(.*?)(<!-- /numbers:{name} -->)", re.S)
     if not pattern.search(text):
-        raise SystemExit(f"README.md has no <!-- numbers:{name} --> block")
+        raise SystemExit(f"{PAGE.name} has no <!-- numbers:{name} --> block")
     return pattern.sub(lambda match: match.group(1) + body + match.group(3), text)
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--check", action="store_true", help="exit 1 if README.md differs from a fresh run")
+    parser.add_argument("--check", action="store_true", help="exit 1 if the page differs from a fresh run")
     args = parser.parse_args(argv)
-    text = README.read_text(encoding="utf-8")
+    text = PAGE.read_text(encoding="utf-8")
     fresh = replace_block(text, "legibility", legibility_table(legibility_summary()))
     if args.check:
         if fresh != text:
-            print("README.md's numbers differ from a fresh run: run scripts/readme_numbers.py", file=sys.stderr)
+            print(f"{PAGE}'s numbers differ from a fresh run: run scripts/doc_numbers.py", file=sys.stderr)
             return 1
-        print("README.md's numbers match a fresh run")
+        print(f"{PAGE.name}'s numbers match a fresh run")
         return 0
-    README.write_text(fresh, encoding="utf-8")
-    print("README.md updated" if fresh != text else "README.md already up to date")
+    PAGE.write_text(fresh, encoding="utf-8")
+    print(f"{PAGE.name} updated" if fresh != text else f"{PAGE.name} already up to date")
     return 0
 
 
