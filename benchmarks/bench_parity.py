@@ -33,19 +33,17 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import bench_kernels as kb  # noqa: E402
 
 from circuitlab.architectures.feedforward.mlp import MLP  # noqa: E402
-from circuitlab.architectures.bottleneck.parity import ParityBottleneck, relative_error  # noqa: E402
+from circuitlab.architectures.bottleneck.parity import ParityBottleneck  # noqa: E402
+from circuitlab.architectures.bottleneck.parity_code import relative_error  # noqa: E402
 from circuitlab.config import ModelConfig  # noqa: E402
 
 
 @contextlib.contextmanager
 def path(name: str):
-    """"before": least squares and decode in PyTorch (no fused solves); "now": the layer's defaults."""
-    fused_solves = ParityBottleneck.fused_solves
-    ParityBottleneck.fused_solves = name != "before"
-    try:
+    """"before": the PyTorch reference path (circuitlab.kernels.use_backend("reference")); "now": the fast paths
+    the layer picks by itself."""
+    with kernels.use_backend("reference" if name == "before" else "auto"):
         yield
-    finally:
-        ParityBottleneck.fused_solves = fused_solves
 
 
 def shipped_model_check(device: str, n_windows: int) -> dict | None:
