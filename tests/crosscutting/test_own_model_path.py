@@ -48,7 +48,7 @@ def test_every_option_of_every_verb_has_help_text():
     assert missing == []
 
 
-def test_version_and_a_fast_help():
+def test_version_and_a_help_that_loads_no_heavy_library():
     env = dict(os.environ, PYTHONPATH=str(ROOT))
     version = subprocess.run([sys.executable, "-m", "circuitlab.cli", "--version"], capture_output=True, text=True,
                              env=env, cwd=ROOT, timeout=60)
@@ -59,11 +59,9 @@ def test_version_and_a_fast_help():
     loaded = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, env=env, cwd=ROOT, timeout=60)
     assert loaded.returncode == 0, loaded.stderr
     assert loaded.stdout.strip() == "[]"
-    started = time.perf_counter()
     shown = subprocess.run([sys.executable, "-m", "circuitlab.cli", "--help"], capture_output=True, text=True,
                            env=env, cwd=ROOT, timeout=60)
     assert shown.returncode == 0 and "demo" in shown.stdout
-    assert time.perf_counter() - started < 3.0  # < 1 s on an idle machine; slack for a loaded test runner
 
 
 def test_only_the_user_error_class_exits_with_status_2(monkeypatch, capsys):
