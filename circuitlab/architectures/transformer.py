@@ -40,6 +40,9 @@ from circuitlab.config import ModelConfig
 from circuitlab.errors import UserError
 
 
+RETURN_TYPES = ("logits", "loss", "both", None)
+
+
 class ContextLengthError(UserError):
     """A prompt longer than the model's context."""
 
@@ -131,7 +134,8 @@ class CircuitTransformer(TransformerLensAPI, GenerationMixin, HookedRootModule):
         self.config = config
         self.tokenizer = tokenizer
         self.W_E = nn.Parameter(torch.empty(config.d_vocab, config.d_model))
-        self.W_pos = nn.Parameter(torch.empty(config.n_ctx, config.d_model)) if config.positional == "learned" else None
+        if config.positional == "learned":
+            self.W_pos = nn.Parameter(torch.empty(config.n_ctx, config.d_model))  # read through the W_pos property
         self.blocks = nn.ModuleList([Block(config, layer) for layer in range(config.n_layers)])
         self.ln_final = make_norm(config.norm, config.d_model, config.norm_eps)
         self.W_U_untied = None if config.tied_embeddings else nn.Parameter(torch.empty(config.d_model, config.d_vocab))
@@ -195,12 +199,66 @@ class CircuitTransformer(TransformerLensAPI, GenerationMixin, HookedRootModule):
 
     # --- forward ---------------------------------------------------------------------------------------
 
+    @property
+    def W_pos(self) -> Float[Tensor, "n_ctx d_model"]:
+        """Learned positional embeddings, added to the token embeddings (`positional="learned"`; `hook_pos_embed`).
+        RoPE models (`positional="rope"`, the default and every shipped model) have none: they rotate queries and
+        keys by position inside attention (`attn.hook_rot_q` / `hook_rot_k`), so asking for W_pos there is an
+        error that says so, rather than None."""
+        if "W_pos" not in self._parameters:
+            from circuitlab.architectures.tl_api import NotInThisArchitecture
+
+            raise NotInThisArchitecture(
+                "model.W_pos: this model uses rotary position embeddings (RoPE), which rotate queries and keys by "
+                "position inside attention (blocks.{l}.attn.hook_rot_q / hook_rot_k); it has no positional "
+                "embedding matrix. A model with positional=\"learned\" has one."
+            )
+        return self._parameters["W_pos"]
+
     def forward(
-        self, tokens: Int[Tensor, "batch pos"], return_aux: bool = False
-    ) -> Float[Tensor, "batch pos d_vocab"] | tuple[Tensor, dict[str, Tensor]]:
-        tokens = self._check_tokens(tokens)
+        self,
+        input: Int[Tensor, "batch pos"] | str | list[str],
+        return_type: str | None = "logits",
+        loss_per_token: bool = False,
+        prepend_bos: bool | None = None,
+        padding_side: str | None = None,
+        return_aux: bool = False,
+    ) -> Any:
+        """Logits [batch, pos, d_vocab] of token ids, or, as in TransformerLens, of a string or a list of strings
+        (tokenized with `to_tokens(input, prepend_bos, padding_side)`).
+
+        return_type: "logits" (default), "loss" (mean next-token cross-entropy; [batch, pos - 1] per token with
+        `loss_per_token`), "both" ((logits, loss)) or None (nothing: run for the hooks). `return_aux` (training)
+        returns (logits, aux) with the selectivity pressures and the bottleneck's reconstruction error."""
+        if return_type not in RETURN_TYPES:
+            raise UserError(f"return_type must be one of {', '.join(map(repr, RETURN_TYPES))}, got {return_type!r}")
+        if isinstance(input, (str, list)) and (isinstance(input, str) or all(isinstance(x, str) for x in input)):
+            input = self.to_tokens(input, prepend_bos=prepend_bos, padding_side=padding_side)
+        tokens = self._check_tokens(input)
+        logits_BxTxV, aux = self._logits(tokens, need_aux=return_aux)
+        if return_aux:
+            return logits_BxTxV, aux
+        if return_type is None:
+            return None
+        if return_type == "logits":
+            return logits_BxTxV
+        loss = self.next_token_loss(logits_BxTxV, tokens, per_token=loss_per_token)
+        return loss if return_type == "loss" else (logits_BxTxV, loss)
+
+    @staticmethod
+    def next_token_loss(
+        logits_BxTxV: Float[Tensor, "batch pos d_vocab"], tokens_BxT: Int[Tensor, "batch pos"], per_token: bool = False
+    ) -> Tensor:
+        """Cross-entropy of each next token (nats): the mean, or [batch, pos - 1] with `per_token`."""
+        if tokens_BxT.shape[1] < 2:
+            raise UserError("a loss needs at least two tokens (it predicts each next one)")
+        losses = torch.nn.functional.cross_entropy(
+            logits_BxTxV[:, :-1].float().transpose(1, 2), tokens_BxT[:, 1:], reduction="none")
+        return losses if per_token else losses.mean()
+
+    def _logits(self, tokens: Tensor, need_aux: bool) -> tuple[Tensor, dict[str, Any] | None]:
         h_BxTxD = self.hook_embed(self.W_E[tokens])
-        if self.W_pos is not None:
+        if "W_pos" in self._parameters:
             # hooked as [B, T, D], the shape TransformerLens' cache helpers expect
             h_BxTxD = h_BxTxD + self.hook_pos_embed(self.W_pos[: tokens.shape[1]].expand_as(h_BxTxD))
         terms: dict[str, Tensor] = {}  # selectivity pressures by surface and kind, e.g. ffn_crispness
@@ -213,12 +271,12 @@ class CircuitTransformer(TransformerLensAPI, GenerationMixin, HookedRootModule):
             if reconstruction is not None:
                 reconstructions.append(reconstruction)
         logits_BxTxV = (self.ln_final(h_BxTxD) @ self.W_U).float()
-        if not return_aux:
-            return logits_BxTxV
+        if not need_aux:
+            return logits_BxTxV, None
         selectivity = torch.stack(list(terms.values())).sum() if terms else logits_BxTxV.new_zeros(())
         aux = {"selectivity": selectivity, "selectivity_terms": terms}
         if reconstructions:
-            # mean over layers of ||x - x_hat||^2 / ||x||^2 of each bottleneck's FFN write (parity.py)
+            # mean over layers of ||x - x_hat||^2 / ||x||^2 of each bottleneck's FFN write (bottleneck/parity.py)
             aux["reconstruction"] = torch.stack(reconstructions).mean()
         return logits_BxTxV, aux
 
