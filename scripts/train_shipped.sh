@@ -91,7 +91,7 @@ d_model 256 read as a 16 x 16 grid, feature (u1, u2) writing outer(sP(u2), sQ(u1
 patterns of two seeded full-rank F2 codes (8 + 8 index bits; no dictionary stored); k = 32 features per
 token found by scoring the 64 column patterns of largest bound (certified exact when the 32nd score beats
 every bound left out), least-squares coefficients with one pursuit round, and a reconstruction term
-(lambda 1) on the relative error of the FFN write. scripts/parity_report.py measures reconstruction,
+(lambda 1) on the relative error of the FFN write. `circuitlab report parity` measures reconstruction,
 encoder agreement, write norms, feature usage and write ablations on held-out natural text.
 EOF
 

@@ -273,7 +273,7 @@ def build_report(models: Sequence[dict[str, Any]]) -> dict[str, Any]:
 def load_report(path: str | os.PathLike) -> dict[str, Any]:
     path = Path(path)
     if not path.exists():
-        raise UserError(f"{path} does not exist; write it with scripts/legibility_report.py MODEL_DIR... --json {path}")
+        raise UserError(f"{path} does not exist; write it with `circuitlab report legibility` MODEL_DIR... --json {path}")
     report = json.loads(path.read_text())
     if report.get("version") != REPORT_VERSION:
         raise UserError(f"{path} is a report of version {report.get('version')}, expected {REPORT_VERSION}; rerun the report")
@@ -328,7 +328,7 @@ def report_markdown(report: dict[str, Any]) -> str:
     lines = [
         "# Legibility of the pressure regimes (seed 002)",
         "",
-        "Measured on the held-out split of the natural stories (data/natural) by scripts/legibility_report.py. "
+        "Measured on the held-out split of the natural stories (data/natural) by `circuitlab report legibility`. "
         "Percentages. atom_crisp, on_percent, alive, dead and stuck_on are read on the operands (alive: ON-fraction "
         "in [1%, 99%]; dead: below; stuck_on: above); selective / constant on the combined values, *_operands on "
         "the operands; legible_share is the mean over positions of the legible share of the logit attribution.",

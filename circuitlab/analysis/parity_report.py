@@ -1,6 +1,6 @@
 """The parity report: the targets of the parity issue, and reading, tabulating and drawing the report.
 
-scripts/parity_report.py measures a parity model on held-out natural text and writes the report (a plain
+`circuitlab report parity` measures a parity model on held-out natural text and writes the report (a plain
 JSON-able dict); `targets` judges it against the issue's targets, for the script and for its readers.
 `load_parity_report` reads and checks the JSON; `layer_table`, `target_table`, `beam_table`,
 `ablation_table` and the figures shape it for the dashboard's Parity page, so the page shows the numbers of
@@ -127,21 +127,21 @@ class _Report(_Checked):
 
 
 def check_parity_report(report: Any, where: str = "the report") -> dict[str, Any]:
-    """`report` when it has the shape scripts/parity_report.py writes; UserError naming what is wrong otherwise."""
+    """`report` when it has the shape `circuitlab report parity` writes; UserError naming what is wrong otherwise."""
     if not isinstance(report, dict):
-        raise UserError(f"{where} is a JSON {type(report).__name__}, expected an object written by scripts/parity_report.py")
+        raise UserError(f"{where} is a JSON {type(report).__name__}, expected an object written by `circuitlab report parity`")
     try:
         checked = _Report.model_validate(report)
     except ValidationError as error:
         problems = "; ".join(f"{'.'.join(str(part) for part in item['loc']) or 'report'}: {item['msg']}"
                              for item in error.errors()[:5])
-        raise UserError(f"{where} is not a parity report ({problems}); write it with scripts/parity_report.py") from None
+        raise UserError(f"{where} is not a parity report ({problems}); write it with `circuitlab report parity`") from None
     if not checked.layers:
-        raise UserError(f"{where} has no layers; write it with scripts/parity_report.py")
+        raise UserError(f"{where} has no layers; write it with `circuitlab report parity`")
     numbers = [layer.layer for layer in checked.layers]
     if numbers != list(range(len(numbers))):
         raise UserError(f"{where}: layers are numbered {numbers}, expected 0 to {len(numbers) - 1} in order "
-                        "(scripts/parity_report.py writes one row per block)")
+                        "(`circuitlab report parity` writes one row per block)")
     if checked.gelu is not None and len(checked.gelu.write_over_residual) != len(checked.layers):
         raise UserError(f"{where}: gelu.write_over_residual has {len(checked.gelu.write_over_residual)} layers, "
                         f"the parity model {len(checked.layers)} (were the two models of different depth?)")
@@ -152,11 +152,11 @@ def load_parity_report(path: str | os.PathLike) -> dict[str, Any]:
     """The report at `path`, checked (UserError when it is missing, not JSON, or of another shape)."""
     path = Path(path)
     if not path.is_file():
-        raise UserError(f"{path} does not exist; write it with scripts/parity_report.py MODEL --gelu GELU_MODEL --json {path}")
+        raise UserError(f"{path} does not exist; write it with `circuitlab report parity` MODEL --gelu GELU_MODEL --json {path}")
     try:
         report = json.loads(path.read_text())
     except (UnicodeDecodeError, json.JSONDecodeError) as error:
-        raise UserError(f"{path} is not JSON ({error}); write it with scripts/parity_report.py") from None
+        raise UserError(f"{path} is not JSON ({error}); write it with `circuitlab report parity`") from None
     return check_parity_report(report, str(path))
 
 

@@ -17,7 +17,8 @@ def build_from_spec(spec: str) -> Any:
     A bare name that finds no trained model is an error, never a silent switch to the randomly initialised
     preset of that name: random weights are asked for by `preset:NAME`.
     """
-    from circuitlab.architectures.weights import CheckpointError, models_root, refuse_pickle
+    from circuitlab.architectures.weights import CheckpointError, refuse_pickle
+    from circuitlab.resources import models_root
     from circuitlab.architectures.transformer import load_model
     from circuitlab.architectures.transformer import CircuitTransformer
 

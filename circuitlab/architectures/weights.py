@@ -31,6 +31,7 @@ from torch import Tensor
 from circuitlab.atomic import atomic_write
 from circuitlab.config import ConfigError, ModelConfig
 from circuitlab.errors import UserError
+from circuitlab.resources import models_root
 
 PICKLE_SUFFIXES = (".pt", ".pth", ".bin", ".ckpt", ".pkl", ".pickle")
 CONFIG_FILE, WEIGHTS_FILE, TOKENIZER_FILE = "config.json", "model.safetensors", "tokenizer.json"
@@ -98,17 +99,6 @@ def save_model(model: Any, folder: str | os.PathLike, dtype: torch.dtype | None 
     if model.tokenizer is not None:
         atomic_write(folder / TOKENIZER_FILE, lambda tmp: model.tokenizer.save(tmp))
     return folder
-
-
-def models_root() -> Path:
-    """Where shipped models live: $CIRCUITLAB_MODELS, else the installed package's models (the wheel carries
-    them as package data in circuitlab/models/), else the source tree's models/ folder."""
-    if "CIRCUITLAB_MODELS" in os.environ:
-        return Path(os.environ["CIRCUITLAB_MODELS"])
-    installed = Path(__file__).resolve().parents[1] / "models"
-    if installed.is_dir():
-        return installed
-    return Path(__file__).resolve().parents[2] / "models"
 
 
 def is_pickle(path: str | os.PathLike) -> bool:

@@ -19,12 +19,13 @@ import circuitlab.cli.db as db
 import circuitlab.cli.demo as demo
 import circuitlab.cli.generate as generate
 import circuitlab.cli.ladder as ladder
+import circuitlab.cli.report as report
 import circuitlab.cli.summary as summary
 import circuitlab.cli.train as train
 from circuitlab.cli.entry import build_parser as _build_parser
 from circuitlab.cli.entry import run_command
 
-VERB_GROUPS = (summary, data, train, ladder, db, causal, generate, demo)
+VERB_GROUPS = (summary, data, train, ladder, db, causal, report, generate, demo)
 
 
 def build_parser():

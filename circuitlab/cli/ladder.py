@@ -13,6 +13,8 @@ ladder_table.md and ladder_loss_vs_flops.html into --out; running the command ag
 from __future__ import annotations
 
 import argparse
+
+from circuitlab.resources import natural_root
 import sys
 
 from circuitlab.presets import LADDER_ABLATIONS
@@ -51,8 +53,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--seq-len", type=int, default=None, help="tokens per sequence (default 256)")
     parser.add_argument("--batch-size", type=int, default=None, help="sequences per step (default 64)")
     parser.add_argument("--lr", type=float, default=None, help="peak learning rate (default 1e-3, seed 000)")
-    parser.add_argument("--natural", nargs="?", const="data/natural", default=None, metavar="DIR",
-                        help="natural stories mixed into the generated ones (default data/natural)")
+    parser.add_argument("--natural", nargs="?", const=str(natural_root()), default=None, metavar="DIR",
+                        help="natural stories mixed into the generated ones (default: the stories circuitlab ships)")
     parser.add_argument("--no-natural", action="store_true", help="generated stories only")
     parser.add_argument("--natural-upsample", type=int, default=None,
                         help="copies of each natural training story (default 3)")

@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from circuitlab.errors import UserError
+from circuitlab.resources import natural_root
 
 TRAINING_DEFAULTS: dict[str, dict[str, Any]] = {
     # the tiny presets: a few hundred steps on 2 CPU cores, well below the corpus' unigram entropy
@@ -121,8 +122,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                       "lines; documents longer than --window-chars cut into windows; the default), blank_line, eot, "
                       "window (a book: consecutive windows), file, line")
     data.add_argument("--window-chars", type=int, default=4000, help="characters per window of --text-split auto/window")
-    data.add_argument("--natural", nargs="?", const="data/natural", default=None, metavar="DIR",
-                      help="mix the natural stories (DIR with prompts.jsonl and stories/; default data/natural) into "
+    data.add_argument("--natural", nargs="?", const=str(natural_root()), default=None, metavar="DIR",
+                      help="mix the natural stories (DIR with prompts.jsonl and stories/; default: the stories circuitlab ships) into "
                       "the generated ones: their training split joins the corpus, their held-out split is a second "
                       "held-out set")
     data.add_argument("--natural-upsample", type=int, default=1, help="copies of each natural training story (default 1)")

@@ -38,8 +38,11 @@ _WORD = re.compile(r"[a-z]+")
 
 
 def default_folder() -> Path:
-    """data/natural of the source tree (where the stories and prompts are kept)."""
-    return Path(__file__).resolve().parents[2] / "data" / "natural"
+    """The natural stories circuitlab ships (circuitlab.resources.natural_root: the installed package's copy, or
+    data/natural of the source tree)."""
+    from circuitlab.resources import natural_root
+
+    return natural_root()
 
 
 def is_held_out(story_id: int) -> bool:

@@ -31,6 +31,7 @@ import circuitlab.architectures.registry as registry
 from circuitlab.config import ModelConfig, ladder_config, ladder_designs, scaling_ladder
 from circuitlab.flops import count_flops
 from circuitlab.presets import LADDER_ABLATIONS
+from circuitlab.resources import natural_root
 from circuitlab.settings import Settings
 
 BASE_BUDGET = 6e13  # training FLOPs of scale 1 at --budget-scale 1; x4 per scale
@@ -75,7 +76,7 @@ class LadderSettings(Settings):
     jobs_per_gpu: int = 10
     gpus: tuple[str, ...] = ()  # CUDA device ids to spread runs over; () = every visible GPU (or the CPU)
     max_minutes: float | None = 5.0  # per run: stop cleanly and record it (metrics say "time limit")
-    natural: str | None = "data/natural"
+    natural: str | None = str(natural_root())
     natural_upsample: int = 3
     n_stories: int = 40000
     held_out_stories: int = 1000

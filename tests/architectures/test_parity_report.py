@@ -1,8 +1,7 @@
-"""scripts/parity_report.py on tiny randomly initialised models: every figure against its definition."""
+"""`circuitlab report parity` on tiny randomly initialised models: every figure against its definition."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import math
 from pathlib import Path
@@ -18,10 +17,9 @@ TOKENIZER = ROOT / "models" / "sgatlin-stories" / "tokenizer.json"
 
 
 def _script():
-    spec = importlib.util.spec_from_file_location("parity_report", ROOT / "scripts" / "parity_report.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    import circuitlab.analysis.parity_measure as parity_measure
+
+    return parity_measure
 
 
 @pytest.fixture(scope="module")

@@ -139,7 +139,7 @@ def test_folders_without_records_are_checked_against_the_training_metrics(tmp_pa
 
 
 def test_shipped_models_agree_with_their_recorded_hashes():
-    from circuitlab.architectures.weights import models_root
+    from circuitlab.resources import models_root
 
     shipped = [p for p in sorted(models_root().glob("*")) if (p / "model.safetensors").is_file() and (p / "metrics.json").is_file()]
     if not shipped:

@@ -338,7 +338,7 @@ def test_parity_page_shows_the_shipped_report_and_a_constructed_one(demo_runs, t
 
     monkeypatch.setenv("CIRCUITLAB_PARITY_REPORT", str(tmp_path / "absent.json"))
     app = open_page(runs["tiny-parity"], "Parity bottleneck")
-    assert "No parity report at" in texts(app.info) and "scripts/parity_report.py" in texts(app.code)
+    assert "No parity report at" in texts(app.info) and "circuitlab report parity" in texts(app.code)
     (tmp_path / "regimes.json").write_text('{"version": 1, "models": []}')  # another report's shape
     monkeypatch.setenv("CIRCUITLAB_PARITY_REPORT", str(tmp_path / "regimes.json"))
     app = open_page(runs["tiny-parity"], "Parity bottleneck")

@@ -1,8 +1,7 @@
-"""Measure a parity model's bottleneck on held-out natural text: the figures of the parity issue's targets.
+"""Measuring a parity model's bottleneck on held-out natural text: the figures of the parity report
+(`circuitlab report parity`; circuitlab.analysis.parity_report renders and judges them).
 
-    python scripts/parity_report.py models/parity-stories --gelu models/gelu-stories --json parity_report.json
-
-On windows of the natural stories' held-out split (data/natural, stories never trained on), per layer:
+On windows of the natural stories' held-out split (stories never trained on), per layer:
 - reconstruction: ||x - x_hat||^2 / ||x||^2 of the FFN write x (sums over tokens, as the training term), with
   the configured encoder and, on the sampled tokens, with the exhaustive one;
 - agreement: share of the fast encoder's top-k (first round, the configured beam) that is in the exhaustive
@@ -11,13 +10,11 @@ On windows of the natural stories' held-out split (data/natural, stories never t
 - usage: distinct features used, and the share of all uses that go to the 100 most used features;
 - coherence of the dictionary.
 For the model: held-out loss, and the loss with every bottleneck write (hook_mlp_out) zeroed; for the GELU
-model the same two with every FFN write zeroed. The targets of the issue are checked in the printed table.
+model the same two with every FFN write zeroed.
 """
 
 from __future__ import annotations
 
-import argparse
-import json
 import math
 import sys
 from pathlib import Path
@@ -25,9 +22,8 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from circuitlab.analysis.parity_report import targets  # the issue's targets, shared with the dashboard
+from circuitlab.analysis.parity_report import targets
 
-ROOT = Path(__file__).resolve().parents[1]
 TOP_FEATURES = 100
 EXHAUSTIVE_TOKENS = 4096  # tokens per layer scored exhaustively (the reference is m scores per token)
 
@@ -125,7 +121,7 @@ def layer_stats(model, windows: torch.Tensor, batch_size: int, device: torch.dev
             x = torch.cat(entry["sampled"])
             row["sampled_tokens"] = int(x.shape[0])
             row.update(encoder_agreement(bottleneck, x, beams, relative_error))
-            row["coherence"] = bottleneck.coherence() if hasattr(bottleneck, "top_scores") else None
+            row["coherence"] = bottleneck.coherence()
         results.append(row)
     return results
 
@@ -135,9 +131,6 @@ def encoder_agreement(bottleneck, x_NxD: torch.Tensor, beams: list[int], relativ
     beam and at `beams`; the final support and reconstruction with the exhaustive encoder."""
     out: dict = {}
     x = x_NxD[None]
-    if not hasattr(bottleneck, "top_scores"):  # the prefix design: no certificate
-        fast, exhaustive = bottleneck.encode_indices(x)[0], bottleneck.encode_indices_exhaustive(x)[0]
-        return {"agreement": _overlap(fast, exhaustive), "certified": None}
     grid = bottleneck._grid(x_NxD.float())
     exhaustive = bottleneck.top_scores(grid, bottleneck.k, beam=None)[0]
     by_beam = {}
@@ -159,14 +152,16 @@ def encoder_agreement(bottleneck, x_NxD: torch.Tensor, beams: list[int], relativ
 
 
 def _shown(path: Path) -> str:
-    """A path as the report records it: relative to the repository when inside it (the default folder)."""
+    """A path as the report records it: relative to the source tree when inside it (the default folder)."""
+    from circuitlab.resources import SOURCE_TREE
+
     try:
-        return str(Path(path).resolve().relative_to(ROOT))
+        return str(Path(path).resolve().relative_to(SOURCE_TREE))
     except ValueError:
         return str(path)
 
 
-def report(model_dir: str, gelu_dir: str | None, n_tokens: int, natural: Path, seq_len: int, batch_size: int,
+def report(model_dir: str, gelu_dir: str | None, n_tokens: int, natural: Path | None, seq_len: int, batch_size: int,
            device: str, beams: list[int], overrides: dict | None = None) -> dict:
     """The figures above. `overrides` ({"beam": ..., "pursuit_rounds": ..., "k": ...}) runs the trained model's
     encoder with other settings than it was trained with; the result records them."""
@@ -183,10 +178,12 @@ def report(model_dir: str, gelu_dir: str | None, n_tokens: int, natural: Path, s
         raise UserError(f"encoder overrides are a beam, pursuit rounds and k, positive integers; got {overrides}")
     for block in model.blocks:
         bottleneck = block.bottleneck
-        if overrides and not hasattr(bottleneck, "top_scores"):
-            raise UserError(f"{model_dir}'s bottleneck ({type(bottleneck).__name__}) takes no encoder overrides")
         for key, value in overrides.items():
             setattr(bottleneck, key, value)
+    if natural is None:
+        from circuitlab.resources import natural_root
+
+        natural = natural_root()
     windows = natural_windows(model, natural, n_tokens, seq_len)
     result = {
         "model": str(model_dir),
@@ -244,39 +241,3 @@ def table(result: dict) -> str:
         lines.append("layer 0 agreement / certified by beam: " + ", ".join(
             f"{beam}: {values['agreement']:.3f} / {values['certified']:.3f}" for beam, values in by_beam.items()))
     return "\n".join(lines)
-
-
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("model", help="the parity model folder (or shipped name)")
-    parser.add_argument("--gelu", default=None, help="the GELU model to compare with (e.g. models/gelu-stories)")
-    parser.add_argument("--tokens", type=int, default=65536, help="held-out tokens to measure on (default 65536)")
-    parser.add_argument("--natural", type=Path, default=ROOT / "data" / "natural", help="the natural stories folder")
-    parser.add_argument("--seq-len", type=int, default=256)
-    parser.add_argument("--batch-size", type=int, default=16)
-    parser.add_argument("--beams", type=int, nargs="*", default=[16, 32, 64, 128],
-                        help="beams at which to also measure encoder agreement")
-    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
-    parser.add_argument("--json", type=Path, default=None, help="write the figures here")
-    parser.add_argument("--beam", type=int, default=None,
-                        help="run the model's encoder at this beam instead of its configured one (what-if; the "
-                             "model is not retrained)")
-    parser.add_argument("--pursuit-rounds", type=int, default=None,
-                        help="run the model's encoder with this many rounds instead of its configured ones (what-if)")
-    parser.add_argument("--k", type=int, default=None,
-                        help="code features per token instead of the configured k (what-if; not retrained)")
-    args = parser.parse_args(argv)
-    overrides = {key: value for key, value in (("beam", args.beam), ("pursuit_rounds", args.pursuit_rounds),
-                                               ("k", args.k)) if value is not None}
-    result = report(args.model, args.gelu, args.tokens, args.natural, args.seq_len, args.batch_size, args.device,
-                    args.beams, overrides)
-    print(table(result))
-    if args.json is not None:
-        from circuitlab.atomic import atomic_write_text
-
-        atomic_write_text(args.json, json.dumps(result, indent=1) + "\n")
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
