@@ -51,6 +51,17 @@ def sidebar_run_picker() -> None:
     st.sidebar.caption(f"run folder: `{display_path(Path(st.session_state[RUN_KEY]))}`")
 
 
+def run_model_config() -> Any:
+    """The ModelConfig of the current run's model, or None when the run or its model cannot be read."""
+    from circuitlab.config import ModelConfig
+
+    path = Path(st.session_state.setdefault(RUN_KEY, str(initial_run_path())))
+    try:
+        return ModelConfig.from_json(RunFolder.open(path).model_folder() / "config.json")
+    except Exception:  # noqa: BLE001 - no run yet, a damaged one, a moved model: the pages say what is missing
+        return None
+
+
 def display_path(path: Path) -> str:
     """The path relative to the working directory when it lies below it (shorter, and no machine paths)."""
     try:

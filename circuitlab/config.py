@@ -167,6 +167,11 @@ class ModelConfig(ConfigPart):
     def has_bounded_attention(self) -> bool:
         return self.attention.bounded
 
+    @property
+    def has_bounded_channels(self) -> bool:
+        """Whether any layer has channels bounded in [0, 1] by construction (legibility applies)."""
+        return self.attention.bounded or self.feedforward.bounded_channels
+
     def describe(self) -> list[str]:
         """The architecture, one line per part (cards, summaries, the dashboard)."""
         lines = [

@@ -75,6 +75,8 @@ class FeedForwardPart(ConfigPart):
     label: ClassVar[str] = ""
     #: whether the layer has a gate branch (TransformerLens' cfg.gated_mlp, model.W_gate)
     gated: ClassVar[bool] = False
+    #: whether the layer has channels bounded in [0, 1] by construction (legibility applies to it)
+    bounded_channels: ClassVar[bool] = False
 
     @abstractmethod
     def build(self, config: ModelShape) -> CodeLayer:

@@ -64,6 +64,7 @@ class NCFFNConfig(FeedForwardPart):
     # operand pre-activations minus a running per-channel centre (see the module docstring)
     centre_operands: bool = False
     label = "NC-FFN"
+    bounded_channels = True
 
     @model_validator(mode="after")
     def _partition(self) -> NCFFNConfig:
