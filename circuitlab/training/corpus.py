@@ -92,6 +92,10 @@ class DataSpec(Settings):
                 raise ValueError(f"--held-out-fraction must lie in (0, 1), got {self.held_out_fraction}")
         return self
 
+    def held_out_description(self) -> str:
+        """What the held-out loss is measured on, in a few words (the card's sentence)."""
+        return self.describe().split("held out: ", 1)[1]
+
     def describe(self) -> str:
         if self.source == "stories" and self.natural_dir is not None:
             return (f"natural stories' training split x {self.natural_upsample} + {self.n_stories} generated stories "

@@ -293,6 +293,7 @@ def _finish(
         **{f"{name}_held_out_{key}": value for name, values in (set_metrics or {}).items()
            for key, value in values.items() if key in ("loss", "unigram_entropy")},
         "held_out_sets": set_metrics or {},
+        "held_out": data.held_out_description(),
         "fact_accuracy": fact_accuracy,
         "fact_accuracy_distant": distant_accuracy,
         "fact_accuracy_detail": fact_note,
@@ -319,6 +320,8 @@ def _finish(
     write_card(
         out, command=command, seed=train_config.seed, tokens_seen=result.tokens_seen, wall_seconds=wall_seconds,
         device=metrics["device"], held_out_ppl=result.held_out_ppl, fact_accuracy=fact_accuracy,
+        held_out_sets={name: values["ppl"] for name, values in (set_metrics or {}).items()} or None,
+        held_out_description=data.held_out_description(),
         config=model.config, design_notes=card_notes, parameter_count=parameters,
         train_settings={k: v for k, v in train_config.to_dict().items() if v not in (None, False)},
         extra_metrics={

@@ -120,6 +120,9 @@ def test_text_and_jsonl_sources(tmp_path):
     (tmp_path / "b.jsonl").write_text("".join(json.dumps({"body": s}) + "\n" for s in stories[60:]))
     common = ["--preset", "tiny-gelu", *QUICK, "--held-out-fraction", "0.1"]
     assert train([*common, "--out", str(tmp_path / "text"), "--text", str(tmp_path / "a.txt")]) == 0
+    # a model trained on the user's own text says what its held-out perplexity was measured on
+    card = (tmp_path / "text" / "card.md").read_text()
+    assert "Perplexity is measured on 0.1 of the documents" in card and "generator seed" not in card
     assert train([*common, "--out", str(tmp_path / "jsonl"), "--jsonl", str(tmp_path / "b.jsonl"),
                   "--text-field", "body"]) == 0
     # the Hugging Face path, offline: a local JSON-lines data file read by `datasets`

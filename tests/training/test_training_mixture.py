@@ -106,6 +106,13 @@ def test_mixture_trains_and_reports_both_held_out_sets(tmp_path):
     assert "not measured" in metrics["fact_accuracy_detail"]
     card = (out / "card.md").read_text()
     assert "natural held-out loss" in card and "generated held-out loss" in card
+    # each held-out set has its own perplexity in the headline row, never their blend
+    header = next(line for line in card.splitlines() if "fact accuracy" in line and line.startswith("|"))
+    assert header.startswith("| natural perplexity | generated perplexity | fact accuracy")
+    row = card.splitlines()[card.splitlines().index(header) + 2].split("|")
+    assert float(row[1]) == pytest.approx(metrics["held_out_sets"]["natural"]["ppl"], abs=1e-3)
+    assert float(row[2]) == pytest.approx(metrics["held_out_sets"]["generated"]["ppl"], abs=1e-3)
+    assert "the natural held-out split and" in card and "generator seed the training corpus never used" not in card
 
 
 def test_mixture_errors(tmp_path, capsys):
