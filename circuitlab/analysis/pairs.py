@@ -93,6 +93,10 @@ class PatchPair:
     def patch_final(self) -> int:
         return self.roles["final"][1]
 
+    def patchable_at_all(self) -> bool:
+        """Whether position "all" is defined: prompts of equal length, or an explicit alignment."""
+        return self.alignment is not None or len(self.clean_tokens) == len(self.patch_tokens)
+
     def aligned_positions(self, position: str | int) -> list[tuple[int, int]]:
         """(clean position, patch position) pairs that a position spec selects."""
         n_clean, n_patch = len(self.clean_tokens), len(self.patch_tokens)
@@ -102,8 +106,8 @@ class PatchPair:
             if n_clean != n_patch:
                 raise UserError(
                     f"{self.name or 'pair'}: position 'all' needs prompts of equal length, got {n_clean} and "
-                    f"{n_patch} tokens; give the pair an explicit alignment [(clean_pos, patch_pos), ...] or "
-                    "patch by role only (positions=('noun', 'final'))"
+                    f"{n_patch} tokens; give the pair an \"alignment\" (a list of [clean position, patch position]) "
+                    "or patch it by role only (the positions \"noun\" and \"final\")"
                 )
             return [(t, t) for t in range(n_clean)]
         if isinstance(position, str):

@@ -335,6 +335,56 @@ def _head_list(model: Any, heads: Sequence[int] | str | None, hooks_of_layer: di
     return head_list
 
 
+def positions_for(pairs: Sequence[PatchPair], wanted: Sequence[str] = POSITION_ROLES) -> tuple[list[str], str | None]:
+    """The positions of `wanted` at which every pair can be patched, and a sentence saying which were left
+    out and why (None when none were).
+
+    A role is kept when every pair names it ("final" always); "all" when every pair's prompts are equally
+    long or the pair gives an alignment. `circuitlab patch` (without --positions) and `circuitlab demo`
+    choose their positions with it, so the two treat the same pairs file the same way.
+    """
+    kept, notes = [], []
+    for position in wanted:
+        if position == "all":
+            unaligned = [pair for pair in pairs if not pair.patchable_at_all()]
+            if not unaligned:
+                kept.append(position)
+                continue
+            first = unaligned[0]
+            notes.append(
+                f"position 'all' left out: {len(unaligned)} of {len(pairs)} pairs have prompts of different token "
+                f"lengths and no alignment (first: {first.name or 'a pair'}, {len(first.clean_tokens)} and "
+                f"{len(first.patch_tokens)} tokens); give such a pair an \"alignment\" (a list of [clean position, "
+                "patch position]) in the pairs file to patch it at every position"
+            )
+            continue
+        missing = [pair for pair in pairs if position not in pair.roles]
+        if missing:
+            notes.append(f"position {position!r} left out: {len(missing)} of {len(pairs)} pairs do not name it")
+        else:
+            kept.append(position)
+    if not kept:
+        kept = ["final"]
+    return kept, "; ".join(notes) or None
+
+
+def no_counted_pairs(table: pandas.DataFrame) -> str | None:
+    """Why no mean NIE can be given when every pair was left out (or none has a defined NIE), else None."""
+    counted = table
+    if "excluded" in table.columns:
+        counted = table[~table["excluded"].astype(bool)]
+    if counted["nie"].notna().any():
+        return None
+    n_pairs = table["pair"].nunique()
+    threshold = table.attrs.get("min_difference", MIN_LOGIT_DIFFERENCE)
+    return (
+        f"no NIE to average: on all {n_pairs} pairs the model's logit differences m(x_patch) and m(x_clean) are "
+        f"closer than {threshold:g} nats, so NIE would divide by noise. Choose pairs the model tells apart "
+        "(answers it predicts more confidently), or lower the margin (--min-difference) knowing the values "
+        "are noisier"
+    )
+
+
 def excluded_pairs(table: pandas.DataFrame) -> pandas.DataFrame:
     """The pairs nie_grid left out of the means: pair, pair_name, m_clean, m_patch and their difference."""
     if "excluded" not in table.columns:

@@ -293,25 +293,25 @@ def _make_usage(ctx: PipelineContext) -> tuple[list[str], dict | None]:
 
 
 def _make_nie(ctx: PipelineContext) -> tuple[list[str], dict | None]:
-    from circuitlab.analysis.patching import POSITION_ROLES, nie_grid
+    from circuitlab.analysis.patching import POSITION_ROLES, as_patch_pair, nie_grid, no_counted_pairs, positions_for
     from circuitlab.data.facts import build_fact_pairs, single_token_facts
     from circuitlab.analysis.pairs import load_pairs
 
     if ctx.inputs.pairs is not None:
         pairs = load_pairs(ctx.model, ctx.inputs.pairs)
-        # the roles every pair names ("final" always), and "all" when every pair's prompts are equally long
-        shared = set.intersection(*(set(pair.roles) for pair in pairs))
-        positions = [role for role in ("noun", "final") if role in shared] + sorted(shared - {"noun", "final"})
-        if all(len(pair.clean_tokens) == len(pair.patch_tokens) for pair in pairs):
-            positions.append("all")
+        # the roles every pair names beyond the usual ones are patched too
+        shared = set.intersection(*(set(pair.roles) for pair in pairs)) - set(POSITION_ROLES)
+        positions, note = positions_for(pairs, [*POSITION_ROLES, *sorted(shared)])
     else:
         usable = len(single_token_facts(ctx.model.tokenizer))
         n_pairs = min(ctx.sizes.nie_pairs, usable * (usable - 1))
-        pairs = build_fact_pairs(ctx.model.tokenizer, seed=0, n_pairs=n_pairs)
-        positions = list(POSITION_ROLES)
+        pairs = [as_patch_pair(pair, index, model=ctx.model)
+                 for index, pair in enumerate(build_fact_pairs(ctx.model.tokenizer, seed=0, n_pairs=n_pairs))]
+        positions, note = positions_for(pairs)
     table = nie_grid(ctx.model, pairs, positions=positions, progress=ctx.progress)
     write_parquet_atomic(ctx.run.file("nie.parquet"), nie_for_parquet(table))
-    return ["nie.parquet"], {"n_pairs": len(pairs)}
+    notes = [text for text in (note, no_counted_pairs(table)) if text]
+    return ["nie.parquet"], {"n_pairs": len(pairs), "notes": notes}
 
 
 def _make_legibility(ctx: PipelineContext) -> tuple[list[str], dict | None]:
@@ -388,6 +388,7 @@ class PipelineReport:
     actions: dict[str, str] = field(default_factory=dict)
     seconds: dict[str, float] = field(default_factory=dict)
     total_seconds: float = 0.0
+    notes: list[str] = field(default_factory=list)  # "<artifact>: <what the user should know about it>"
 
     @property
     def computed(self) -> list[str]:
@@ -447,6 +448,9 @@ def run_pipeline(
         report.seconds[step.key] = seconds
         if progress:
             tqdm.write(f"  {step.key}: {step.describe} ({seconds:.1f} s)")
+        for note in (extra or {}).get("notes", ()):  # what the user should know about this artifact, even when quiet
+            report.notes.append(f"{step.key}: {note}")
+            (tqdm.write if progress else log)(f"  {step.key}: {note}")
     report.total_seconds = time.perf_counter() - started
     run.manifest["last_demo_seconds"] = round(report.total_seconds, 2)
     run.save()
