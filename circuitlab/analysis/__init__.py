@@ -37,6 +37,9 @@ _LAZY = {
     "nie_grid": "circuitlab.analysis.patching",
     "nie_heatmap": "circuitlab.analysis.patching",
     "nie_summary": "circuitlab.analysis.patching",
+    "no_counted_pairs": "circuitlab.analysis.patching",
+    "positions_for": "circuitlab.analysis.patching",
+    "excluded_report": "circuitlab.analysis.patching",
     "run_interventions": "circuitlab.analysis.patching",
 }
 

@@ -445,8 +445,11 @@ def nie_heatmap(table: pandas.DataFrame, title: str = "Normalized indirect effec
             hovertemplate="%{y}, position %{x}: NIE %{z:.3f}<extra></extra>",
         )
     )
+    # positions are labels ("0", "1", ..., "all"): typed as categories, or plotly reads the numbers as a number
+    # line, drops "all" and shifts the cells off their ticks
     figure.update_layout(
-        title=f"{title} ({counted}; hooks: {table['hooks'].iloc[0]})",
-        xaxis_title="patched position", yaxis_title="patched layer",
+        title=dict(text=f"{title} ({counted})<br><sup>hooks: {table['hooks'].iloc[0]}</sup>"),
+        xaxis=dict(title="patched position", type="category"), yaxis=dict(title="patched layer", type="category"),
+        margin=dict(t=90),
     )
     return figure
