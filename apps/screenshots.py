@@ -212,6 +212,23 @@ class Browser:
             " x: g.data[0].x, title: g._fullLayout.title.text})))"
         ) or "[]")
 
+    def overlapping_labels(self) -> list[tuple[str, str]]:
+        """Pairs of labels drawn over each other in a plotly figure: titles, subplot titles, axis titles and
+        colour bars, by their on-screen boxes (a few pixels of touching allowed)."""
+        return [tuple(pair) for pair in json.loads(self.evaluate(
+            "JSON.stringify((() => { const found = [];"
+            " document.querySelectorAll('.js-plotly-plot').forEach((g, figure) => {"
+            "  const parts = [];"
+            "  g.querySelectorAll('.annotation, .g-gtitle, [class^=\"g-x\"][class$=\"title\"], [class^=\"g-y\"][class$=\"title\"], .colorbar')"
+            "   .forEach(e => { const r = e.getBoundingClientRect(); if (r.width > 0 && r.height > 0)"
+            "    parts.push({name: `figure ${figure} ${e.getAttribute('class')}: ${(e.textContent || '').slice(0, 40)}`, r}); });"
+            "  for (let i = 0; i < parts.length; i++) for (let j = i + 1; j < parts.length; j++) {"
+            "   const a = parts[i].r, b = parts[j].r, slack = 2;"
+            "   if (a.left < b.right - slack && b.left < a.right - slack && a.top < b.bottom - slack && b.top < a.bottom - slack)"
+            "    found.push([parts[i].name, parts[j].name]); } });"
+            " return found; })())"
+        ) or "[]")]
+
     def screenshot(self, out: Path) -> Path:
         data = self.call("Page.captureScreenshot", format="png")["data"]
         out.parent.mkdir(parents=True, exist_ok=True)

@@ -93,3 +93,24 @@ def test_your_own_pair_heatmap_has_a_cell_per_position_and_the_all_column(demo_r
     assert figure[0]["xtype"] == "category" and figure[0]["ytype"] == "category"
     assert figure[0]["xticks"] == [str(p) for p in positions]
     assert figure[0]["yticks"] == ["layer 0", "layer 1", "all layers"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("model", ["tiny-sgatlin", "tiny-parity"])
+def test_no_figure_draws_a_label_over_another(demo_runs, tmp_path, model):
+    """Every page as Chromium draws it at the dashboard's width: no title, subplot title, axis title or colour
+    bar of a figure overlaps another (the Neurons page's colour bar once sat on an axis title)."""
+    shots = _screenshots_module()
+    if shots.chromium_binary() is None:
+        pytest.skip("chromium is not installed (Debian: apt-get install chromium; scripts/test.sh installs it)")
+    _, _, runs = demo_runs
+    overlaps, drawn = {}, 0
+    with shots.served(runs[model], log=tmp_path / "server.log") as base, \
+            shots.Browser(tmp_path / "profile", window="1400,1000", timeout=180) as browser:
+        for page, marker in shots.PAGES.items():
+            browser.open(f"{base}/{'' if page == 'overview' else page}", marker)
+            drawn += len(browser.plots())
+            if browser.overlapping_labels():
+                overlaps[page] = browser.overlapping_labels()
+    assert drawn >= 6  # the check looked at figures, not at empty pages
+    assert overlaps == {}
