@@ -360,7 +360,10 @@ def corpus_windows(model: Any, texts: Sequence[str], seq_len: int) -> Any:
 
 def pipeline_steps(model_folder: Path, sizes: Sizes, inputs: DemoInputs | None = None) -> list[Step]:
     """The demo's artifacts in the order they are made."""
+    from circuitlab.analysis.embedding import INIT, MIN_DIST, N_EPOCHS, N_NEIGHBORS
+
     inputs = inputs or DemoInputs()
+    umap_layout = {"n_neighbors": N_NEIGHBORS, "min_dist": MIN_DIST, "init": INIT, "n_epochs": N_EPOCHS}
     return [
         Step("card", "model card and training log", _card_params(model_folder), (), _make_card),
         Step("corpus", "held-out corpus", inputs.corpus_params(sizes), (), _make_corpus),
@@ -368,7 +371,7 @@ def pipeline_steps(model_folder: Path, sizes: Sizes, inputs: DemoInputs | None =
              ("corpus",), _make_circuitdb, _needs_tokenizer),
         Step("semantic", "semantic neighbour score", {"queries": sizes.semantic_queries, "shuffles": sizes.semantic_shuffles, "k": 10},
              ("circuitdb",), _make_semantic, lambda model: _needs_tokenizer(model) or _labels_apply(inputs)),
-        Step("umap", "UMAP maps per layer", {"tokens": sizes.umap_tokens, "points": sizes.umap_points, "n_neighbors": 15, "seed": 0},
+        Step("umap", "UMAP maps per layer", {"tokens": sizes.umap_tokens, "points": sizes.umap_points, "layout": umap_layout, "seed": 0},
              ("circuitdb",), _make_umap, _needs_tokenizer),
         Step("usage", "neuron usage, Gini, co-activation", {"n_coactivation": 128}, ("circuitdb",), _make_usage,
              lambda model: _needs_tokenizer(model) or _usage_applies(model)),

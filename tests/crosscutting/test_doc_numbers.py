@@ -12,7 +12,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def _script():
-    spec = importlib.util.spec_from_file_location("doc_numbers", ROOT / "scripts" / "readme_numbers.py")
+    spec = importlib.util.spec_from_file_location("doc_numbers", ROOT / "scripts" / "doc_numbers.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
