@@ -22,7 +22,7 @@ from pydantic import BaseModel, Field, StrictBool, ValidationError, model_valida
 import circuitlab.architectures.registry as registry
 from circuitlab.architectures.design import ConfigPart, CountInt, Number, PositiveInt
 from circuitlab.atomic import atomic_write_text
-from circuitlab.errors import UserError
+from circuitlab.errors import UserError, did_you_mean
 from circuitlab.presets import PRESETS
 
 POSITIONALS = ("rope", "learned")
@@ -250,7 +250,8 @@ class ModelConfig(ConfigPart):
     @classmethod
     def preset(cls, name: str, **overrides: Any) -> ModelConfig:
         if name not in PRESETS:
-            raise ConfigError(f"unknown preset {name!r}; known presets: {', '.join(sorted(PRESETS))}")
+            guess = did_you_mean(name, PRESETS)
+            raise ConfigError(f"unknown preset {name!r}{guess} (known presets: {', '.join(sorted(PRESETS))})")
         config = from_dict_copy(PRESETS[name])
         config["name"] = name
         config.update(overrides)

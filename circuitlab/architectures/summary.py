@@ -17,7 +17,8 @@ def build_from_spec(spec: str) -> Any:
     A bare name that finds no trained model is an error, never a silent switch to the randomly initialised
     preset of that name: random weights are asked for by `preset:NAME`.
     """
-    from circuitlab.architectures.weights import CheckpointError, refuse_pickle
+    from circuitlab.architectures.weights import CheckpointError, refuse_pickle, shipped_models
+    from circuitlab.errors import did_you_mean
     from circuitlab.resources import models_root
     from circuitlab.architectures.transformer import load_model
     from circuitlab.architectures.transformer import CircuitTransformer
@@ -36,8 +37,9 @@ def build_from_spec(spec: str) -> Any:
             f"{spec!r} names no trained model: no folder {spec!r} here and no shipped model of that name in "
             f"{models_root()}. For the randomly initialised (untrained) preset, pass preset:{spec}"
         )
+    guess = did_you_mean(spec, shipped_models() + [f"preset:{name}" for name in PRESETS])
     raise CheckpointError(
-        f"{spec!r} is neither a model folder, a shipped model, a config.json, nor preset:NAME "
+        f"{spec!r} is neither a model folder, a shipped model, a config.json, nor preset:NAME{guess} "
         f"(presets: {', '.join(sorted(PRESETS))})"
     )
 

@@ -15,6 +15,7 @@ class, so the model can save itself through it.
 
 from __future__ import annotations
 
+
 import hashlib
 import json
 import os
@@ -30,7 +31,7 @@ from torch import Tensor
 
 from circuitlab.atomic import atomic_write
 from circuitlab.config import ConfigError, ModelConfig
-from circuitlab.errors import UserError
+from circuitlab.errors import UserError, did_you_mean
 from circuitlab.resources import models_root
 
 PICKLE_SUFFIXES = (".pt", ".pth", ".bin", ".ckpt", ".pkl", ".pickle")
@@ -136,6 +137,12 @@ def is_plain_name(name: str) -> bool:
     return bool(name) and not name.startswith(".") and not any(sep in name for sep in ("/", "\\", os.sep, os.altsep or "/"))
 
 
+def shipped_models() -> list[str]:
+    """Names of the model folders under models_root()."""
+    root = models_root()
+    return sorted(p.name for p in root.glob("*") if (p / CONFIG_FILE).exists()) if root.is_dir() else []
+
+
 def resolve_model_folder(name_or_path: str | os.PathLike) -> Path:
     """A model folder path as given, else a shipped model by plain name (names never reach outside models_root)."""
     path = Path(name_or_path)
@@ -148,7 +155,10 @@ def resolve_model_folder(name_or_path: str | os.PathLike) -> Path:
     shipped = root / str(name_or_path)
     if is_plain_name(str(name_or_path)) and shipped.is_dir():
         return shipped
-    known = sorted(p.name for p in root.glob("*") if (p / CONFIG_FILE).exists()) if root.is_dir() else []
+    known = shipped_models()
+    guess = did_you_mean(str(name_or_path), known)
+    if guess:
+        raise CheckpointError(f"no model {str(name_or_path)!r}{guess} (shipped: {', '.join(known)})")
     where = (f"shipped: {', '.join(known)}" if known else
              f"no shipped models found in {root}; circuitlab downloads nothing, so point $CIRCUITLAB_MODELS at a "
              "folder of model folders, or install the circuitlab wheel, which carries them")
