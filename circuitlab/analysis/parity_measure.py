@@ -50,7 +50,7 @@ def _batches(windows: torch.Tensor, batch_size: int, what: str):
 
 
 def _autocast(device: torch.device):
-    from circuitlab.training.compile import autocast_for
+    from circuitlab.distributed import autocast_for
 
     return autocast_for(device)
 

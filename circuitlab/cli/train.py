@@ -13,7 +13,9 @@ from TrainConfig. The model's d_vocab always follows the tokenizer's vocabulary 
 Outputs in --out: config.json, model.safetensors, tokenizer.json (a model folder: load_model(out)),
 train_log.jsonl, metrics.json, card.md, checkpoints/, and data/ (the tokenized corpus cache, unless
 --data-dir puts it elsewhere). Exit status: 0 done (also when --max-minutes stopped the run cleanly),
-2 user error, 3 divergence (the guard's message names the checkpoint saved for inspection).
+2 user error, 3 divergence (the guard's message names the checkpoint saved for inspection), 130 Ctrl-C (the run
+stops after the step in progress with a checkpoint; --resume continues it; a second Ctrl-C stops at once).
+A run that fails before writing anything leaves no --out folder behind.
 """
 
 from __future__ import annotations
@@ -39,6 +41,7 @@ TRAINING_DEFAULTS: dict[str, dict[str, Any]] = {
 }
 
 EXIT_DIVERGED = 3
+EXIT_INTERRUPTED = 130  # the shell's status for a process stopped by Ctrl-C
 
 
 def defaults_for(preset: str | None) -> dict[str, Any]:
@@ -218,6 +221,7 @@ def build_model_config(args: argparse.Namespace, vocab_size: int | None = None) 
 def run_train(args: argparse.Namespace) -> int:
     from circuitlab.distributed import launched_by_torchrun
     from circuitlab.training.guard import DivergenceError
+    from circuitlab.training.interrupt import TrainingInterrupted
     from circuitlab.training.run import train
 
     if args.config is not None and not Path(args.config).is_file():
@@ -237,4 +241,8 @@ def run_train(args: argparse.Namespace) -> int:
         if int(os.environ.get("RANK", "0")) == 0:
             print(f"circuitlab train: diverged: {diverged}", file=sys.stderr)
         return EXIT_DIVERGED
+    except TrainingInterrupted as interrupted:
+        if int(os.environ.get("RANK", "0")) == 0:
+            print(f"circuitlab train: {interrupted}; continue with the same command and --resume", file=sys.stderr)
+        return EXIT_INTERRUPTED
     return 0

@@ -1,9 +1,7 @@
-"""How the loop runs the model: torch.compile's mode (CUDA graphs where every layer can be captured), bf16
-autocast on CUDA, and the step marks CUDA graphs need."""
+"""How the loop runs the model: torch.compile's mode (CUDA graphs where every layer can be captured) and the
+step marks CUDA graphs need (bf16 autocast is circuitlab.distributed.autocast_for)."""
 
 from __future__ import annotations
-
-import contextlib
 
 import torch
 from torch import nn
@@ -14,13 +12,6 @@ def default_compile_mode(model: nn.Module, device: torch.device | str, distribut
     else torch's "default"."""
     capturable = all(getattr(module, "cuda_graphs", True) for module in model.modules())
     return "reduce-overhead" if torch.device(device).type == "cuda" and not distributed and capturable else "default"
-
-
-def autocast_for(device: torch.device) -> contextlib.AbstractContextManager:
-    """bf16 autocast on CUDA (weights and optimizer stay float32); plain float32 elsewhere."""
-    if device.type == "cuda":
-        return torch.autocast("cuda", dtype=torch.bfloat16)
-    return contextlib.nullcontext()
 
 
 def compile_model(model: nn.Module, compiled: bool, mode: str, device: torch.device) -> tuple[nn.Module, bool]:

@@ -10,7 +10,7 @@ import torch.nn.functional as F
 from jaxtyping import Int
 from torch import Tensor
 
-from circuitlab.training.compile import autocast_for
+from circuitlab.distributed import autocast_for
 from circuitlab.distributed import DistributedContext, all_reduce_sum
 
 

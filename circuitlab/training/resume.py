@@ -215,3 +215,21 @@ def restore_rng(state: dict[str, Any], rng_tensors: dict[str, Tensor], device: t
     random.setstate((python_rng[0], tuple(python_rng[1]), python_rng[2]))
     numpy_rng = state["rng"]["numpy"]
     np.random.set_state((numpy_rng[0], np.asarray(numpy_rng[1], dtype=np.uint32), *numpy_rng[2:]))
+
+
+def truncate_log(path: Path, step: int) -> list[dict[str, Any]]:
+    """Drop the lines of a training log past `step` (a killed run may have logged steps it never
+    checkpointed, and its last line may be cut short); the records kept."""
+    if not path.exists():
+        return []
+    kept = []
+    for line in path.read_text().splitlines():
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError:
+            break  # a line cut short by the kill
+        if record.get("step", 0) > step:
+            break
+        kept.append(line)
+    atomic_write_text(path, "".join(line + "\n" for line in kept))
+    return [json.loads(line) for line in kept]

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import sys
 import time
 from dataclasses import dataclass, field
@@ -158,6 +159,7 @@ def train(
         raise UserError("--fsdp shards a model across processes: launch with torchrun --nproc_per_node=N")
     if train_config.seq_len > model_config.n_ctx:
         raise UserError(f"--seq-len {train_config.seq_len} exceeds the model's context n_ctx={model_config.n_ctx}")
+    out_existed = out.exists()
     context = setup_distributed(device)
     try:
         train_config.validate(context.world_size)
@@ -233,8 +235,20 @@ def train(
             )
         barrier(context)
         return outcome
+    except BaseException:
+        if context.is_main and not out_existed:
+            remove_if_empty(out)  # a run that failed before writing anything leaves no folder behind
+        raise
     finally:
         teardown_distributed(context)
+
+
+def remove_if_empty(folder: Path) -> bool:
+    """Delete `folder` when it holds no files (empty subfolders only); whether it did."""
+    if not folder.is_dir() or any(path.is_file() or path.is_symlink() for path in folder.rglob("*")):
+        return False
+    shutil.rmtree(folder, ignore_errors=True)
+    return True
 
 
 def _pressure_rows(pressures: dict[str, Any]) -> dict[str, str]:

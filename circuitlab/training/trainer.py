@@ -59,15 +59,17 @@ from circuitlab.training.resume import (
     optimizer_state,
     point_latest_at,
     read_checkpoint,
+    truncate_log,
     remove_temporaries,
     restore_rng,
     write_checkpoint,
 )
-from circuitlab.distributed import DistributedContext, all_reduce_mean, barrier
+from circuitlab.distributed import DistributedContext, all_reduce_mean, autocast_for, barrier
 from circuitlab.training.batches import WindowSampler, data_fingerprint, parameter_groups
-from circuitlab.training.compile import autocast_for, compile_model, default_compile_mode
+from circuitlab.training.compile import compile_model, default_compile_mode
 from circuitlab.training.ddp import unwrap_model, wrap_model
 from circuitlab.training.evaluation import held_out_loss
+from circuitlab.training.interrupt import InterruptFlag, TrainingInterrupted
 from circuitlab.training.guard import DivergenceError, DivergenceGuard
 from circuitlab.training.overfit import overfitting_warnings
 from circuitlab.training.pressure import LOG_PREFIX, TERMS, pressure_scale
@@ -266,20 +268,8 @@ class Trainer:
 
     def _truncate_log(self) -> None:
         """Drop log lines past the resumed step (a killed run may have logged steps it never checkpointed)."""
-        path = self.out_dir / LOG_FILE
-        if not self.context.is_main or not path.exists():
-            return
-        kept = []
-        for line in path.read_text().splitlines():
-            try:
-                record = json.loads(line)
-            except json.JSONDecodeError:
-                break  # a line cut short by the kill
-            if record.get("step", 0) > self.step:
-                break
-            kept.append(line)
-        atomic_write_text(path, "".join(line + "\n" for line in kept))
-        self.history = [json.loads(line) for line in kept]
+        if self.context.is_main:
+            self.history = truncate_log(self.out_dir / LOG_FILE, self.step)
 
     def _micro_batch_context(self, micro: int) -> contextlib.AbstractContextManager:
         """Skip the gradient all-reduce on all but the last micro-batch of a step."""
@@ -415,6 +405,8 @@ class Trainer:
         resume: continue from the newest checkpoint in `out_dir` (a fresh start when there is none).
         stop_at: end this session after that step with a checkpoint, as a kill would (tests use it to split
             one run into two sessions); the schedule still runs to `config.steps`.
+        Ctrl-C ends the session after the step in progress with a checkpoint and raises TrainingInterrupted
+        (circuitlab.training.interrupt); `fit(resume=True)` continues from it.
         """
         from tqdm.auto import tqdm
 
@@ -435,7 +427,7 @@ class Trainer:
         bar = tqdm(total=config.steps, initial=self.step, disable=not self.progress, desc="train", unit="step",
                    dynamic_ncols=True, mininterval=0.5 if sys.stderr.isatty() else 10.0)
         self.model.train()
-        try:
+        with InterruptFlag() as interrupts, bar:  # Ctrl-C: stop after this step with a checkpoint
             while self.step < config.steps:
                 try:
                     record = self._train_step(self.step)
@@ -467,18 +459,17 @@ class Trainer:
                 bar.set_postfix(loss=f"{record['loss']:.3f}", lr=f"{record['lr']:.2e}",
                                 **({"recon": f"{record['reconstruction']:.3f}"} if "reconstruction" in record else {}),
                                 **({"ppl": f"{record['eval_ppl']:.2f}"} if "eval_ppl" in record else {}))
+                if interrupts.any_rank(self.context, self.device):
+                    raise TrainingInterrupted(self.step, str(self.save_checkpoint()))
                 if config.ckpt_every and self.step % config.ckpt_every == 0:
                     self.save_checkpoint()
                 if stop_at is not None and self.step >= stop_at and self.step < config.steps:
                     stopped = "stopped"
-                    self.save_checkpoint()
-                    break
-                if config.max_minutes is not None and self.step < config.steps and self._time_is_up():
+                elif config.max_minutes is not None and self.step < config.steps and self._time_is_up():
                     stopped = "time limit"
+                if stopped != "completed":
                     self.save_checkpoint()
                     break
-        finally:
-            bar.close()
         held_out_loss = self.evaluate()
         warnings = overfitting_warnings(
             self.history, int(self.train_windows.shape[0]) * config.seq_len, self.step * self.tokens_per_step
@@ -490,16 +481,10 @@ class Trainer:
             if self.context.is_main:
                 print(f"warning: {message}", file=sys.stderr)
         return TrainResult(
-            step=self.step,
-            tokens_seen=self.step * self.tokens_per_step,
-            train_seconds=self.train_seconds_before + self._session_seconds(),
-            session_seconds=self._session_seconds(),
-            held_out_loss=held_out_loss,
-            held_out_ppl=math.exp(held_out_loss),
-            stopped=stopped,
-            log_path=self.out_dir / LOG_FILE,
-            history=self.history,
-            warnings=warnings,
+            step=self.step, tokens_seen=self.step * self.tokens_per_step,
+            train_seconds=self.train_seconds_before + self._session_seconds(), session_seconds=self._session_seconds(),
+            held_out_loss=held_out_loss, held_out_ppl=math.exp(held_out_loss), stopped=stopped,
+            log_path=self.out_dir / LOG_FILE, history=self.history, warnings=warnings,
         )
 
     def _time_is_up(self) -> bool:

@@ -25,7 +25,7 @@ LAYERS = [
     (["circuitlab.architectures"], True),
     (["circuitlab.training", "circuitlab.analysis"], False),
     (["circuitlab.claims", "circuitlab.demo"], False),
-    (["circuitlab.cli"], True),
+    (["circuitlab.cli", "circuitlab.__main__"], True),
 ]
 
 

@@ -206,6 +206,7 @@ def test_a_corpus_that_is_empty_or_not_utf8(world, capsys, source, file, expecte
             load_documents(path)
     out = root / f"train_{file}"
     one_line_error(capsys, ["train", "--preset", "tiny-gelu", "--out", str(out), source, str(path), "--quiet"], expected)
+    assert not out.exists()  # a run that failed before writing anything leaves no folder behind
     if source == "--text":
         one_line_error(capsys, ["tokenizer", "--corpus", str(path), "--out", str(root / "t.json"), "--quiet"], expected)
         one_line_error(capsys, ["db", "build", "--model", str(paths["model"]), "--corpus", str(path), "--out",

@@ -396,3 +396,47 @@ def test_cuda_graph_training_with_accumulation_equals_the_same_compiled_steps_wi
             assert (plain[key] is None) == (graphs[key] is None), (key, plain, graphs)
             if plain[key] is not None:
                 assert graphs[key] == pytest.approx(plain[key], rel=1e-3), (key, plain, graphs)
+
+
+def _interrupting(trainer: Trainer, at_step: int, signals: int = 1) -> None:
+    """Make `trainer` receive `signals` SIGINTs (Ctrl-C) while it computes step `at_step` (0-based)."""
+    import os
+    import signal
+
+    original = trainer._train_step
+
+    def step_with_ctrl_c(step: int):
+        if step == at_step:
+            for _ in range(signals):
+                os.kill(os.getpid(), signal.SIGINT)
+        return original(step)
+
+    trainer._train_step = step_with_ctrl_c
+
+
+def test_ctrl_c_stops_after_the_step_with_a_checkpoint_that_resumes_bitwise(tmp_path):
+    import signal
+
+    from circuitlab.training.interrupt import TrainingInterrupted
+
+    handler = signal.getsignal(signal.SIGINT)
+    whole = make_trainer(tmp_path / "whole")
+    whole.fit()
+    interrupted = make_trainer(tmp_path / "split")  # no periodic checkpoints: only Ctrl-C writes one
+    _interrupting(interrupted, at_step=6)
+    with pytest.raises(TrainingInterrupted) as caught:
+        interrupted.fit()
+    assert caught.value.step == 7 and find_checkpoint(tmp_path / "split").name == "step_00000007"
+    assert signal.getsignal(signal.SIGINT) is handler  # Ctrl-C means KeyboardInterrupt again after fit
+    assert [r["step"] for r in log_records(tmp_path / "split")] == list(range(1, 8))
+    resumed = make_trainer(tmp_path / "split", model_seed=9).fit(resume=True)
+    assert resumed.step == 10
+    assert comparable(log_records(tmp_path / "split")) == comparable(log_records(tmp_path / "whole"))
+
+
+def test_a_second_ctrl_c_stops_at_once_without_a_checkpoint(tmp_path):
+    trainer = make_trainer(tmp_path)
+    _interrupting(trainer, at_step=2, signals=2)
+    with pytest.raises(KeyboardInterrupt):
+        trainer.fit()
+    assert find_checkpoint(tmp_path) is None

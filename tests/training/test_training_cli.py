@@ -226,3 +226,27 @@ def test_sigkill_mid_run_then_resume_equals_uninterrupted(tmp_path, quick_data):
     assert all(torch.equal(a[name], b[name]) for name in a)
     metrics = json.loads((tmp_path / "killed" / "metrics.json").read_text())
     assert metrics["steps"] == 240 and metrics["tokens_seen"] == 240 * 4 * 32
+
+
+def test_ctrl_c_in_train_saves_a_checkpoint_exits_130_and_resumes(tmp_path, quick_data, monkeypatch, capsys):
+    from circuitlab.training.trainer import Trainer
+
+    original = Trainer._train_step
+
+    def step_with_ctrl_c(self, step):
+        if step == 3 and not getattr(self, "interrupted_once", False):
+            self.interrupted_once = True
+            os.kill(os.getpid(), signal.SIGINT)
+        return original(self, step)
+
+    monkeypatch.setattr(Trainer, "_train_step", step_with_ctrl_c)
+    out = tmp_path / "run"
+    args = ["--preset", "tiny-gelu", "--out", str(out), "--data-dir", str(quick_data), *QUICK, "--ckpt-every", "0"]
+    assert train(args) == 130
+    err = capsys.readouterr().err
+    assert "interrupted after step 4" in err and "--resume" in err
+    assert json.loads((out / "checkpoints" / "latest.json").read_text())["step"] == 4
+    assert not (out / "metrics.json").exists()
+    monkeypatch.setattr(Trainer, "_train_step", original)
+    assert train([*args, "--resume"]) == 0
+    assert json.loads((out / "metrics.json").read_text())["steps"] == 6
