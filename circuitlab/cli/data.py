@@ -90,8 +90,8 @@ def run_tokenizer(args: argparse.Namespace) -> int:
 
             spec = DataSpec(n_stories=args.n, story_seed=args.seed, natural_dir=args.natural,
                             natural_upsample=args.natural_upsample)
-            texts, held_out_sets = load_document_sets(spec, show_progress=not args.quiet)
-            natural_held_out = held_out_sets["natural"]
+            documents = load_document_sets(spec, show_progress=not args.quiet)
+            texts, natural_held_out = documents.train, documents.held_out["natural"]
             source = f"the mixture ({spec.describe()})"
         elif args.corpus:
             texts = load_documents(args.corpus, text_field=args.text_field)

@@ -64,6 +64,8 @@ class WindowSampler:
 
 
 def data_fingerprint(windows: Tensor) -> str:
+    if hasattr(windows, "fingerprint"):  # windows on disk (circuitlab.training.streamed.ShardWindows)
+        return windows.fingerprint()
     array = windows.contiguous().cpu().numpy()
     digest = hashlib.sha256()
     digest.update(str((array.shape, str(array.dtype))).encode())

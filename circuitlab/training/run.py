@@ -5,7 +5,7 @@
 
     outcome = train("runs/tiny", ModelConfig.preset("tiny-sgatlin"), TrainConfig(steps=300, seq_len=128),
                     DataSpec(n_stories=3000, vocab_size=2048))
-    outcome.result.held_out_ppl, outcome.warnings, outcome.out / "card.md"
+    outcome.metrics["held_out_ppl"], outcome.warnings, outcome.out / "card.md"
 
 It prepares (or reuses) the tokenized corpus, trains (resumably, under torchrun when launched so), saves the
 model folder, measures fact accuracy on the generated stories, and writes metrics.json and card.md.
@@ -171,7 +171,7 @@ def train(
             torch.backends.cudnn.allow_tf32 = True
         data_dir = Path(data_dir) if data_dir else out / "data"
 
-        from circuitlab.training.corpus import prepare_data, unigram_entropy
+        from circuitlab.training.corpus import prepare_data
 
         error = None
         if context.is_main:  # rank 0 builds the cache, the others read it
@@ -208,13 +208,15 @@ def train(
         if resume and context.is_main and find_checkpoint(out) is None:
             print(f"note: no checkpoint in {out}; starting from scratch", file=sys.stderr)
         trainer = Trainer(
-            model, train_config, prepared.train_windows, prepared.held_out_windows, out, device=torch_device,
+            model, train_config, prepared.train_windows, prepared.validation_windows, out, device=torch_device,
             context=context, tokenizer=prepared.tokenizer, progress=progress, clock_start=started,
         )
         result = trainer.fit(resume=resume)
-        from circuitlab.training.corpus import evaluate_held_out_sets
+        from circuitlab.training.corpus import evaluate_sets
 
-        set_metrics = evaluate_held_out_sets(trainer, prepared.held_out_sets, prepared.tokenizer.vocab_size)
+        vocab = prepared.tokenizer.vocab_size
+        held_out = evaluate_sets(trainer, {"held_out": prepared.held_out_windows}, vocab)["held_out"]
+        set_metrics = evaluate_sets(trainer, prepared.held_out_sets, vocab)
         full_state = trainer.full_model_state() if train_config.fsdp else None
         outcome = TrainOutcome(out=out, result=result)
         if context.is_main:
@@ -230,8 +232,8 @@ def train(
             outcome.model = final_model
             outcome.metrics = _finish(
                 out, final_model, result, train_config, data, prepared, torch_device, context.world_size,
-                (started, cpu_started), unigram_entropy(prepared.held_out_windows, prepared.tokenizer.vocab_size),
-                command=command, save_dtype=save_dtype, card_notes=card_notes, set_metrics=set_metrics,
+                (started, cpu_started), held_out, command=command, save_dtype=save_dtype, card_notes=card_notes,
+                set_metrics=set_metrics,
             )
         barrier(context)
         return outcome
@@ -266,12 +268,13 @@ def _pressure_rows(pressures: dict[str, Any]) -> dict[str, str]:
 
 
 def _finish(
-    out, model, result, train_config, data, prepared, device, world_size, started, entropy, *, command, save_dtype,
+    out, model, result, train_config, data, prepared, device, world_size, started, held_out, *, command, save_dtype,
     card_notes, set_metrics=None,
 ) -> dict[str, Any]:
     """Save the model folder, measure fact accuracy, write metrics.json and card.md (rank 0).
 
-    started: (time.monotonic(), time.process_time()) at the start of the run."""
+    started: (time.monotonic(), time.process_time()) at the start of the run. held_out: evaluate_sets' entry
+    for all held-out windows (loss, ppl, unigram_entropy, tokens)."""
     import torch
 
     from circuitlab.architectures.weights import save_model
@@ -299,11 +302,17 @@ def _finish(
     reconstruction = sum(recent) / len(recent) if recent else None
     # earlier sessions' training time plus all of this run (data, training, evaluation, saving)
     wall_seconds = result.train_seconds - result.session_seconds + (time.monotonic() - started[0])
+    entropy = held_out["unigram_entropy"]
+    epochs = result.tokens_seen / max(1, int(prepared.manifest["train_tokens"]))
     metrics = {
         "name": model.config.name or out.name,
-        "held_out_loss": result.held_out_loss,
-        "held_out_ppl": result.held_out_ppl,
+        "held_out_loss": held_out["loss"],
+        "held_out_ppl": held_out["ppl"],
         "held_out_unigram_entropy": entropy,
+        "validation_loss": result.eval_loss,
+        "selected_step": result.selected_step if result.selected_step is not None else result.step,
+        "epochs": epochs,  # passes over the training windows
+        **({"natural_story_passes": epochs * data.natural_upsample} if data.natural_dir is not None else {}),
         **{f"{name}_held_out_{key}": value for name, values in (set_metrics or {}).items()
            for key, value in values.items() if key in ("loss", "unigram_entropy")},
         "held_out_sets": set_metrics or {},
@@ -333,13 +342,18 @@ def _finish(
     atomic_write_text(out / "metrics.json", json.dumps(metrics, indent=1) + "\n")
     write_card(
         out, command=command, seed=train_config.seed, tokens_seen=result.tokens_seen, wall_seconds=wall_seconds,
-        device=metrics["device"], held_out_ppl=result.held_out_ppl, fact_accuracy=fact_accuracy,
+        device=metrics["device"], held_out_ppl=held_out["ppl"], fact_accuracy=fact_accuracy,
         held_out_sets={name: values["ppl"] for name, values in (set_metrics or {}).items()} or None,
         held_out_description=data.held_out_description(),
         config=model.config, design_notes=card_notes, parameter_count=parameters,
         train_settings={k: v for k, v in train_config.to_dict().items() if v not in (None, False)},
         extra_metrics={
-            "held-out loss (nats/token)": f"{result.held_out_loss:.4f}",
+            "held-out loss (nats/token)": f"{held_out['loss']:.4f}",
+            "validation loss of the kept weights (nats/token)":
+                f"{result.eval_loss:.4f} (step {metrics['selected_step']} of {result.step})",
+            "passes over the training data": (
+                f"{epochs:.2f}" + (f" (each natural training story seen about {epochs * data.natural_upsample:.1f} times)"
+                                   if data.natural_dir is not None else "")),
             "held-out unigram entropy (nats/token)": f"{entropy:.4f}",
             **{f"{name} held-out loss / unigram entropy (nats/token)":
                f"{values['loss']:.4f} / {values['unigram_entropy']:.4f} ({values['tokens']:,} tokens)"
@@ -354,8 +368,8 @@ def _finish(
         warnings=result.warnings,
     )
     print(
-        f"done: {result.step} steps, {result.tokens_seen:,} tokens, held-out ppl {result.held_out_ppl:.3f} "
-        f"(loss {result.held_out_loss:.4f}, unigram entropy {entropy:.4f})"
+        f"done: {result.step} steps, {result.tokens_seen:,} tokens, held-out ppl {held_out['ppl']:.3f} "
+        f"(loss {held_out['loss']:.4f}, unigram entropy {entropy:.4f})"
         + "".join(f", {name} held-out loss {values['loss']:.4f}" for name, values in (set_metrics or {}).items())
         + (f", fact accuracy {100 * fact_accuracy:.1f}%" if fact_accuracy is not None else "")
         + f"; model in {out}" + ("" if result.stopped == "completed" else f" (stopped: {result.stopped})"),

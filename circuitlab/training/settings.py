@@ -33,7 +33,8 @@ class TrainConfig(Settings):
     grad_accum: int = 1
     seed: int = 0
     eval_every: int = 200
-    eval_sequences: int = 256  # held-out windows per periodic evaluation (the final one uses all)
+    eval_sequences: int = 256  # evaluation (validation) windows per periodic evaluation (the final one uses all)
+    select_best: bool = True  # end with the weights of the lowest evaluation loss (circuitlab.training.selection)
     eval_batch_size: int = 32
     ckpt_every: int = 500
     keep_checkpoints: int = 2
@@ -91,5 +92,5 @@ class TrainConfig(Settings):
 
 # settings that may differ between a checkpoint and the run resuming it without changing any update
 # (how a step is split into micro-batches changes float rounding only, not the update)
-RESUMABLE_CHANGES = frozenset({"eval_every", "eval_sequences", "eval_batch_size", "ckpt_every", "keep_checkpoints",
-                               "max_minutes", "compile", "compile_mode", "micro_batch"})
+RESUMABLE_CHANGES = frozenset({"eval_every", "eval_sequences", "select_best", "eval_batch_size", "ckpt_every",
+                               "keep_checkpoints", "max_minutes", "compile", "compile_mode", "micro_batch"})

@@ -74,6 +74,7 @@ from circuitlab.training.guard import DivergenceError, DivergenceGuard
 from circuitlab.training.overfit import overfitting_warnings
 from circuitlab.training.pressure import LOG_PREFIX, TERMS, pressure_scale
 from circuitlab.training.schedule import wsd_lr
+from circuitlab.training.selection import BestWeights
 from circuitlab.training.settings import RESUMABLE_CHANGES, TrainConfig
 
 LOG_FILE = "train_log.jsonl"
@@ -85,16 +86,18 @@ class TrainResult:
     tokens_seen: int
     train_seconds: float  # wall time spent training, summed over resumed sessions
     session_seconds: float  # of which this session
-    held_out_loss: float
-    held_out_ppl: float
+    eval_loss: float  # on all evaluation windows, of the model returned (the best evaluation's, with select_best)
+    eval_ppl: float
     stopped: str  # "completed", "time limit", or "stopped" (at fit's stop_at)
     log_path: Path
     history: list[dict[str, Any]] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)  # overfitting signs (circuitlab.training.overfit)
+    selected_step: int | None = None  # the step whose weights were kept (select_best), else None: the last
 
 
 class Trainer:
-    """Trains `model` on `train_windows`, evaluating on `held_out_windows`, writing into `out_dir`.
+    """Trains `model` on `train_windows`, evaluating on `eval_windows` (the validation split, when run by
+    circuitlab.training.train), writing into `out_dir`.
 
     Under torchrun every rank builds the same Trainer (same data, same model init); rank 0 writes files.
     """
@@ -104,7 +107,7 @@ class Trainer:
         model: nn.Module,
         config: TrainConfig,
         train_windows: Int[Tensor, "n_windows window"],
-        held_out_windows: Int[Tensor, "n_held_out window"],
+        eval_windows: Int[Tensor, "n_eval window"],
         out_dir: str | os.PathLike,
         device: torch.device | str = "cpu",
         context: DistributedContext | None = None,
@@ -117,13 +120,13 @@ class Trainer:
         self.clock_start = time.monotonic() if clock_start is None else clock_start
         config.validate(self.context.world_size)
         window = config.seq_len + 1
-        for name, windows in (("training", train_windows), ("held-out", held_out_windows)):
+        for name, windows in (("training", train_windows), ("evaluation", eval_windows)):
             if windows.dim() != 2 or windows.shape[1] != window:
                 raise ValueError(
                     f"{name} windows must have shape [n, seq_len + 1 = {window}], got {tuple(windows.shape)}"
                 )
-        if held_out_windows.shape[0] < self.context.world_size:
-            raise ValueError(f"need at least {self.context.world_size} held-out windows, got {held_out_windows.shape[0]}")
+        if eval_windows.shape[0] < self.context.world_size:
+            raise ValueError(f"need at least {self.context.world_size} evaluation windows, got {eval_windows.shape[0]}")
         model_config = unwrap_model(model).config
         if config.seq_len > model_config.n_ctx:
             raise ValueError(f"seq_len {config.seq_len} exceeds the model's context n_ctx={model_config.n_ctx}")
@@ -133,7 +136,7 @@ class Trainer:
         self.tokenizer = tokenizer
         self.progress = progress and self.context.is_main
         self.train_windows = train_windows
-        self.held_out_windows = held_out_windows
+        self.eval_windows = eval_windows
         self.data_hash = data_fingerprint(train_windows)
         self.base_model = model.to(self.device)
         self.model = wrap_model(self.base_model, self.context, fsdp=config.fsdp)
@@ -153,6 +156,7 @@ class Trainer:
             fused=self.device.type == "cuda" and not config.fsdp,
         )
         self.guard = DivergenceGuard(config.guard_window, config.guard_factor)
+        self.best = BestWeights(self.out_dir, config.select_best)
         self.sampler = WindowSampler(train_windows.shape[0], config.batch_size, config.seed)
         self.step = 0
         self.train_seconds_before = 0.0
@@ -172,11 +176,7 @@ class Trainer:
 
     def _full_state(self) -> tuple[dict[str, Tensor], dict[str, Any]]:
         """Unsharded model and optimizer state (collective under FSDP; rank 0 receives them)."""
-        from torch.distributed.checkpoint.state_dict import (
-            StateDictOptions,
-            get_model_state_dict,
-            get_optimizer_state_dict,
-        )
+        from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict, get_optimizer_state_dict
 
         options = StateDictOptions(full_state_dict=True, cpu_offload=True)
         return (
@@ -194,6 +194,7 @@ class Trainer:
                 "tokens_seen": self.step * self.tokens_per_step,
                 "train_seconds": self.train_seconds_before + self._session_seconds(),
                 "guard": self.guard.state_dict(),
+                "best": self.best.state_dict(),
                 "train_config": self.config.to_dict(),
                 "model_config_hash": unwrap_model(self.base_model).config.hash(),
                 "data": {
@@ -212,11 +213,7 @@ class Trainer:
 
     def load_checkpoint(self, folder: str | os.PathLike) -> None:
         """Restore model, optimizer, RNG, guard and step from a checkpoint folder (every rank reads it)."""
-        from torch.distributed.checkpoint.state_dict import (
-            StateDictOptions,
-            set_model_state_dict,
-            set_optimizer_state_dict,
-        )
+        from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict, set_optimizer_state_dict
 
         state, tensors = read_checkpoint(folder)
         check_compatible(
@@ -228,6 +225,7 @@ class Trainer:
         set_optimizer_state_dict(self.model, self.optimizer, optimizer_state(state, tensors), options=options)
         restore_rng(state, tensors["rng.safetensors"], self.device)
         self.guard.load_state_dict(state["guard"])
+        self.best.load_state_dict(state.get("best"))
         self.step = int(state["step"])
         self.train_seconds_before = float(state["train_seconds"])
 
@@ -238,10 +236,10 @@ class Trainer:
 
     @torch.no_grad()
     def evaluate(self, max_windows: int | None = None) -> float:
-        """Mean next-token cross-entropy (nats) over held-out windows, split evenly across ranks."""
+        """Mean next-token cross-entropy (nats) over the evaluation windows, split evenly across ranks."""
         self.model.eval()
         try:
-            return held_out_loss(self._forward, self.held_out_windows, self.context, self.device,
+            return held_out_loss(self._forward, self.eval_windows, self.context, self.device,
                                  self.config.eval_batch_size, max_windows)
         finally:
             self.model.train()
@@ -454,6 +452,7 @@ class Trainer:
                 if (config.eval_every and self.step % config.eval_every == 0) or self.step == config.steps:
                     eval_loss = self.evaluate(config.eval_sequences)
                     record.update(eval_loss=eval_loss, eval_ppl=math.exp(eval_loss))
+                    self.best.offer(self.step, eval_loss, self.full_model_state, self.context)
                 self._log(record)
                 bar.update(1)
                 bar.set_postfix(loss=f"{record['loss']:.3f}", lr=f"{record['lr']:.2e}",
@@ -470,7 +469,8 @@ class Trainer:
                 if stopped != "completed":
                     self.save_checkpoint()
                     break
-        held_out_loss = self.evaluate()
+        selected_step = self.best.restore(self.model, self.step)  # the lowest evaluation loss's weights
+        eval_loss = self.evaluate()
         warnings = overfitting_warnings(
             self.history, int(self.train_windows.shape[0]) * config.seq_len, self.step * self.tokens_per_step
         )
@@ -483,7 +483,7 @@ class Trainer:
         return TrainResult(
             step=self.step, tokens_seen=self.step * self.tokens_per_step,
             train_seconds=self.train_seconds_before + self._session_seconds(), session_seconds=self._session_seconds(),
-            held_out_loss=held_out_loss, held_out_ppl=math.exp(held_out_loss), stopped=stopped,
+            eval_loss=eval_loss, eval_ppl=math.exp(eval_loss), stopped=stopped, selected_step=selected_step,
             log_path=self.out_dir / LOG_FILE, history=self.history, warnings=warnings,
         )
 

@@ -130,8 +130,10 @@ def test_text_and_jsonl_sources(tmp_path):
                   "--text-field", "body"]) == 0
     for name, documents in (("text", 60), ("jsonl", 60), ("hf", 60)):
         metrics = json.loads((tmp_path / name / "metrics.json").read_text())
-        assert metrics["data"]["train_documents"] + metrics["data"]["held_out_documents"] == documents
-        assert metrics["data"]["held_out_documents"] == 6 and metrics["fact_accuracy"] is None
+        data = metrics["data"]
+        assert data["train_documents"] + data["validation_documents"] + data["held_out_documents"] == documents
+        assert data["held_out_documents"] == 6 and data["validation_documents"] == 1  # 0.02 of 60, at least one
+        assert metrics["fact_accuracy"] is None
     # the same documents through `datasets` give the same split, windows and model
     hf, jsonl = (json.loads((tmp_path / name / "metrics.json").read_text()) for name in ("hf", "jsonl"))
     assert hf["held_out_loss"] == jsonl["held_out_loss"] and hf["data"]["train_windows"] == jsonl["data"]["train_windows"]

@@ -56,7 +56,7 @@ def rank_worker(rank: int, world_size: int, port: int, out: str, preset: str, fs
             from safetensors.torch import save_file
 
             save_file({k: v.contiguous() for k, v in state.items()}, os.path.join(out, "final.safetensors"))
-            Path(out, "result.json").write_text(json.dumps({"held_out_loss": result.held_out_loss}))
+            Path(out, "result.json").write_text(json.dumps({"held_out_loss": result.eval_loss}))
         # both ranks tear the group down together: a rank that left while rank 0 was still writing aborted once
         # in gloo's teardown ("terminate called without an active exception", 2026-12-01, CI on 2 cores)
         dist.barrier()
@@ -73,7 +73,7 @@ def single_process(out: Path, preset: str) -> tuple[dict[str, torch.Tensor], flo
         data = windows()
         trainer = Trainer(model, TrainConfig(**SETTINGS, grad_accum=2), data[:48], data[48:], out, progress=False)
         result = trainer.fit()
-        return trainer.base_model.state_dict(), result.held_out_loss
+        return trainer.base_model.state_dict(), result.eval_loss
     finally:
         torch.set_num_threads(threads)
 

@@ -14,7 +14,7 @@ from circuitlab.architectures.transformer import load_model
 from circuitlab.cli import main
 from circuitlab.data._io import DataError
 from circuitlab.data.loaders import load_text_files
-from circuitlab.data.natural import is_held_out
+from circuitlab.data.natural import split_of
 
 QUICK = ["--steps", "4", "--batch-size", "4", "--seq-len", "32", "--held-out-stories", "20", "--vocab-size", "400",
          "--eval-every", "0", "--ckpt-every", "0", "--threads", "1", "--quiet"]
@@ -61,8 +61,10 @@ def test_one_book_without_blank_lines_trains(tmp_path):
     metrics = json.loads((out / "metrics.json").read_text())
     n_windows = len(load_text_files(book, split_documents="auto", window_chars=1000))
     assert n_windows > 20
-    assert metrics["data"]["train_documents"] + metrics["data"]["held_out_documents"] == n_windows
-    assert metrics["data"]["held_out_documents"] == round(0.1 * n_windows)
+    data = metrics["data"]
+    assert data["train_documents"] + data["validation_documents"] + data["held_out_documents"] == n_windows
+    assert data["held_out_documents"] == round(0.1 * n_windows)
+    assert data["validation_documents"] == max(1, round(0.02 * n_windows))
 
 
 def _natural_folder(tmp_path, n: int = 60):
@@ -79,17 +81,23 @@ def _natural_folder(tmp_path, n: int = 60):
 
 def test_mixture_trains_and_reports_both_held_out_sets(tmp_path):
     folder, texts = _natural_folder(tmp_path)
-    n_held = sum(is_held_out(i) for i in range(len(texts)))
-    assert 2 <= n_held <= 15
+    n_held = sum(split_of(i) == "held_out" for i in range(len(texts)))
+    n_validation = sum(split_of(i) == "validation" for i in range(len(texts)))
+    assert 2 <= n_held <= 15 and 1 <= n_validation <= 10
     out = tmp_path / "mix"
     assert train(["--preset", "tiny-gelu", *QUICK, "--out", str(out), "--n-stories", "150", "--natural", str(folder),
                   "--natural-upsample", "3"]) == 0
     metrics = json.loads((out / "metrics.json").read_text())
     data = metrics["data"]
-    assert data["train_documents"] == 150 + 3 * (len(texts) - n_held)
+    assert data["train_documents"] == 150 + 3 * (len(texts) - n_held - n_validation)
     assert data["held_out_sets"]["natural"]["documents"] == n_held
     assert data["held_out_sets"]["generated"]["documents"] == 20
     assert data["held_out_documents"] == n_held + 20
+    assert data["validation_sets"]["natural"]["documents"] == n_validation
+    assert data["validation_sets"]["generated"]["documents"] == 200  # --validation-stories' default
+    # the passes over the training data, and so over each natural story (3 copies each), are on record
+    assert metrics["natural_story_passes"] == pytest.approx(3 * metrics["epochs"])
+    assert metrics["epochs"] == pytest.approx(metrics["tokens_seen"] / data["train_tokens"])
     # the reported losses, recomputed from the stored windows independently of the trainer
     (windows_file,) = (out / "data").glob("windows-*.safetensors")
     stored = load_file(windows_file)
