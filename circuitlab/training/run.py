@@ -267,6 +267,23 @@ def _pressure_rows(pressures: dict[str, Any]) -> dict[str, str]:
     return rows
 
 
+def natural_story_losses(model: Any, data: Any, tokenizer: Any, out: Path) -> dict[str, Any]:
+    """The natural held-out stories' loss read one story at a time (circuitlab.analysis.heldout), with its
+    bootstrap 95% interval over stories; the per-story numbers go to <out>/held_out_stories.npz (story ids,
+    summed negative log-likelihood, tokens), which the baselines and the seed table pair with theirs."""
+    import numpy as np
+
+    from circuitlab.analysis.heldout import loss_estimate, model_document_losses
+    from circuitlab.data.natural import load_natural_stories
+
+    stories = load_natural_stories(data.natural_dir).held_out()
+    documents = tokenizer.encode_batch([story.text for story in stories])
+    nll, counts = model_document_losses(model, documents, tokenizer.eos_id)
+    np.savez(out / "held_out_stories.npz", ids=np.array([story.id for story in stories]), nll=nll, tokens=counts)
+    estimate = loss_estimate(nll, counts)
+    return {"loss": estimate.value, "ci95": estimate.ci95, "stories": len(stories), "tokens": int(counts.sum())}
+
+
 def _finish(
     out, model, result, train_config, data, prepared, device, world_size, started, held_out, *, command, save_dtype,
     card_notes, set_metrics=None,
@@ -283,6 +300,7 @@ def _finish(
 
     model.eval()
     save_model(model, out, dtype=torch.bfloat16 if save_dtype == "bf16" else None)
+    per_story = natural_story_losses(model, data, prepared.tokenizer, out) if data.natural_dir is not None else None
     fact_accuracy, fact_note, distant_accuracy = None, None, None
     if data.source == "stories":  # the facts are stated in the generated stories only
         from circuitlab.data import distant_fact_accuracy
@@ -310,6 +328,7 @@ def _finish(
         "held_out_ppl": held_out["ppl"],
         "held_out_unigram_entropy": entropy,
         "validation_loss": result.eval_loss,
+        **({"natural_held_out_per_story": per_story} if per_story is not None else {}),
         "selected_step": result.selected_step if result.selected_step is not None else result.step,
         "epochs": epochs,  # passes over the training windows
         **({"natural_story_passes": epochs * data.natural_upsample} if data.natural_dir is not None else {}),
@@ -349,6 +368,9 @@ def _finish(
         train_settings={k: v for k, v in train_config.to_dict().items() if v not in (None, False)},
         extra_metrics={
             "held-out loss (nats/token)": f"{held_out['loss']:.4f}",
+            **({"natural held-out loss, each story read alone (nats/token, 95% interval over stories)":
+                f"{per_story['loss']:.4f} [{per_story['ci95'][0]:.4f}, {per_story['ci95'][1]:.4f}] "
+                f"({per_story['stories']:,} stories, {per_story['tokens']:,} tokens)"} if per_story else {}),
             "validation loss of the kept weights (nats/token)":
                 f"{result.eval_loss:.4f} (step {metrics['selected_step']} of {result.step})",
             "passes over the training data": (

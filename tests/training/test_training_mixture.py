@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -95,6 +97,13 @@ def test_mixture_trains_and_reports_both_held_out_sets(tmp_path):
     assert data["held_out_documents"] == n_held + 20
     assert data["validation_sets"]["natural"]["documents"] == n_validation
     assert data["validation_sets"]["generated"]["documents"] == 200  # --validation-stories' default
+    # the natural held-out stories read one at a time, with an interval over stories, and the per-story numbers
+    per_story = metrics["natural_held_out_per_story"]
+    saved = np.load(out / "held_out_stories.npz")
+    assert per_story["stories"] == n_held == len(saved["ids"]) and per_story["tokens"] == int(saved["tokens"].sum())
+    assert per_story["loss"] == pytest.approx(saved["nll"].sum() / saved["tokens"].sum())
+    assert per_story["ci95"][0] < per_story["loss"] < per_story["ci95"][1]
+    assert "each story read alone" in (out / "card.md").read_text()
     # the passes over the training data, and so over each natural story (3 copies each), are on record
     assert metrics["natural_story_passes"] == pytest.approx(3 * metrics["epochs"])
     assert metrics["epochs"] == pytest.approx(metrics["tokens_seen"] / data["train_tokens"])
