@@ -236,6 +236,11 @@ class ModelConfig(ConfigPart):
         for key, default in SelectivityConfig.SCHEDULE_DEFAULTS.items():
             if selectivity.get(key) == default:
                 selectivity.pop(key)
+        for section in ("feedforward", "attention", "bottleneck"):  # fields added later, at their defaults
+            part = getattr(self, section, None)
+            for key, default in getattr(type(part), "LATER_DEFAULTS", {}).items():
+                if isinstance(data.get(section), dict) and data[section].get(key) == default:
+                    data[section].pop(key)
         return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()
 
     def replace(self, **changes: Any) -> ModelConfig:
@@ -283,8 +288,11 @@ def _first_format(data: dict[str, Any]) -> dict[str, Any]:
 def _from_first_format(data: dict[str, Any]) -> dict[str, Any]:
     """The one converter of older files: a first-format config (its FFN section lists all eight fields) with
     the fields its FFN type and attention mode do not read dropped, and a parity section without the retired
-    fields when they are null; any other dict is returned as it is."""
+    fields when they are null, and a parity section without a `design` read as the product design (the only
+    one when such files were written); any other dict is returned as it is."""
     bottleneck = data.get("bottleneck")
+    if isinstance(bottleneck, dict) and "design" not in bottleneck:
+        data["bottleneck"] = bottleneck = {"design": "product", **bottleneck}
     if isinstance(bottleneck, dict) and any(key in bottleneck and bottleneck[key] is None for key in _RETIRED_BOTTLENECK):
         data["bottleneck"] = {key: value for key, value in bottleneck.items()
                               if not (key in _RETIRED_BOTTLENECK and value is None)}

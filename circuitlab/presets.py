@@ -84,4 +84,9 @@ PRESETS: dict[str, dict[str, Any]] = {
         _TINY, feedforward=dict(type="mlp", d_ffw=128),
         bottleneck=dict(design="product", n_bits=10, k=8, grid=[8, 8], beam=8, pursuit_rounds=2),
     ),
+    # seed 003's eq. 1 code with the bias path and the usage-balancing term (bottleneck/parity_linear.py, usage.py)
+    "tiny-parity-linear": dict(
+        _TINY, feedforward=dict(type="mlp", d_ffw=128),
+        bottleneck=dict(design="linear", n_bits=10, k=8, pursuit_rounds=2, bias=True, lambda_balance=1e-3),
+    ),
 }

@@ -24,8 +24,9 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from circuitlab.analysis.heldout import gap_estimate, loss_estimate, model_document_losses  # noqa: E402
 from circuitlab.analysis.ngram import BASELINES, NgramBaselines  # noqa: E402
+from circuitlab.stats import bootstrap_difference, bootstrap_ratio  # noqa: E402
+from circuitlab.training.evaluation import document_losses  # noqa: E402
 
 
 def training_documents(model_folder: Path, natural_only: bool) -> tuple[list[str], str]:
@@ -79,7 +80,7 @@ def main(argv: list[str] | None = None) -> int:
         "baselines": {}, "models": {},
     }
     for name in BASELINES:
-        estimate = loss_estimate(losses[name][0], counts)
+        estimate = bootstrap_ratio(losses[name][0], counts)
         result["baselines"][name] = {"loss": estimate.value, "ci95": estimate.ci95}
     rows = [(name, result["baselines"][name], None) for name in BASELINES]
     for folder in folders:
@@ -90,8 +91,9 @@ def main(argv: list[str] | None = None) -> int:
         if saved.is_file() and np.array_equal(np.load(saved)["ids"], held_ids):
             nll = np.load(saved)["nll"]
         else:
-            nll, _ = model_document_losses(model, held_docs, tokenizer.eos_id, progress=True)
-        estimate, gap = loss_estimate(nll, counts), gap_estimate(nll, losses["trigram"][0], counts)
+            nll, _ = document_losses(model, held_docs, tokenizer.eos_id, progress=True)
+        # paired by story: trigram loss minus the model's, resampling the same stories for both
+        estimate, gap = bootstrap_ratio(nll, counts), bootstrap_difference(losses["trigram"][0], counts, nll, counts)
         result["models"][folder.name] = {"loss": estimate.value, "ci95": estimate.ci95,
                                          "below_trigram": gap.value, "below_trigram_ci95": gap.ci95}
         rows.append((folder.name, result["models"][folder.name], gap))

@@ -16,7 +16,7 @@ P_cont(c) is the continuation unigram N1+(.c) / N1+(..), itself interpolated wit
 unseen token has a probability), and an unseen context falls back to the next lower order. Each discount is
 D = n1 / (n1 + 2 n2) of its order's counts of counts (Chen and Goodman's estimate). Losses come per document
 (summed negative log-likelihood and token count), so they can be bootstrapped over documents
-(circuitlab.analysis.stats).
+(circuitlab.stats).
 
 Letters: V vocabulary size, a b c the tokens of a trigram (c predicted).
 """

@@ -14,6 +14,7 @@ from circuitlab.architectures.attention.boolean import BooleanAttentionConfig
 from circuitlab.architectures.attention.membership import MembershipAttentionConfig
 from circuitlab.architectures.attention.standard import StandardAttentionConfig
 from circuitlab.architectures.bottleneck.parity import ParityConfig
+from circuitlab.architectures.bottleneck.parity_linear import LinearParityConfig
 from circuitlab.architectures.design import BottleneckPart, ConfigPart, FeedForwardPart, ValueModePart
 from circuitlab.architectures.feedforward.mlp import MLPConfig
 from circuitlab.architectures.feedforward.moe import MoEConfig
@@ -25,7 +26,7 @@ from circuitlab.architectures.feedforward.swiglu import SwiGLUConfig
 DESIGNS: tuple[type[ConfigPart], ...] = (
     MLPConfig, SwiGLUConfig, SgatlinConfig, NCFFNConfig, PEERConfig, MoEConfig,
     StandardAttentionConfig, MembershipAttentionConfig, BooleanAttentionConfig,
-    ParityConfig,
+    ParityConfig, LinearParityConfig,
 )
 
 FEEDFORWARDS: dict[str, type[FeedForwardPart]] = {}

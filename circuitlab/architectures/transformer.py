@@ -81,8 +81,8 @@ class Block(nn.Module):
     def forward(
         self, h_BxTxD: Float[Tensor, "batch pos d_model"]
     ) -> tuple[Tensor, list[dict[str, Tensor]], Tensor | None]:
-        """(the residual stream after the block, its selectivity penalties by name, the bottleneck's relative
-        reconstruction error of the FFN write or None)."""
+        """(the residual stream after the block, its selectivity penalties by name, and the bottleneck's
+        (relative reconstruction error of the FFN write, usage balance of its code) or None)."""
         penalties = []
         reconstruction = None
         h_BxTxD = self.hook_resid_pre(h_BxTxD)
@@ -92,7 +92,8 @@ class Block(nn.Module):
         write_BxTxD, penalty = self.mlp(self.ln2(h_BxTxD))
         penalties.append(penalty)
         if self.bottleneck is not None:
-            write_BxTxD, reconstruction = self.bottleneck.reconstruct(write_BxTxD)
+            write_BxTxD, reconstruction, balance = self.bottleneck.reconstruct_with_usage(write_BxTxD)
+            reconstruction = (reconstruction, balance)
         h_BxTxD = self.hook_resid_post(h_BxTxD + self.hook_mlp_out(write_BxTxD))
         return h_BxTxD, [p for p in penalties if p is not None], reconstruction
 
@@ -277,7 +278,9 @@ class CircuitTransformer(TransformerLensAPI, GenerationMixin, HookedRootModule):
         aux = {"selectivity": selectivity, "selectivity_terms": terms}
         if reconstructions:
             # mean over layers of ||x - x_hat||^2 / ||x||^2 of each bottleneck's FFN write (bottleneck/parity.py)
-            aux["reconstruction"] = torch.stack(reconstructions).mean()
+            # and of the usage balance of its code (bottleneck/usage.py)
+            aux["reconstruction"] = torch.stack([error for error, _ in reconstructions]).mean()
+            aux["balance"] = torch.stack([balance for _, balance in reconstructions]).mean()
         return logits_BxTxV, aux
 
     def _check_tokens(self, tokens: Tensor) -> Tensor:

@@ -9,7 +9,8 @@ Two signs, each reported once with the numbers behind it:
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import sys
+from collections.abc import Callable, Sequence
 from typing import Any
 
 RISE_NATS = 0.1  # perplexity up ~10% from its best: beyond the evaluation noise of the shipped runs
@@ -51,3 +52,13 @@ def overfitting_warnings(
             "loss says little about text it has not seen. Use a larger corpus or fewer --steps"
         )
     return warnings
+
+
+def report_warnings(warnings: list[str], history: Sequence[dict[str, Any]], log: Callable[[str], None], printed: bool) -> None:
+    """Log each warning the history does not hold yet (a resumed run logged it before) and print it."""
+    logged = {record.get("warning") for record in history}
+    for message in warnings:
+        if message not in logged:
+            log(message)
+        if printed:
+            print(f"warning: {message}", file=sys.stderr)

@@ -268,19 +268,20 @@ def _pressure_rows(pressures: dict[str, Any]) -> dict[str, str]:
 
 
 def natural_story_losses(model: Any, data: Any, tokenizer: Any, out: Path) -> dict[str, Any]:
-    """The natural held-out stories' loss read one story at a time (circuitlab.analysis.heldout), with its
+    """The natural held-out stories' loss read one story at a time (circuitlab.training.evaluation), with its
     bootstrap 95% interval over stories; the per-story numbers go to <out>/held_out_stories.npz (story ids,
     summed negative log-likelihood, tokens), which the baselines and the seed table pair with theirs."""
     import numpy as np
 
-    from circuitlab.analysis.heldout import loss_estimate, model_document_losses
+    from circuitlab.stats import bootstrap_ratio
+    from circuitlab.training.evaluation import document_losses
     from circuitlab.data.natural import load_natural_stories
 
     stories = load_natural_stories(data.natural_dir).held_out()
     documents = tokenizer.encode_batch([story.text for story in stories])
-    nll, counts = model_document_losses(model, documents, tokenizer.eos_id)
+    nll, counts = document_losses(model, documents, tokenizer.eos_id)
     np.savez(out / "held_out_stories.npz", ids=np.array([story.id for story in stories]), nll=nll, tokens=counts)
-    estimate = loss_estimate(nll, counts)
+    estimate = bootstrap_ratio(nll, counts)
     return {"loss": estimate.value, "ci95": estimate.ci95, "stories": len(stories), "tokens": int(counts.sum())}
 
 

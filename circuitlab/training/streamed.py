@@ -35,7 +35,6 @@ import torch
 from torch import Tensor
 
 from circuitlab.atomic import atomic_write_text
-from circuitlab.errors import UserError
 
 SPLITS = ("train", "validation", "held_out")
 TOKENIZER_DOCUMENTS = 100_000  # training documents a tokenizer is trained on when none is given
@@ -254,63 +253,3 @@ def iter_training_documents(documents: Iterator[str], held_out_fraction: float, 
     chosen = (text for index, text in enumerate(documents)
               if split_of_document(index, held_out_fraction, validation_fraction) == "train")
     return list(itertools.islice(chosen, limit))
-
-
-def prepare_streamed(spec: Any, seq_len: int, data_dir: Path, show_progress: bool = True) -> Any:
-    """PreparedData of a streamed hf source (see the module docstring): tokenizer, shards, windows."""
-    from circuitlab.data import train_tokenizer
-    from circuitlab.data.hf import iter_documents
-    from circuitlab.training.corpus import PreparedData, content_key, read_tokenizer, source_payload
-
-    if len(spec.paths) != 1:
-        raise UserError("--streaming reads one dataset; give one --hf-dataset")
-    payload = source_payload(spec)
-    for field in ("workers", "shard_documents"):  # how the shards are made, not what they hold
-        payload.pop(field, None)
-    source_key = content_key(payload)
-
-    def documents() -> Iterator[str]:
-        return iter_documents(spec.paths[0], split=spec.hf_split, text_field=spec.text_field, limit=spec.hf_limit)
-
-    tokenizer, path = read_tokenizer(spec, data_dir / f"tokenizer-{source_key}.json")
-    if tokenizer is None:
-        texts = iter_training_documents(documents(), spec.held_out_fraction, spec.validation_fraction, TOKENIZER_DOCUMENTS)
-        if not texts:
-            raise UserError(f"{spec.paths[0]}: no training documents to train a tokenizer on")
-        tokenizer = train_tokenizer(texts, vocab_size=spec.vocab_size, show_progress=False)
-        from circuitlab.atomic import atomic_write
-
-        atomic_write(path, tokenizer.save)
-    key = content_key({"source": source_key, "tokenizer": tokenizer.hash()})
-    folder = data_dir / f"shards-{key}"
-    manifest = write_shards(
-        documents(), tokenizer, folder, key=key, held_out_fraction=spec.held_out_fraction,
-        validation_fraction=spec.validation_fraction, shard_documents=spec.shard_documents, workers=spec.workers,
-        show_progress=show_progress, description=spec.describe(),
-    )
-    window = seq_len + 1
-    train = ShardWindows(folder, manifest, "train", window)
-    validation = ShardWindows(folder, manifest, "validation", window).load()
-    held_out = ShardWindows(folder, manifest, "held_out", window).load()
-    for name, windows in (("training", train), ("validation", validation), ("held-out", held_out)):
-        if windows.shape[0] == 0:
-            raise UserError(f"the streamed corpus gives no {name} windows of {window} tokens; give more documents "
-                            "or a larger --held-out-fraction / --validation-fraction")
-    counts = {split: sum(group["files"][split]["documents"] for group in manifest["groups"]) for split in SPLITS}
-    summary = {
-        "source": spec.describe(),
-        "spec": payload,
-        "tokenizer_hash": tokenizer.hash(),
-        "vocab_size": tokenizer.vocab_size,
-        "window": window,
-        "shards": folder.name,
-        "train_documents": counts["train"],
-        "train_windows": train.shape[0],
-        "train_tokens": train.numel(),
-        **{f"{split}_{what}": value for split, windows in (("validation", validation), ("held_out", held_out))
-           for what, value in (("documents", counts[split]), ("windows", int(windows.shape[0])),
-                               ("tokens", int(windows.numel())))},
-        "validation_sets": {},
-        "held_out_sets": {},
-    }
-    return PreparedData(train, held_out, tokenizer, summary, {}, validation, {})

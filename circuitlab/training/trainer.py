@@ -71,7 +71,7 @@ from circuitlab.training.ddp import unwrap_model, wrap_model
 from circuitlab.training.evaluation import held_out_loss
 from circuitlab.training.interrupt import InterruptFlag, TrainingInterrupted
 from circuitlab.training.guard import DivergenceError, DivergenceGuard
-from circuitlab.training.overfit import overfitting_warnings
+from circuitlab.training.overfit import overfitting_warnings, report_warnings
 from circuitlab.training.pressure import LOG_PREFIX, TERMS, pressure_scale
 from circuitlab.training.schedule import wsd_lr
 from circuitlab.training.selection import BestWeights
@@ -162,9 +162,12 @@ class Trainer:
         self.train_seconds_before = 0.0
         self._session_start = time.monotonic()  # reset when fit() starts
         self.history: list[dict[str, Any]] = []
+        # the parity bottleneck's reconstruction and usage-balance terms (architectures/bottleneck/); no bottleneck:
+        # lambda_recon None
         bottleneck = unwrap_model(model).config.bottleneck
-        # the parity bottleneck's reconstruction term (architectures/feedforward/parity.py); None: no bottleneck
-        self.lambda_recon = float(bottleneck.lambda_recon) if bottleneck is not None else None
+        self.lambda_recon, self.lambda_balance, self.n_features = (
+            (float(bottleneck.lambda_recon), float(bottleneck.lambda_balance), 2 ** int(bottleneck.n_bits))
+            if bottleneck is not None else (None, 0.0, 0))
         self.pressures = model_config.selectivity
         self._terms_seen: set[str] = set()
 
@@ -334,6 +337,7 @@ class Trainer:
         lm_total = torch.zeros((), device=self.device)
         selectivity_total = torch.zeros((), device=self.device)
         reconstruction_total = torch.zeros((), device=self.device)
+        balance_total = torch.zeros((), device=self.device)
         scale_total = torch.zeros((), device=self.device)
         pressures = self.pressures
         term_totals = torch.zeros(len(TERMS), device=self.device)
@@ -350,8 +354,9 @@ class Trainer:
                 loss = lm_loss + selectivity
                 if self.lambda_recon is not None:
                     reconstruction = aux["reconstruction"].float()
-                    loss = loss + self.lambda_recon * reconstruction
+                    loss = loss + self.lambda_recon * reconstruction + self.lambda_balance * aux["balance"].float()
                     reconstruction_total += reconstruction.detach()
+                    balance_total += aux["balance"].detach().float()
                 (loss / n_micro).backward()
             if self.cuda_graphs and micro == 0 and n_micro > 1:
                 # the first micro-batch's gradients are outputs of a CUDA graph, which the next micro-batch's
@@ -374,18 +379,20 @@ class Trainer:
         if hasattr(grad_norm, "full_tensor"):
             grad_norm = grad_norm.full_tensor()
         stats = all_reduce_mean(
-            torch.cat([torch.stack([lm_total, selectivity_total, scale_total, reconstruction_total]), term_totals])
+            torch.cat([torch.stack([lm_total, selectivity_total, scale_total, reconstruction_total, balance_total]), term_totals])
             / n_micro,
             self.context,
         ).tolist()
         loss, selectivity_value, norm = stats[0], stats[1], float(grad_norm)
         pressure_log = {}
         if self._terms_seen:  # each pressure in nats/token, as added to the loss (after ramp and cap)
-            pressure_log = {f"{LOG_PREFIX}{name}": value for name, value in zip(TERMS, stats[4:]) if name in self._terms_seen}
+            pressure_log = {f"{LOG_PREFIX}{name}": value for name, value in zip(TERMS, stats[5:]) if name in self._terms_seen}
             pressure_log["pressure_scale"] = stats[2]
         if self.lambda_recon is not None:
             # relative reconstruction error of the FFN writes (mean over layers); loss holds the LM loss only
             pressure_log["reconstruction"] = stats[3]
+            # m / balance: the Simpson effective number of features of the batch's code (bottleneck/usage.py)
+            pressure_log["effective_features"] = self.n_features / stats[4] if stats[4] > 0 else 0.0
         if not (math.isfinite(loss) and math.isfinite(norm)):
             self.optimizer.zero_grad(set_to_none=True)
             raise DivergenceError(
@@ -474,12 +481,8 @@ class Trainer:
         warnings = overfitting_warnings(
             self.history, int(self.train_windows.shape[0]) * config.seq_len, self.step * self.tokens_per_step
         )
-        logged = {record.get("warning") for record in self.history}
-        for message in warnings:
-            if message not in logged:
-                self._log({"step": self.step, "warning": message})
-            if self.context.is_main:
-                print(f"warning: {message}", file=sys.stderr)
+        report_warnings(warnings, self.history, lambda message: self._log({"step": self.step, "warning": message}),
+                        self.context.is_main)
         return TrainResult(
             step=self.step, tokens_seen=self.step * self.tokens_per_step,
             train_seconds=self.train_seconds_before + self._session_seconds(), session_seconds=self._session_seconds(),

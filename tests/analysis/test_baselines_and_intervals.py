@@ -11,9 +11,9 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from circuitlab.analysis.heldout import model_document_losses
 from circuitlab.analysis.ngram import NgramBaselines
-from circuitlab.analysis.stats import bootstrap_difference, bootstrap_ratio, seed_spread
+from circuitlab.stats import bootstrap_difference, bootstrap_ratio, seed_spread
+from circuitlab.training.evaluation import document_losses
 
 V, EOS = 12, 0
 
@@ -129,7 +129,7 @@ def test_model_document_losses_equal_a_hand_loop_and_do_not_depend_on_batching()
     model.eval()
     rng = np.random.default_rng(0)
     docs = [rng.integers(1, 500, size=n).tolist() for n in (3, 40, 15, 16, 1, 33)]  # 40 and 33 need pieces
-    nll, counts = model_document_losses(model, docs, eos=0, batch_size=4)
+    nll, counts = document_losses(model, docs, eos=0, batch_size=4)
     for doc, total, count in zip(docs, nll, counts):
         tokens = [0, *doc]
         expected, n = 0.0, 0
@@ -141,5 +141,5 @@ def test_model_document_losses_equal_a_hand_loop_and_do_not_depend_on_batching()
             n += piece.shape[1] - 1
         assert count == n == len(doc)
         assert total == pytest.approx(expected, rel=1e-5)
-    again = model_document_losses(model, docs, eos=0, batch_size=1)
+    again = document_losses(model, docs, eos=0, batch_size=1)
     assert np.allclose(again[0], nll, rtol=1e-5) and np.array_equal(again[1], counts)

@@ -19,7 +19,7 @@ from circuitlab import CircuitTransformer, ModelConfig
 from circuitlab.analysis.patching import PatchPair, as_patch_pair, natural_code_hooks, nie_grid, nie_heatmap, nie_summary, run_interventions
 from circuitlab.cli import main
 
-PRESETS = ("tiny-sgatlin", "tiny-gelu", "tiny-swiglu", "tiny-legible", "tiny-membership", "tiny-parity")
+PRESETS = ("tiny-sgatlin", "tiny-gelu", "tiny-swiglu", "tiny-legible", "tiny-membership", "tiny-parity", "tiny-parity-linear")
 N_POS = 6
 TOL = 1e-5
 

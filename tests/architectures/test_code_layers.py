@@ -12,7 +12,7 @@ from circuitlab.architectures.code_layer import CodeLayer
 from circuitlab.architectures.registry import FEEDFORWARDS
 from circuitlab.config import FeedForwardConfig
 
-DESIGNS = ["tiny-gelu", "tiny-swiglu", "tiny-sgatlin", "tiny-legible", "tiny-parity", "tiny-membership", "tiny-peer",
+DESIGNS = ["tiny-gelu", "tiny-swiglu", "tiny-sgatlin", "tiny-legible", "tiny-parity", "tiny-parity-linear", "tiny-membership", "tiny-peer",
            "tiny-moe"]
 
 

@@ -92,8 +92,10 @@ def first_format(config: ModelConfig) -> dict:
     # its selectivity section held the four lambdas only (normalization, ramp and cap came later)
     data["selectivity"] = {key: data["selectivity"][key]
                            for key in ("attn_sparsity", "attn_crispness", "ffn_sparsity", "ffn_crispness")}
-    if data.get("bottleneck") is not None:  # the parity section held the first parity design's fields, null
-        data["bottleneck"] = dict(data["bottleneck"], bits_per_level=None, beams=None)
+    if data.get("bottleneck") is not None:  # the parity section held the first parity design's fields, null,
+        # and not the fields added since (the bias path and the usage balance)
+        data["bottleneck"] = {key: value for key, value in dict(data["bottleneck"], bits_per_level=None, beams=None).items()
+                              if key not in ("bias", "lambda_balance")}
     return data
 
 

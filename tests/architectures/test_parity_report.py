@@ -17,9 +17,14 @@ TOKENIZER = ROOT / "models" / "sgatlin-stories" / "tokenizer.json"
 
 
 def _script():
-    import circuitlab.analysis.parity_measure as parity_measure
+    """The measuring module, with `main(argv)` running `circuitlab report parity ARGV` as the command line does."""
+    from types import SimpleNamespace
 
-    return parity_measure
+    import circuitlab.analysis.parity_measure as parity_measure
+    from circuitlab.cli import main
+
+    return SimpleNamespace(main=lambda argv: main(["report", "parity", *argv]), report=parity_measure.report,
+                           natural_windows=parity_measure.natural_windows)
 
 
 @pytest.fixture(scope="module")

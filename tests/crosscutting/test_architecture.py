@@ -15,7 +15,7 @@ PACKAGE = ROOT / "circuitlab"
 # lowest first: (groups, whether the groups of the layer may import each other). A module may import its own
 # group, the other groups of its layer where the layer allows it, and every lower layer (docs/architecture.md).
 LAYERS = [
-    (["circuitlab", "circuitlab.errors", "circuitlab.atomic", "circuitlab.codes", "circuitlab.figures",
+    (["circuitlab", "circuitlab.errors", "circuitlab.atomic", "circuitlab.codes", "circuitlab.figures", "circuitlab.stats",
       "circuitlab.presets", "circuitlab.distributed"], True),
     (["circuitlab.kernels", "circuitlab.data"], False),
     (["circuitlab.architectures.design", "circuitlab.architectures.code_layer", "circuitlab.architectures.components",

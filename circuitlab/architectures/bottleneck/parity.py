@@ -51,21 +51,20 @@ per token in a candidate list.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
-from typing import Annotated, Literal
+from typing import Annotated, Any, ClassVar, Literal
 
 import torch
 from jaxtyping import Float, Int
-from pydantic import Field, StrictInt
+from pydantic import Field, StrictBool, StrictInt
 from torch import Tensor
 from transformer_lens.hook_points import HookPoint
 
 import circuitlab.kernels as kernels
 from circuitlab.architectures.bottleneck.parity_code import make_factor_code, product_layout, relative_error, sign_table
-from circuitlab.architectures.code_layer import Cache, CodeLayer, UnitWrites, code_hook_error
+from circuitlab.architectures.bottleneck.usage import usage_balance
+from circuitlab.architectures.bottleneck.feature_layer import FeatureCodeLayer
 from circuitlab.architectures.components import is_hooked
 from circuitlab.architectures.design import BottleneckPart, ModelShape, Number, PositiveInt
-from circuitlab.codes import SparseCode
 
 
 EXHAUSTIVE_CHUNK = 1024  # tokens per chunk of the exhaustive encoder (chunk x m scores in memory)
@@ -75,25 +74,44 @@ OVERLAP_TABLE_BITS = 20  # up to m = 2^20 the m overlaps <phi_0, phi_w> are kept
 CPU_ENCODE_CHUNK = 128
 
 
-class ParityConfig(BottleneckPart):
-    """The deep parity bottleneck on each block's FFN write (see the module docstring): m = 2**n_bits features
-    in d_model dimensions, k active per token. d_model is read as a `grid` of rows x cols (None: the most
-    nearly square one); the low `col_bits` index bits (None: half of n_bits, rounded up) pick a column pattern,
-    the others a row pattern. The encoder keeps the `beam` column patterns with the largest score bound, scores
-    their features exactly and keeps the top k; coefficients are least squares on the support (`ridge` added
-    to the Gram matrix), refined by `pursuit_rounds - 1` swap rounds. Training adds `lambda_recon` times the
-    relative reconstruction error of the FFN write to the loss."""
+class ParityCommon(BottleneckPart):
+    """The fields every parity design shares: m = 2**n_bits features, k active per token, the code's seed,
+    least squares (`ridge`) with `pursuit_rounds - 1` swap rounds, the reconstruction term `lambda_recon`;
+    `bias`: a learned vector b taken off the write before it is coded and added back after, so the constant
+    part of the writes needs no feature (circuitlab.architectures.bottleneck.usage); `lambda_balance`: the
+    weight of the usage-balancing term (ibid.)."""
 
-    design: Literal["product"] = "product"
+    # fields added after models were shipped: left out of the config hash at these values, so old hashes hold
+    LATER_DEFAULTS: ClassVar[dict[str, Any]] = {"bias": False, "lambda_balance": 0.0}
+
+    design: str
     n_bits: PositiveInt = 16
     k: PositiveInt = 32
     code_seed: StrictInt = 0
-    grid: tuple[PositiveInt, PositiveInt] | None = None
-    col_bits: PositiveInt | None = None
-    beam: PositiveInt = 64
     pursuit_rounds: PositiveInt = 2
     ridge: Annotated[Number, Field(ge=0)] = 1e-3
     lambda_recon: Annotated[Number, Field(ge=0)] = 1.0
+    bias: StrictBool = False
+    lambda_balance: Annotated[Number, Field(ge=0)] = 0.0
+
+    def usage_notes(self) -> str:
+        return (f", bias path {'on' if self.bias else 'off'}"
+                + (f", usage balance lambda {self.lambda_balance:g}" if self.lambda_balance else ""))
+
+
+class ParityConfig(ParityCommon):
+    """The deep parity bottleneck, product design, on each block's FFN write (see the module docstring): m =
+    2**n_bits features in d_model dimensions, k active per token. d_model is read as a `grid` of rows x cols
+    (None: the most nearly square one); the low `col_bits` index bits (None: half of n_bits, rounded up) pick
+    a column pattern, the others a row pattern. The encoder keeps the `beam` column patterns with the largest
+    score bound, scores their features exactly and keeps the top k; coefficients are least squares on the
+    support (`ridge` added to the Gram matrix), refined by `pursuit_rounds - 1` swap rounds. Training adds
+    `lambda_recon` times the relative reconstruction error of the FFN write to the loss."""
+
+    design: Literal["product"] = "product"
+    grid: tuple[PositiveInt, PositiveInt] | None = None
+    col_bits: PositiveInt | None = None
+    beam: PositiveInt = 64
 
     def build(self, config: ModelShape) -> ParityBottleneck:
         return ParityBottleneck(config)
@@ -104,7 +122,7 @@ class ParityConfig(BottleneckPart):
             f"m = 2^{self.n_bits} = {2 ** self.n_bits} features, k {self.k}, code seed {self.code_seed}, product "
             f"design: grid {rows} x {cols}, {col_bits} column + {row_bits} row index bits, beam {self.beam} column "
             f"patterns, least-squares coefficients (ridge {self.ridge:g}) with {self.pursuit_rounds - 1} pursuit "
-            f"round(s), reconstruction term lambda {self.lambda_recon:g}"
+            f"round(s), reconstruction term lambda {self.lambda_recon:g}{self.usage_notes()}"
         )
 
     def check(self, d_model: int) -> None:
@@ -132,42 +150,6 @@ class ParityConfig(BottleneckPart):
             )
 
 # --- the layer -----------------------------------------------------------------------------------------------
-
-
-class FeatureCodeLayer(CodeLayer):
-    """A bottleneck whose code is k (feature id, coefficient) pairs on `hook_code_indices` and
-    `hook_code_values`, feature i writing a_i phi_i with phi_i = `feature_directions(i)`."""
-
-    def code_hooks(self) -> list[str]:
-        return [self.hook_name(self.hook_code_indices), self.hook_name(self.hook_code_values)]
-
-    def sparse_code(self, cache: Cache) -> SparseCode:
-        try:
-            indices_BxTxK = cache[self.hook_name(self.hook_code_indices)].long()
-            values_BxTxK = cache[self.hook_name(self.hook_code_values)].float()
-        except KeyError as error:
-            raise code_hook_error(self, error) from None
-        return SparseCode(indices_BxTxK, values_BxTxK, self.n_features)
-
-    def layout(self) -> dict:
-        return {"kind": self.kind, "n_features": self.n_features}
-
-    def unit_name(self, unit: int) -> str:
-        return f"feature {unit}"
-
-    def unit_write_hooks(self) -> list[str]:
-        return self.code_hooks()
-
-    def unit_writes(self, read: Callable[[str], Tensor]) -> UnitWrites:
-        """The k active features; feature i writes a_i phi_i (their sum is hook_recon)."""
-        indices_K = read(self.hook_name(self.hook_code_indices)).long()
-        values_K = read(self.hook_name(self.hook_code_values))
-        phi_KxD = self.feature_directions(indices_K).double()
-        ids = indices_K.tolist()
-        return UnitWrites(
-            writes_NxD=values_K[:, None] * phi_KxD, ids=ids, kind="parity_feature", operations=["feature"] * len(ids),
-            labels=[self.unit_name(unit) for unit in ids],
-        )
 
 
 class ParityBottleneck(FeatureCodeLayer):
@@ -208,6 +190,8 @@ class ParityBottleneck(FeatureCodeLayer):
         overlaps = (row_signs.mean(-1)[:, None] * col_signs.mean(-1)[None, :]).flatten()
         self.register_buffer("overlaps", overlaps if self.n_bits <= OVERLAP_TABLE_BITS else None, persistent=False)
 
+        # the bias path (bottleneck/usage.py): b, zero at the start, carries the writes' common part
+        self.bias = torch.nn.Parameter(torch.zeros(config.d_model)) if bottleneck.bias else None
         self.hook_in = HookPoint()  # [B, T, D] the FFN write entering the bottleneck
         self.hook_code_indices = HookPoint()  # [B, T, K] feature ids in [0, m)
         self.hook_code_values = HookPoint()  # [B, T, K] least-squares coefficients a_i
@@ -442,7 +426,15 @@ class ParityBottleneck(FeatureCodeLayer):
         self, x_BxTxD: Float[Tensor, "batch pos d_model"], exhaustive: bool = False
     ) -> tuple[Float[Tensor, "batch pos d_model"], Tensor]:
         """(x_hat, relative reconstruction error ||x - x_hat||^2 / ||x||^2 of the batch)."""
-        x_BxTxD = self.hook_in(x_BxTxD)
+        return self.reconstruct_with_usage(x_BxTxD, exhaustive)[:2]
+
+    def reconstruct_with_usage(
+        self, x_BxTxD: Float[Tensor, "batch pos d_model"], exhaustive: bool = False
+    ) -> tuple[Float[Tensor, "batch pos d_model"], Tensor, Tensor]:
+        """(x_hat, relative reconstruction error, usage balance of the batch's code: bottleneck/usage.py)."""
+        written_BxTxD = self.hook_in(x_BxTxD)
+        # the bias path: b is taken off before coding and added back after (bottleneck/usage.py)
+        x_BxTxD = written_BxTxD - self.bias.to(written_BxTxD.dtype) if self.bias is not None else written_BxTxD
         found_BxTxK, values_BxTxK, decoded_BxTxD = self._encode(x_BxTxD, exhaustive)
         indices_BxTxK = self.hook_code_indices(found_BxTxK)
         # the compiled CPU encoder's coefficients serve where nothing needs their gradient, x is float32 and no
@@ -462,8 +454,11 @@ class ParityBottleneck(FeatureCodeLayer):
             x_hat_BxTxD = decoded_BxTxD.to(x_BxTxD.device)
         elif x_hat_BxTxD is None:
             x_hat_BxTxD = self.decode(indices_BxTxK, values_BxTxK)
+        if self.bias is not None:
+            x_hat_BxTxD = x_hat_BxTxD + self.bias.to(x_hat_BxTxD.dtype)
         x_hat_BxTxD = self.hook_recon(x_hat_BxTxD)
-        return x_hat_BxTxD, relative_error(x_BxTxD, x_hat_BxTxD)
+        balance = usage_balance(indices_BxTxK, values_BxTxK, self.n_features)
+        return x_hat_BxTxD, relative_error(written_BxTxD, x_hat_BxTxD), balance
 
     # --- the dictionary, explicitly (tests, analyses) -------------------------------------------------------
 
