@@ -22,6 +22,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
+from circuitlab.analysis.code_usage import WriteMoments, usage_figures
 from circuitlab.analysis.parity_report import targets
 
 TOP_FEATURES = 100
@@ -56,22 +57,42 @@ def _autocast(device: torch.device):
 
 
 @torch.no_grad()
-def losses(model, windows: torch.Tensor, batch_size: int, device: torch.device, what: str) -> dict[str, float]:
-    """Held-out loss, and the loss with every block's FFN write (hook_mlp_out) zeroed."""
-    zero_writes = [(f"blocks.{layer}.hook_mlp_out", lambda value, hook: torch.zeros_like(value))
-                   for layer in range(model.config.n_layers)]
-    totals = {"loss": 0.0, "loss_writes_zeroed": 0.0}
+def losses(model, windows: torch.Tensor, batch_size: int, device: torch.device, what: str,
+           means: list[torch.Tensor] | None = None) -> dict:
+    """Held-out loss; with every block's FFN write (hook_mlp_out) zeroed; and, given each layer's mean write
+    (`means`), with every write replaced by its layer's mean (mean ablation), all layers at once and one
+    layer at a time."""
+    n_layers = model.config.n_layers
+    name = "blocks.{}.hook_mlp_out".format
+
+    def zero(value, hook):
+        return torch.zeros_like(value)
+
+    def mean_of(layer):
+        return lambda value, hook: means[layer].to(value.device, value.dtype).expand_as(value)
+
+    runs = {"loss": [], "loss_writes_zeroed": [(name(layer), zero) for layer in range(n_layers)]}
+    if means is not None:
+        runs["loss_writes_mean_ablated"] = [(name(layer), mean_of(layer)) for layer in range(n_layers)]
+        for layer in range(n_layers):
+            runs[f"zeroed_layer_{layer}"] = [(name(layer), zero)]
+            runs[f"mean_ablated_layer_{layer}"] = [(name(layer), mean_of(layer))]
+    totals = dict.fromkeys(runs, 0.0)
     count = 0
     for batch in _batches(windows, batch_size, f"{what} losses"):
         batch = batch.to(device)
         inputs, targets = batch[:, :-1], batch[:, 1:].reshape(-1)
-        with _autocast(device):
-            plain = model(inputs)
-            zeroed = model.run_with_hooks(inputs, fwd_hooks=zero_writes)
-        totals["loss"] += F.cross_entropy(plain.float().flatten(0, 1), targets, reduction="sum").item()
-        totals["loss_writes_zeroed"] += F.cross_entropy(zeroed.float().flatten(0, 1), targets, reduction="sum").item()
+        for key, hooks in runs.items():
+            with _autocast(device):
+                logits = model.run_with_hooks(inputs, fwd_hooks=hooks) if hooks else model(inputs)
+            totals[key] += F.cross_entropy(logits.float().flatten(0, 1), targets, reduction="sum").item()
         count += targets.numel()
-    return {key: value / count for key, value in totals.items()}
+    result = {key: value / count for key, value in totals.items() if not key.startswith(("zeroed_layer", "mean_ablated_layer"))}
+    if means is not None:
+        result["zeroed_by_layer"] = [totals[f"zeroed_layer_{layer}"] / count - result["loss"] for layer in range(n_layers)]
+        result["mean_ablated_by_layer"] = [totals[f"mean_ablated_layer_{layer}"] / count - result["loss"]
+                                           for layer in range(n_layers)]
+    return result
 
 
 def _overlap(found: torch.Tensor, reference: torch.Tensor) -> float:
@@ -84,8 +105,9 @@ def layer_stats(model, windows: torch.Tensor, batch_size: int, device: torch.dev
     from circuitlab.architectures.bottleneck.parity_code import relative_error
 
     n_layers = model.config.n_layers
-    stats = [dict(error_sum=0.0, norm_sum=0.0, write_ratio_sum=0.0, tokens=0, sampled=[], usage=None)
-             for _ in range(n_layers)]
+    d = model.config.d_model
+    stats = [dict(error_sum=0.0, norm_sum=0.0, write_ratio_sum=0.0, tokens=0, sampled=[], usage=None,
+                  writes=WriteMoments(d), coded=WriteMoments(d)) for _ in range(n_layers)]
     wanted = ("hook_in", "hook_recon", "hook_code_indices", "hook_resid_mid", "hook_mlp_out")
     for batch in _batches(windows, batch_size, "bottleneck"):
         with _autocast(device):
@@ -96,9 +118,11 @@ def layer_stats(model, windows: torch.Tensor, batch_size: int, device: torch.dev
             stream = cache[prefix + "hook_resid_mid"].float()
             entry["write_ratio_sum"] += (write.norm(dim=-1) / stream.norm(dim=-1).clamp_min(1e-12)).sum().item()
             entry["tokens"] += write.shape[0] * write.shape[1]
+            entry["writes"].add(write)  # what the block writes (its mean is the mean-ablation value)
             if model.blocks[layer].bottleneck is None:
                 continue
             x = cache[prefix + "bottleneck.hook_in"].float()
+            entry["coded"].add(x)  # the FFN write the bottleneck codes
             x_hat = cache[prefix + "bottleneck.hook_recon"].float()
             entry["error_sum"] += (x - x_hat).pow(2).sum().item()
             entry["norm_sum"] += x.pow(2).sum().item()
@@ -111,13 +135,15 @@ def layer_stats(model, windows: torch.Tensor, batch_size: int, device: torch.dev
     results = []
     for layer in range(n_layers):
         entry = stats[layer]
-        row = {"layer": layer, "write_over_residual": entry["write_ratio_sum"] / max(entry["tokens"], 1)}
+        row = {"layer": layer, "write_over_residual": entry["write_ratio_sum"] / max(entry["tokens"], 1),
+               "write_mean": entry["writes"].mean.tolist(), "participation_ratio": entry["writes"].participation_ratio()}
         bottleneck = model.blocks[layer].bottleneck
         if bottleneck is not None:
             row["reconstruction"] = entry["error_sum"] / max(entry["norm_sum"], 1e-30)
+            row["participation_ratio"] = entry["coded"].participation_ratio()  # of the writes before coding
             usage = entry["usage"]
-            row["distinct_features"] = int((usage > 0).sum())
-            row["top100_share"] = float(usage.topk(TOP_FEATURES).values.sum() / usage.sum())
+            row.update(usage_figures(usage, entry["tokens"]))
+            row["top100_share"] = float(usage.topk(min(TOP_FEATURES, usage.numel())).values.sum() / usage.sum())
             x = torch.cat(entry["sampled"])
             row["sampled_tokens"] = int(x.shape[0])
             row.update(encoder_agreement(bottleneck, x, beams, relative_error))
@@ -131,6 +157,16 @@ def encoder_agreement(bottleneck, x_NxD: torch.Tensor, beams: list[int], relativ
     beam and at `beams`; the final support and reconstruction with the exhaustive encoder."""
     out: dict = {}
     x = x_NxD[None]
+    if not hasattr(bottleneck, "beam"):  # the linear design's encoder is exhaustive: its support is the top k
+        scores = bottleneck.scores(x_NxD.float()).abs()
+        exhaustive = scores.topk(bottleneck.k, dim=-1).indices
+        first = bottleneck.top_scores(x_NxD.float(), bottleneck.k)[0]
+        out.update(agreement=_overlap(first, exhaustive), certified=None, by_beam=None)
+        support = bottleneck.encode_indices(x)[0]
+        x_hat = bottleneck.decode(support[None], bottleneck.coefficients(x, support[None]))
+        out["reconstruction_sampled"] = out["reconstruction_exhaustive_sampled"] = relative_error(x, x_hat).item()
+        out["support_agreement"] = 1.0
+        return out
     grid = bottleneck._grid(x_NxD.float())
     exhaustive = bottleneck.top_scores(grid, bottleneck.k, beam=None)[0]
     by_beam = {}
@@ -191,19 +227,26 @@ def report(model_dir: str, gelu_dir: str | None, n_tokens: int, natural: Path | 
         "encoder_overrides": overrides,
         "tokens": int(windows.shape[0] * (windows.shape[1] - 1)),
         "natural": _shown(natural),
-        "parity": losses(model, windows, batch_size, torch_device, "parity"),
         "layers": layer_stats(model, windows, batch_size, torch_device, beams),
     }
+    means = [torch.tensor(row.pop("write_mean")) for row in result["layers"]]
+    result["parity"] = losses(model, windows, batch_size, torch_device, "parity", means)
     if gelu_dir is not None:
         gelu = load_model(gelu_dir, device=torch_device).eval()
         if gelu.tokenizer is not None and model.tokenizer is not None and gelu.tokenizer.hash() != model.tokenizer.hash():
             raise UserError(f"{gelu_dir} and {model_dir} use different tokenizers; their losses would not compare")
-        result["gelu"] = {"model": str(gelu_dir), **losses(gelu, windows, batch_size, torch_device, "gelu")}
         gelu_layers = layer_stats(gelu, windows, batch_size, torch_device, beams)
+        gelu_means = [torch.tensor(row.pop("write_mean")) for row in gelu_layers]
+        result["gelu"] = {"model": str(gelu_dir), **losses(gelu, windows, batch_size, torch_device, "gelu", gelu_means)}
         result["gelu"]["write_over_residual"] = [row["write_over_residual"] for row in gelu_layers]
+        result["gelu"]["participation_ratio"] = [row["participation_ratio"] for row in gelu_layers]
         parity_cost = result["parity"]["loss_writes_zeroed"] - result["parity"]["loss"]
         gelu_cost = result["gelu"]["loss_writes_zeroed"] - result["gelu"]["loss"]
         result["ablation_share"] = parity_cost / gelu_cost if gelu_cost != 0 else None
+        parity_mean = result["parity"]["loss_writes_mean_ablated"] - result["parity"]["loss"]
+        gelu_mean = result["gelu"]["loss_writes_mean_ablated"] - result["gelu"]["loss"]
+        result["mean_ablation_share"] = parity_mean / gelu_mean if gelu_mean != 0 else None
+        result["loss_ratio"] = result["parity"]["loss"] / result["gelu"]["loss"]
         result["perplexity_ratio"] = math.exp(result["parity"]["loss"] - result["gelu"]["loss"])
     result["targets"] = targets(result)
     return result

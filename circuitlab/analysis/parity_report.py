@@ -54,11 +54,19 @@ class Target:
 
 
 TARGETS = {
-    "reconstruction": Target("<", 0.3, "relative reconstruction error of the FFN write (worst layer)"),
-    "agreement": Target(">=", 0.9, "encoder agreement with the exhaustive top-k at the configured beam (worst layer)"),
+    "reconstruction": Target("<", 0.05, "relative reconstruction error of the FFN write (worst layer)"),
+    "agreement": Target(">=", 0.99, "encoder agreement with the exhaustive top-k at the configured beam (worst layer)"),
+    "effective_features": Target(">=", 2000, "effective number of features, exp of the usage entropy (worst layer)"),
+    "top_feature_share": Target("<=", 0.10, "share of tokens using the most used feature (worst layer)"),
+    "dead_share": Target("<", 0.20, "share of features no held-out token uses (worst layer)"),
+    "mean_ablation_share": Target(">=", 0.5, "loss cost of mean-ablating every bottleneck write / of mean-ablating "
+                                             "every GELU FFN write"),
     "ablation_share": Target(">=", 0.5, "loss cost of zeroing every bottleneck write / of zeroing every GELU FFN write"),
+    "loss_ratio": Target("<=", 1.05, "held-out loss / the GELU model's (within 5%)"),
     "perplexity_ratio": Target("<=", 1.05, "perplexity / the GELU model's (within 5%)"),
 }
+# per layer: the worst layer is the one the target is read at
+WORST = {"reconstruction": max, "agreement": min, "effective_features": min, "top_feature_share": max, "dead_share": max}
 NOT_MEASURED = "not measured"
 
 
@@ -69,14 +77,11 @@ def verdict(met: bool | None) -> str:
 def targets(report: dict[str, Any]) -> dict[str, dict[str, Any]]:
     """Each target of the parity issue that the report measures: {key: {measured, target, met}}."""
     layers = report["layers"]
-    measured = {
-        "reconstruction": max(row["reconstruction"] for row in layers),
-        "agreement": min(row["agreement"] for row in layers),
-    }
-    if report.get("ablation_share") is not None:
-        measured["ablation_share"] = report["ablation_share"]
-    if report.get("perplexity_ratio") is not None:
-        measured["perplexity_ratio"] = report["perplexity_ratio"]
+    measured = {key: worst(row[key] for row in layers) for key, worst in WORST.items()
+                if all(row.get(key) is not None for row in layers)}
+    for key in ("mean_ablation_share", "ablation_share", "loss_ratio", "perplexity_ratio"):
+        if report.get(key) is not None:
+            measured[key] = report[key]
     return {key: {"measured": value, "target": TARGETS[key].text, "met": TARGETS[key].met(value)}
             for key, value in measured.items()}
 
