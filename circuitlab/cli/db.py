@@ -58,6 +58,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                        help="approximate index per layer (default auto: posting lists where numba is installed; "
                        "otherwise FAISS flat below 20k circuits, IVF above; none: exact only)")
     build.add_argument("--value-dtype", default="float32", choices=("float32", "float16"), help="stored code values")
+    build.add_argument("--shard-rows", type=int, default=65536, help="circuits per shard (default 65536)")
     build.add_argument("--quiet", action="store_true", help="no progress bars")
     build.set_defaults(func=run_build)
 
@@ -190,20 +191,24 @@ def _labelled_jsonl(path: Path, story_class: Any) -> list[Any] | None:
 
 def run_build(args: argparse.Namespace) -> int:
     from circuitlab.analysis.circuitdb import CircuitDB
+    from circuitlab.analysis.circuitdb.store import save_indexes
+    from circuitlab.analysis.collect import collect
 
     model = _load_model(args.model, args.device)
     texts, description = _corpus(args)
     started = time.perf_counter()
-    db = CircuitDB.build(
-        model, texts, args.layers, batch_size=args.batch_size, index=None if args.index == "none" else args.index,
-        value_dtype=args.value_dtype, progress=not args.quiet,
-    )
-    db.model_source = args.model
-    folder = db.save(args.out)
+    # the circuits stream into a new data folder of --out; the database there stays whole until they are in
+    collect(model, texts, args.layers, out_dir=args.out, batch_size=args.batch_size, value_dtype=args.value_dtype,
+            shard_rows=args.shard_rows, replace=True, description=description, model_source=args.model,
+            progress=not args.quiet)
+    db = CircuitDB.open(args.out, model=model, verify=False)
+    if args.index != "none":
+        db.build_index(kind=args.index, progress=not args.quiet)
+        save_indexes(db, args.out)
     stats = db.corpus_stats
     print(
         f"built {len(db)} circuits x {len(db.layers)} layers from {description} in {time.perf_counter() - started:.1f} s "
-        f"(collection {stats['n_tokens'] / max(stats['collection_seconds'], 1e-9):.0f} tokens/s); saved to {folder}"
+        f"(collection {stats['n_tokens'] / max(stats['collection_seconds'], 1e-9):.0f} tokens/s); saved to {args.out}"
     )
     for layer, report in db.index_reports.items():
         print(
