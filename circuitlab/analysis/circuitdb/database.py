@@ -29,7 +29,7 @@ import tempfile
 import warnings
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -40,7 +40,9 @@ from circuitlab.analysis.circuitdb.indexes import CodesView, IndexTable, build_i
 from circuitlab.analysis.circuitdb.manifest import MANIFEST, describe, read_manifest
 from circuitlab.analysis.circuitdb.shards import MemoryShards, ShardTable, StoredShards
 from circuitlab.analysis.codeindex import ApproximateIndex, CodeMatrix, ExactIndex, SketchSpec
-from circuitlab.codes import SparseCode
+
+if TYPE_CHECKING:
+    from circuitlab.codes import SparseCode
 
 
 def _model_tokenizer_hash(tokenizer: Any) -> str | None:

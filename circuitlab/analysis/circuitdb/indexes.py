@@ -15,6 +15,16 @@ from circuitlab.analysis.codeindex import ApproximateIndex, CodeMatrix, SketchSp
 CircuitDB = Any  # circuitlab.analysis.circuitdb.database.CircuitDB (which imports this module)
 
 
+class CpuDevice:
+    """The CPU as a search device, without importing torch (its import alone holds about 200 MB)."""
+
+    type = "cpu"
+    index = None
+
+    def __str__(self) -> str:
+        return "cpu"
+
+
 class LayerRows:
     """One layer's rows over every shard, gathered on demand (what re-ranking and FAISS building read)."""
 
@@ -178,13 +188,11 @@ def device_codes(db: CircuitDB, layer: int, device, shards: Sequence[int] | None
 def faiss_on(db: CircuitDB, layer: int, device):
     """The layer's FAISS index where it searches, and that device: a copy on `device` when faiss-gpu is
     installed (flat and IVF indexes), else the index on the CPU."""
-    import torch
-
     from circuitlab.analysis.codeindex.approximate import faiss_gpu_available
 
     index = db.indexes[layer]
     if device.type != "cuda" or not faiss_gpu_available() or index.kind not in ("flat", "ivf"):
-        return index, torch.device("cpu")
+        return index, CpuDevice()
     key = (layer, str(device))
     if key not in db._faiss_devices:
         db._faiss_devices[key] = index.to_gpu(device.index or 0)

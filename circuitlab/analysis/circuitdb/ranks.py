@@ -50,9 +50,6 @@ class RankPlan:
         return broadcast_object(value, self.context)
 
     def search(self, db, queries, layer: int, k: int, exact: bool, exclude, n_candidates, device):
-        import torch
-        import torch.distributed as dist
-
         where = self.device(device)
         if self.shards:
             search = exact_ids if exact else approximate_ids
@@ -62,14 +59,25 @@ class RankPlan:
             ids = np.full((len(queries), k), -1, dtype=np.int64)
             distances = np.full((len(queries), k), np.inf)
             served = Served(str(where), device_name(where), "nothing (no shards on this rank)")
-        carrier = torch.device("cuda", self.context.local_rank) if self.context.backend == "nccl" else torch.device("cpu")
-        local = torch.cat([torch.from_numpy(ids).double(), torch.from_numpy(distances)], dim=1).to(carrier)
-        gathered = [torch.empty_like(local) for _ in range(self.context.world_size)]
-        dist.all_gather(gathered, local)  # circuit ids < 2^53 travel exactly as float64
-        parts = []
-        for part in gathered:
-            part = part.cpu().numpy()
-            parts.append((part[:, :k].astype(np.int64), part[:, k:]))
-        merged_ids, merged_distances = merge_top_k(parts, k)
+        merged_ids, merged_distances = gather_top_k(ids, distances, k, self.context)
         return merged_ids, merged_distances, Served(served.device, served.device_name, served.engine,
                                                     ranks=self.context.world_size)
+
+
+def gather_top_k(ids: np.ndarray, distances: np.ndarray, k: int, context: DistributedContext) -> tuple[np.ndarray, np.ndarray]:
+    """Every rank's k best (circuit ids [Q, k], distances [Q, k]) sent to every rank and merged by (distance,
+    circuit id): the k best of the union, the same on all ranks."""
+    import torch
+    import torch.distributed as dist
+
+    if not context.enabled:
+        return ids, distances
+    carrier = torch.device("cuda", context.local_rank) if context.backend == "nccl" else torch.device("cpu")
+    local = torch.cat([torch.from_numpy(ids).double(), torch.from_numpy(distances)], dim=1).to(carrier)
+    gathered = [torch.empty_like(local) for _ in range(context.world_size)]
+    dist.all_gather(gathered, local)  # circuit ids < 2^53 travel exactly as float64
+    parts = []
+    for part in gathered:
+        part = part.cpu().numpy()
+        parts.append((part[:, :k].astype(np.int64), part[:, k:]))
+    return merge_top_k(parts, k)

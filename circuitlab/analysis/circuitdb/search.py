@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 
 from circuitlab.analysis.circuitdb.errors import CircuitDBError
-from circuitlab.analysis.circuitdb.indexes import LayerRows, device_codes, faiss_on
+from circuitlab.analysis.circuitdb.indexes import CpuDevice, LayerRows, device_codes, faiss_on
 from circuitlab.analysis.codeindex import CodeMatrix, exact_search, rerank
 
 CircuitDB = Any  # circuitlab.analysis.circuitdb.database.CircuitDB (which imports this module)
@@ -44,13 +44,15 @@ class Served:
 
 
 def resolve_device(device: str | None = "auto"):
-    """The torch device a search runs on: "auto" takes $CIRCUITLAB_SEARCH_DEVICE, else the current CUDA device
-    when there is one, else the CPU."""
-    import torch
-
+    """The device a search runs on (a torch.device, or the CPU): "auto" takes $CIRCUITLAB_SEARCH_DEVICE, else
+    the current CUDA device when there is one, else the CPU."""
     choice = (device or "auto").strip().lower()
     if choice == "auto":
         choice = os.environ.get(DEVICE_ENV_VAR, "auto").strip().lower()
+    if choice == "cpu":
+        return CpuDevice()
+    import torch
+
     if choice == "auto":
         return torch.device("cuda", torch.cuda.current_device()) if torch.cuda.is_available() else torch.device("cpu")
     if choice.startswith("cuda") and not torch.cuda.is_available():
@@ -62,9 +64,9 @@ def resolve_device(device: str | None = "auto"):
 
 
 def device_name(device) -> str:
-    import torch
-
     if device.type == "cuda":
+        import torch
+
         return torch.cuda.get_device_name(device)
     return device.type
 
