@@ -57,13 +57,20 @@ class DeviceCodes:
         first = parts[0][1]
         value_dtype = torch.float16 if first.values.dtype == np.float16 else torch.float32
         codes = cls(sum(len(matrix) for _, matrix in parts), first.nnz, first.size, value_dtype, device, tile)
+        carry: list[np.ndarray] | None = None  # rows short of a whole tile, prepended to the next block
         for circuit, matrix in parts:
-            codes.segments.append((codes.filled, circuit, len(matrix)))
+            codes.segments.append((codes.filled + (0 if carry is None else len(carry[0])), circuit, len(matrix)))
             for start in range(0, len(matrix), UPLOAD_ROWS):
                 stop = min(start + UPLOAD_ROWS, len(matrix))
-                codes.append(torch.from_numpy(np.ascontiguousarray(matrix.indices[start:stop])),
-                             torch.from_numpy(np.ascontiguousarray(matrix.values[start:stop])),
-                             torch.from_numpy(matrix.norms[start:stop]))
+                block = [matrix.indices[start:stop], matrix.values[start:stop], matrix.norms[start:stop]]
+                if carry is not None:
+                    block = [np.concatenate([old, new]) for old, new in zip(carry, block)]
+                whole = len(block[0]) // tile * tile
+                if whole:
+                    codes.append(*(torch.from_numpy(np.array(part[:whole])) for part in block))
+                carry = [part[whole:] for part in block] if whole < len(block[0]) else None
+        if carry is not None:
+            codes.append(*(torch.from_numpy(np.array(part)) for part in carry))
         return codes
 
     @property
