@@ -102,7 +102,7 @@ class CircuitDB:
         self.last_search: search.Served | None = None
         self.last_search_counters: dict = {}
         self._metadata = None
-        self._exact: dict[tuple[int, int], ExactIndex] = {}
+        self._exact: dict[tuple[int, tuple[int, ...]], tuple[ExactIndex, CodeMatrix]] = {}  # CPU indexes of shard runs
         self._device: dict[tuple[int, str, tuple[int, ...]], Any] = {}
         self._faiss_devices: dict[tuple[int, str], Any] = {}
         self._workspace: tempfile.TemporaryDirectory | None = None
@@ -351,14 +351,15 @@ class CircuitDB:
     # --- indexes --------------------------------------------------------------------------------------
 
     def exact_index(self, layer: int, shard: int = 0) -> ExactIndex:
-        """One shard of a layer prepared for exact search on the CPU (built on first use, kept)."""
-        key = (self.require_layer(layer), shard)
-        if key not in self._exact:
-            matrix = self.shard_table.matrix(layer, shard)
-            if matrix is None:
-                raise CircuitDBError(f"shard {shard} is damaged and set aside")
-            self._exact[key] = ExactIndex(matrix)
-        return self._exact[key]
+        """The CPU exact index of the run of shards that holds `shard` (a database made in memory: the whole
+        layer), built on first use and kept."""
+        from circuitlab.analysis.circuitdb.indexes import group_index, shard_groups
+
+        layer = self.require_layer(layer)
+        for _, group in shard_groups(self.shard_table, layer, range(self.shard_table.n_shards)):
+            if shard in group:
+                return group_index(self, layer, group)[0]
+        raise CircuitDBError(f"shard {shard} is damaged and set aside")
 
     def build_index(
         self,

@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 
 from circuitlab.analysis.circuitdb.errors import CircuitDBError
-from circuitlab.analysis.circuitdb.indexes import CpuDevice, LayerRows, device_codes, faiss_on
+from circuitlab.analysis.circuitdb.indexes import CpuDevice, LayerRows, device_codes, faiss_on, group_index, shard_groups
 from circuitlab.analysis.codeindex import CodeMatrix, exact_search, rerank
 
 CircuitDB = Any  # circuitlab.analysis.circuitdb.database.CircuitDB (which imports this module)
@@ -111,14 +111,10 @@ def exact_ids(db: CircuitDB, queries: CodeMatrix, layer: int, k: int, exclude: n
         return ids, distances, Served(str(device), device_name(device), f"exact, {engine}")
     parts = []
     engine = None
-    for shard in shards:
-        matrix = table.matrix(layer, shard)
-        if matrix is None:
-            continue
-        start, stop = table.rows_of(shard)
-        index = db.exact_index(layer, shard)
+    for start, group in shard_groups(table, layer, shards):
+        index, matrix = group_index(db, layer, group)
         engine = "posting lists" if index.postings is not None else "scipy blocks"
-        ids, distances = exact_search(matrix, index, queries, k, _local_exclude(exclude, start, stop))
+        ids, distances = exact_search(matrix, index, queries, k, _local_exclude(exclude, start, start + len(matrix)))
         parts.append((_to_circuits(ids, start), distances))
     if not parts:
         raise CircuitDBError("every shard of this database is damaged and set aside: nothing to search")
@@ -139,13 +135,12 @@ def approximate_ids(db: CircuitDB, queries: CodeMatrix, layer: int, k: int, excl
 
         wanted = n_candidates or index.params["candidates"]
         parts = []
-        for shard in shards:
-            if table.matrix(layer, shard) is None:
-                continue
-            start, stop = table.rows_of(shard)
-            lists = db.exact_index(layer, shard).postings
-            ids, distances = pruned_top_k(lists, queries, k, index.params["terms"], wanted,
-                                          _local_exclude(exclude, start, stop))
+        for start, group in shard_groups(table, layer, shards):
+            lists, matrix = group_index(db, layer, group)
+            # the candidates are the best partial scores of all rows: each run of shards proposes its share
+            share = max(k, -(-wanted * len(matrix) // max(table.n_rows, 1)))
+            ids, distances = pruned_top_k(lists.postings, queries, k, index.params["terms"], share,
+                                          _local_exclude(exclude, start, start + len(matrix)))
             parts.append((_to_circuits(ids, start), distances))
         ids, distances = merge_top_k(parts, k)
         return ids, distances, Served("cpu", "cpu", "approximate, posting lists")
