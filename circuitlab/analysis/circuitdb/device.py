@@ -4,8 +4,8 @@ answer certified in float64.
 The scan ranks rows by float32 scores and keeps the `keep` best per query; float32 can misorder rows whose
 cosines differ by less than its rounding, so the answer is made exact afterwards:
 
-1. the kept rows' cosine distances are computed again in float64 (products exact, summed entry by entry in
-   the codes' order, as the CPU engines do) and ranked by (distance, row);
+1. the kept rows' cosine distances are computed again in float64 (each product exact, so the sum is within
+   float64 rounding of the true dot product, as brute force's is) and ranked by (distance, row);
 2. every row the scan did not keep scored at most s_keep (the keep-th float32 score) and so has cosine at
    most (s_keep + e) / |q| (`score_error_bound`: e covers float32 rounding in any order); when the k-th
    float64 distance is smaller than 1 minus that, no row left out can enter or tie the top k, and the
@@ -137,10 +137,8 @@ def _float64_distances(codes: DeviceCodes, dense_SxQ: torch.Tensor, query_norms:
                        rows_QxP: torch.Tensor) -> torch.Tensor:
     """Cosine distances of each query to its rows in float64 (inf where the row is -1)."""
     units, values = codes.gather(rows_QxP)
-    columns = torch.arange(rows_QxP.shape[0], device=rows_QxP.device)[:, None]
-    dots = torch.zeros(rows_QxP.shape, dtype=torch.float64, device=rows_QxP.device)
-    for entry in range(codes.nnz):  # entry by entry, as the CPU engines add a row's units in order
-        dots += dense_SxQ[units[:, :, entry], columns].double() * values[:, :, entry]
+    columns = torch.arange(rows_QxP.shape[0], device=rows_QxP.device)[:, None, None]
+    dots = (dense_SxQ[units, columns].double() * values).sum(dim=2)  # products exact in float64
     denominator = query_norms[:, None] * codes.norms[rows_QxP.clamp_min(0)]
     cosine = torch.where(denominator > 0, dots / torch.where(denominator > 0, denominator, 1.0), 0.0)
     distances = (1.0 - cosine).clamp(0.0, 2.0)
