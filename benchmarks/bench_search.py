@@ -60,6 +60,7 @@ SKEW = {
 }
 SKEW_LAYER = 2
 BANDWIDTH = 4.0e12  # bytes/s of an H200's HBM
+TILE_ROWS = 128  # rows per tile of the device layout (circuitdb/device.py TILE)
 K = 10
 
 
@@ -325,8 +326,10 @@ def gpu_size(n_rows: int, args, context) -> list[dict]:
     from circuitlab.analysis.circuitdb.device import QUERY_BLOCK, DeviceCodes, exact_top_k
     from circuitlab.analysis.circuitdb.ranks import gather_top_k
 
-    device = torch.device("cuda", context.local_rank) if torch.cuda.is_available() else torch.device("cpu")
-    chunk_rows = 1 << 16
+    device = torch.device("cuda", context.local_rank) if args.device != "cpu" and torch.cuda.is_available() else torch.device("cpu")
+    # chunks of at most 65,536 rows and at least 64 of them: ranks split whole chunks, and a chunk's codes depend
+    # only on its number, so 1, 2 or 8 ranks search the same codes
+    chunk_rows = min(1 << 16, -(-(-(-n_rows // 64)) // TILE_ROWS) * TILE_ROWS)
     n_chunks = -(-n_rows // chunk_rows)
     first = n_chunks * context.rank // context.world_size
     last = n_chunks * (context.rank + 1) // context.world_size
@@ -355,8 +358,14 @@ def gpu_size(n_rows: int, args, context) -> list[dict]:
     reference = gather_top_k(*reference, K, context) if context.enabled else reference
     scan_bytes = codes.indices.numel() * codes.indices.element_size() + codes.values.numel() * codes.values.element_size() \
         + codes.inverse_norms.numel() * 4
+    if context.enabled:  # the slowest rank sets the pace: the bound of the rank with the most bytes
+        import torch.distributed as dist
+
+        largest = torch.tensor([scan_bytes], dtype=torch.float64, device=device if context.backend == "nccl" else "cpu")
+        dist.all_reduce(largest, op=dist.ReduceOp.MAX)
+        scan_bytes = int(largest.item())
     block = min(QUERY_BLOCK, len(queries))
-    bound_qps = block / (scan_bytes / BANDWIDTH)  # one pass over this rank's codes per block of queries
+    bound_qps = block / (scan_bytes / BANDWIDTH)  # one pass over a rank's codes per block of queries
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
     import circuitlab.kernels as kernels
 
@@ -469,6 +478,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--shard-rows", type=int, default=1 << 16, help="rows per shard of the CPU database")
     parser.add_argument("--no-faiss", dest="faiss", action="store_false", help="skip FAISS IVF on the CPU")
     parser.add_argument("--device-path-on-cpu", action="store_true", help="also run the accelerator path on the CPU")
+    parser.add_argument("--scan", action="store_true", help="the GPU benchmark's path (codes drawn into the scan layout, "
+                        "device search, ranks) on whatever device: on the CPU, a dry run of it")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--smoke", action="store_true", help="small sizes, every path, seconds")
     parser.add_argument("--fit-skew", type=int, default=None, metavar="STORIES", help="measure SKEW and exit")
@@ -487,9 +498,10 @@ def main(argv: list[str] | None = None) -> int:
         args.codes, args.check, args.shard_rows = [3000], 20, 1024
         args.queries = args.queries or 40
         args.device_path_on_cpu = True
-    on_gpu = device.startswith("cuda")
+    on_gpu = device.startswith("cuda") or args.scan
     args.queries = args.queries or (16384 if on_gpu else 1000)
     rows: list[dict] = []
+    load_at_start = os.getloadavg()  # other work on the machine slows every rate here
     try:
         for size in [int(n) for n in args.codes]:
             if context.rank == 0:
@@ -503,11 +515,13 @@ def main(argv: list[str] | None = None) -> int:
         teardown_distributed(context)
     if context.rank != 0:
         return 0
-    label = "cpu" if not on_gpu else torch.cuda.get_device_name(0).lower().replace(" ", "-")
+    label = torch.cuda.get_device_name(0).lower().replace(" ", "-") if device.startswith("cuda") else "cpu"
+    label += "_scan" if args.scan and not device.startswith("cuda") else ""
     label += f"_x{context.world_size}" if context.world_size > 1 else ""
     out = Path(args.out) if args.out else ROOT / "benchmarks" / "results" / f"search_{label}.json"
     record = {"machine": {"platform": platform.platform(), "cpu_count": os.cpu_count(), "torch": torch.__version__,
-                          "device": label, "ranks": context.world_size},
+                          "device": label, "ranks": context.world_size,
+                          "load_average_start_end": [round(load_at_start[0], 2), round(os.getloadavg()[0], 2)]},
               "skew": {"layer": SKEW_LAYER, **SKEW[SKEW_LAYER]}, "k": K, "rows": rows}
     from circuitlab.atomic import atomic_write_text
 

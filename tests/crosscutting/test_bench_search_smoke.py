@@ -72,3 +72,19 @@ def test_smoke_run_writes_every_row(tmp_path, capsys):
     assert record["skew"]["layer"] == 2 and record["k"] == 10
     printed = capsys.readouterr().out
     assert printed.count("| 3e+03 | cpu |") == 4 and f"wrote {out}" in printed
+
+
+def test_the_gpu_path_runs_on_the_cpu_as_a_dry_run(tmp_path):
+    """--scan: codes drawn into the scan layout and searched by the accelerator path (the PyTorch scan here),
+    answers checked against the benchmark's device brute force, the bytes bound written beside the rate."""
+    bench = _bench()
+    out = tmp_path / "scan.json"
+    assert bench.main(["--device", "cpu", "--scan", "--codes", "3000", "--queries", "40", "--check", "10",
+                       "--out", str(out)]) == 0
+    exact, approximate = json.loads(out.read_text())["rows"]
+    assert exact["identical"] and exact["checked_queries"] == 10 and exact["engine"] == "PyTorch scan"
+    assert sum(exact["counters"].values()) == 40
+    layout_bytes = exact["scan_bytes_per_rank"]
+    assert layout_bytes == -(-3000 // 128) * 128 * (64 * (2 + 4) + 4)  # int16 units, float32 values, inverse norms
+    assert exact["bytes_bound_queries_per_second"] == round(40 / (layout_bytes / 4.0e12), 1)
+    assert "not_measured" in approximate

@@ -177,7 +177,8 @@ def _metadata_table(columns: dict[str, list[np.ndarray]], first_id: int, n_rows:
     })
 
 
-def texts_digest() -> "hashlib._Hash":
+def texts_digest():
+    """The running sha256 of a source's texts (`digest_text` adds one)."""
     return hashlib.sha256()
 
 

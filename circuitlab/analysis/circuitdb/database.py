@@ -164,7 +164,7 @@ class CircuitDB:
         return db
 
     @classmethod
-    def from_collection(cls, collection, workdir: str | os.PathLike | None = None, value_dtype: str = "float32") -> "CircuitDB":
+    def from_collection(cls, collection) -> "CircuitDB":
         """The database `circuitlab.analysis.collect.collect` wrote (its shards, read in place)."""
         return cls.open(collection.folder, verify=False)
 
