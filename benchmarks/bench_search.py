@@ -401,6 +401,32 @@ def barrier(context) -> None:
         dist.barrier()
 
 
+# --- collection's memory ------------------------------------------------------------------------------------
+
+
+def collection_memory(n_tokens: int, workdir: Path) -> dict:
+    """`circuitlab collect` of models/sgatlin-stories over enough held-out stories for `n_tokens` tokens, in a
+    child process: its wall time and its peak resident memory (the kernel's count for the child)."""
+    stories = -(-n_tokens // 76)  # held-out stories hold 76.8 tokens on average
+    folder = workdir / f"collect_{n_tokens}"
+    command = [sys.executable, "-m", "circuitlab.cli", "collect", "--model", "sgatlin-stories", "--stories",
+               str(stories), "--out", str(folder), "--batch-size", "32", "--index", "none", "--quiet"]
+    started = time.perf_counter()
+    child = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    _, status, usage = os.wait4(child.pid, 0)
+    seconds = time.perf_counter() - started
+    if status != 0:
+        raise RuntimeError(f"{' '.join(command)} failed: {child.stderr.read().decode()[-2000:]}")
+    from circuitlab.analysis.collect import Collection
+
+    collection = Collection.open(folder)
+    row = {"stories": stories, "tokens": collection.n_rows, "shards": len(collection.shards),
+           "seconds": round(seconds, 1), "tokens_per_second": round(collection.n_rows / seconds, 1),
+           "peak_rss_mb": round(usage.ru_maxrss / 1024, 1)}
+    print(f"  collection: {row}", flush=True)
+    return row
+
+
 # --- the skew of real codes --------------------------------------------------------------------------------
 
 
@@ -483,11 +509,26 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--smoke", action="store_true", help="small sizes, every path, seconds")
     parser.add_argument("--fit-skew", type=int, default=None, metavar="STORIES", help="measure SKEW and exit")
+    parser.add_argument("--collect", type=float, nargs="+", default=None, metavar="TOKENS",
+                        help="instead: peak memory of `circuitlab collect` (sgatlin-stories) at these token counts")
     parser.add_argument("--workdir", default=None, help="where the CPU databases are written (default: a temporary folder)")
     parser.add_argument("--out", default=None, help="JSON path (default benchmarks/results/search_<device>.json)")
     args = parser.parse_args(argv)
     if args.fit_skew:
         print(json.dumps(fit_skew(args.fit_skew), indent=1))
+        return 0
+    if args.collect:
+        from circuitlab.atomic import atomic_write_text
+
+        with tempfile.TemporaryDirectory(dir=args.workdir) as workdir:
+            load_at_start = os.getloadavg()
+            rows = [collection_memory(int(n), Path(workdir)) for n in args.collect]
+        out = Path(args.out) if args.out else ROOT / "benchmarks" / "results" / "search_collection_cpu.json"
+        atomic_write_text(out, json.dumps({"machine": {"platform": platform.platform(), "cpu_count": os.cpu_count(),
+                                                       "load_average_start_end": [round(load_at_start[0], 2),
+                                                                                  round(os.getloadavg()[0], 2)]},
+                                           "collection": rows}, indent=1))
+        print(f"wrote {out}")
         return 0
 
     from circuitlab.distributed import setup_distributed, teardown_distributed

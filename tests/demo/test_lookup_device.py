@@ -20,6 +20,7 @@ def sgatlin_run(tmp_path_factory):
     return build_runs(tmp_path_factory.getbasetemp() / "circuitlab-demo")[2]["tiny-sgatlin"]
 
 
+@pytest.mark.slow
 def test_the_lookup_page_names_the_device_that_served_the_query(sgatlin_run):
     app = AppTest.from_file(APP, default_timeout=120)
     app.session_state["run_path"] = str(sgatlin_run)

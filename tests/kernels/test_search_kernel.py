@@ -156,3 +156,26 @@ def test_fewer_rows_than_k_and_certification_counters(device):
     reference_ids, reference_distances = brute_force_search(stored, queries, 12)
     np.testing.assert_array_equal(ids[1, :12], reference_ids[1])
     np.testing.assert_allclose(distances[1, :12], reference_distances[1], atol=1e-12)
+
+
+@pytest.mark.skipif(not CUDA, reason="the database's device path runs where CUDA is")
+def test_a_database_searched_on_the_gpu_answers_as_on_the_cpu(tmp_path):
+    """`db.search(device="auto")` takes the GPU where there is one: the same table as the CPU engines, ids and
+    distances, on a database of several shards, with its own rows searched for their neighbours."""
+    from circuitlab.analysis.circuitdb import CircuitDB
+
+    stored = float_codes(3000, seed=9)
+    folder = CircuitDB.from_codes({2: stored}).save(tmp_path / "db", shard_rows=700)
+    db = CircuitDB.open(folder)
+    queries = float_codes(50, seed=10, prototypes_seed=9)
+    on_gpu = db.search(queries, 2, k=10)
+    assert on_gpu.attrs["served_by"].startswith("cuda:0")
+    on_cpu = db.search(queries, 2, k=10, device="cpu")
+    np.testing.assert_array_equal(on_gpu["circuit_id"].to_numpy(), on_cpu["circuit_id"].to_numpy())
+    np.testing.assert_allclose(on_gpu["distance"].to_numpy(), on_cpu["distance"].to_numpy(), rtol=0, atol=1e-12)
+    ids, distances = db.neighbours(2, [0, 699, 700, 2999], k=5)
+    reference_ids, reference_distances = brute_force_search(stored, stored.rows([0, 699, 700, 2999]), 6)
+    for row, circuit in enumerate([0, 699, 700, 2999]):
+        keep = reference_ids[row] != circuit
+        np.testing.assert_array_equal(ids[row], reference_ids[row][keep][:5])
+        np.testing.assert_allclose(distances[row], reference_distances[row][keep][:5], atol=1e-12)
