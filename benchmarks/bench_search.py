@@ -329,7 +329,8 @@ def gpu_size(n_rows: int, args, context) -> list[dict]:
     device = torch.device("cuda", context.local_rank) if args.device != "cpu" and torch.cuda.is_available() else torch.device("cpu")
     # chunks of at most 65,536 rows and at least 64 of them: ranks split whole chunks, and a chunk's codes depend
     # only on its number, so 1, 2 or 8 ranks search the same codes
-    chunk_rows = min(1 << 16, -(-(-(-n_rows // 64)) // TILE_ROWS) * TILE_ROWS)
+    at_least_64 = -(-n_rows // 64)
+    chunk_rows = min(1 << 16, -(-at_least_64 // TILE_ROWS) * TILE_ROWS)
     n_chunks = -(-n_rows // chunk_rows)
     first = n_chunks * context.rank // context.world_size
     last = n_chunks * (context.rank + 1) // context.world_size
