@@ -57,6 +57,9 @@ class DeviceCodes:
         first = parts[0][1]
         value_dtype = torch.float16 if first.values.dtype == np.float16 else torch.float32
         codes = cls(sum(len(matrix) for _, matrix in parts), first.nnz, first.size, value_dtype, device, tile)
+        from tqdm.auto import tqdm
+
+        bar = tqdm(total=codes.n_rows, desc=f"codes to {codes.device}", unit="row", disable=codes.n_rows < UPLOAD_ROWS * 4)
         carry: list[np.ndarray] | None = None  # rows short of a whole tile, prepended to the next block
         for circuit, matrix in parts:
             codes.segments.append((codes.filled + (0 if carry is None else len(carry[0])), circuit, len(matrix)))
@@ -69,8 +72,10 @@ class DeviceCodes:
                 if whole:
                     codes.append(*(torch.from_numpy(np.array(part[:whole])) for part in block))
                 carry = [part[whole:] for part in block] if whole < len(block[0]) else None
+                bar.update(stop - start)
         if carry is not None:
             codes.append(*(torch.from_numpy(np.array(part)) for part in carry))
+        bar.close()
         return codes
 
     @property

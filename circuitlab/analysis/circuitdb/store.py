@@ -173,9 +173,11 @@ def save_database(db: CircuitDB, folder: str | os.PathLike, shard_rows: int | No
         data_name = new_data_name()
         data_dir = folder / data_name
         data_dir.mkdir()
+        from tqdm.auto import tqdm
+
         bounds = _shard_bounds(table, shard_rows)
         files: dict[str, dict] = {}
-        for shard, (start, stop) in enumerate(bounds):
+        for shard, (start, stop) in enumerate(tqdm(bounds, desc="save shards", unit="shard", disable=len(bounds) < 8)):
             rows = np.arange(start, stop)
             same = table.n_shards == len(bounds) and (start, stop) == table.rows_of(shard)
             metadata = table.metadata(shard) if same else table.metadata_rows(rows)
