@@ -83,8 +83,9 @@ def main(argv: list[str] | None = None) -> int:
             continue
         config = ModelConfig.preset(size["base"], bottleneck=bottleneck).replace(name=f"{size['base']}-{name}")
         started = time.perf_counter()
-        train(runs / name, config, settings, data, data_dir=runs / "data", device=args.device, progress=False)
-        seconds = time.perf_counter() - started
+        if not (runs / name / "metrics.json").is_file():  # a finished run of an earlier call is measured again only
+            train(runs / name, config, settings, data, data_dir=runs / "data", device=args.device, progress=False)
+        seconds = json.loads((runs / name / "metrics.json").read_text())["train_seconds"]
         model = load_model(runs / name, device=device).eval()
         windows = natural_windows(model, natural_root(), args.tokens, size["seq_len"])
         layers = layer_stats(model, windows, 8, device, beams=[])

@@ -19,7 +19,7 @@ time, so only the few marked rows are checked against their own norm and pay for
 insertion. Each row's dot product adds up its units' contributions in the same order as a walk of whole
 lists, so the distances are bit for bit those of the previous engine (one accumulator of all rows, a second
 walk of the lists to score them). Entries are 6 bytes (a uint16 row offset within its block, a float32
-value), since the walk streams them from memory (docs/performance.md has the measured queries/s).
+value), since the walk streams them from memory (docs/decisions/search-postings.md has the measured queries/s).
 The loops live in `_postings_numba` (module level, so numba's disk cache serves later processes).
 
 Approximate search walks only the posting lists of the query's `terms` largest units (by |value|), keeps

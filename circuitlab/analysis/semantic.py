@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from circuitlab.analysis.dberrors import CircuitDBError
+from circuitlab.analysis.circuitdb.errors import CircuitDBError
 
 CircuitDB = Any  # circuitlab.analysis.circuitdb.CircuitDB (which imports this module)
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 import sys
 
 import circuitlab.cli.causal as causal
+import circuitlab.cli.collect as collect
 import circuitlab.cli.data as data
 import circuitlab.cli.db as db
 import circuitlab.cli.demo as demo
@@ -25,7 +26,7 @@ import circuitlab.cli.train as train
 from circuitlab.cli.entry import build_parser as _build_parser
 from circuitlab.cli.entry import run_command
 
-VERB_GROUPS = (summary, data, train, ladder, db, causal, report, generate, demo)
+VERB_GROUPS = (summary, data, train, ladder, db, collect, causal, report, generate, demo)
 
 
 def build_parser():

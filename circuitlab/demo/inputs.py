@@ -82,7 +82,8 @@ def single_token(model: Any, word: Any, what: str) -> tuple[int | None, str | No
 
 
 def lookup_circuits(db: Any, model: Any, text: Any, layer: int, k: int = 10) -> tuple[pandas.DataFrame | None, str | None]:
-    """Nearest stored circuits of every token of `text` at `layer` (seed 000, Table 3), or a message."""
+    """Nearest stored circuits of every token of `text` at `layer` (seed 000, Table 3), or a message. The
+    search runs on a GPU when there is one; `hits.attrs["served_by"]` says where it ran."""
     checked = check_text(model, text)
     if not checked.ok:
         return None, checked.message

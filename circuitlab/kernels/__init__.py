@@ -226,3 +226,31 @@ __all__ = [
     "triton_interpreting",
     "use_backend",
 ]
+
+
+def code_scan_top_keys(
+    indices_NxKxB: Int[Tensor, "tiles k tile"],
+    values_NxKxB: Float[Tensor, "tiles k tile"],
+    inverse_norms_R: Float[Tensor, " padded_rows"],
+    dense_queries_SxQ: Float[Tensor, "size queries"],
+    exclude_Q: Int[Tensor, " queries"],
+    n_rows: int,
+    keep: int,
+    n_chunks: int,
+) -> Int[Tensor, "chunks queries keep"]:
+    """Exact circuit search's scan: per row chunk and query, the `keep` best (score, row) keys of tiled codes
+    against a dense block of queries (contract: `search_reference.scan_top_keys`). The fast path keeps the
+    top-k on chip and never writes the [queries, rows] scores (search_triton.py)."""
+    import circuitlab.kernels.search_reference as search_reference
+
+    tile = indices_NxKxB.shape[-1]
+    unsupported = None
+    if keep & (keep - 1) or tile & (tile - 1) or keep > tile:
+        unsupported = f"keep ({keep}) and the tile ({tile} rows) must be powers of two with keep <= tile"
+    tensors = (indices_NxKxB, values_NxKxB, inverse_norms_R, dense_queries_SxQ, exclude_Q)
+    if backend_for(*tensors, unsupported=unsupported) == "triton" and fast_ready("search_triton"):
+        return fast_module("search_triton").scan_top_keys(*tensors, n_rows, keep, n_chunks)
+    return search_reference.scan_top_keys(*tensors, n_rows, keep, n_chunks)
+
+
+__all__ += ["code_scan_top_keys"]

@@ -17,6 +17,7 @@ Every public name of these modules is exported here.
 from circuitlab.analysis.codeindex.approximate import (
     ApproximateIndex,
     SketchSpec,
+    faiss_gpu_available,
     projection,
     recall_at_k,
     rerank,

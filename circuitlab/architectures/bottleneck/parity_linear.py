@@ -97,12 +97,13 @@ class LinearParityBottleneck(FeatureCodeLayer):
         self.pursuit_rounds = bottleneck.pursuit_rounds
         self.ridge = float(bottleneck.ridge)
         # recomputed from the seed on construction, never stored in checkpoints
+        # built on the CPU even under a meta default device (the CLI sizes models on meta before training them)
         code = make_code_matrix(config.d_model, self.n_bits, 2 * bottleneck.code_seed + 1)
-        keys = (code.long() << torch.arange(self.n_bits)).sum(-1)  # m_j as an r-bit integer, bit b = M[j, b]
+        keys = (code.long() << torch.arange(self.n_bits, device="cpu")).sum(-1)  # m_j as an r-bit integer
         histogram = torch.bincount(keys, minlength=self.n_features).float()
-        parity = torch.zeros(self.n_features, dtype=torch.int64)
+        parity = torch.zeros(self.n_features, dtype=torch.int64, device="cpu")
         for bit in range(self.n_bits):
-            parity ^= (torch.arange(self.n_features) >> bit) & 1
+            parity ^= (torch.arange(self.n_features, device="cpu") >> bit) & 1
         self.register_buffer("code", code, persistent=False)
         self.register_buffer("keys", keys, persistent=False)  # [D]
         self.register_buffer("parity", parity.to(torch.uint8), persistent=False)  # [M] popcount(w) mod 2
