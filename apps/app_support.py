@@ -160,7 +160,7 @@ def _load_db(folder: str, manifest_mtime: float, model_folder: str, weights_sha2
     from circuitlab.analysis.circuitdb import CircuitDB
 
     model = _load_model(model_folder, weights_sha256)
-    return CircuitDB.load(folder, model=model)
+    return CircuitDB.open(folder, model=model)  # the manifest only; each shard is checked when first read
 
 
 def db_of(run: RunFolder) -> Any:
