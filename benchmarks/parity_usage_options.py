@@ -36,10 +36,10 @@ SIZES = {
 }
 
 
-def variants(size: dict, balance: float) -> dict[str, dict | None]:
+def variants(size: dict, balance: float, recon: float = 1.0) -> dict[str, dict | None]:
     product = dict(design="product", n_bits=size["n_bits"], k=size["k"], grid=size["grid"], beam=size["beam"],
-                   pursuit_rounds=1)
-    linear = dict(design="linear", n_bits=size["n_bits"], k=size["k"], pursuit_rounds=1)
+                   pursuit_rounds=1, lambda_recon=recon)
+    linear = dict(design="linear", n_bits=size["n_bits"], k=size["k"], pursuit_rounds=1, lambda_recon=recon)
     return {
         "gelu": None,
         "product": product,
@@ -54,6 +54,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--size", choices=sorted(SIZES), default="tiny")
     parser.add_argument("--steps", type=int, default=400)
     parser.add_argument("--balance", type=float, default=1e-3, help="lambda of the usage-balancing variant")
+    parser.add_argument("--recon", type=float, default=1.0, help="lambda of the reconstruction term of every variant")
     parser.add_argument("--tokens", type=int, default=16384, help="held-out natural tokens to measure on")
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--runs", default=None, help="folder for the runs (default: a temporary one)")
@@ -77,7 +78,7 @@ def main(argv: list[str] | None = None) -> int:
                            grad_clip=2.0, compile=args.device != "cpu")
     device = torch.device(args.device)
     results: dict[str, dict] = {}
-    chosen = variants(size, args.balance)
+    chosen = variants(size, args.balance, args.recon)
     for name, bottleneck in chosen.items():
         if args.only and name not in args.only and name != "gelu":
             continue
