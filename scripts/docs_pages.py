@@ -55,19 +55,77 @@ def performance_table() -> str:
     return "\n".join(lines).strip() + "\n"
 
 
+def _seed_metrics(name: str) -> list[dict]:
+    """Every training seed's metrics of a shipped model (results/models/<name>/seed<N>/), seed 0 first; the
+    shipped folder's alone when no seeds are kept."""
+    folders = sorted((ROOT / "results" / "models" / name).glob("seed*/metrics.json"),
+                     key=lambda path: int(path.parent.name.removeprefix("seed")))
+    found = [json.loads(path.read_text()) for path in folders]
+    return found or [json.loads((ROOT / "models" / name / "metrics.json").read_text())]
+
+
+def _interval(entry: dict | None) -> str:
+    if not entry:
+        return "not measured"
+    ci = entry.get("ci95")
+    return f"{entry['loss']:.3f}" + (f" [{ci[0]:.3f}, {ci[1]:.3f}]" if ci else "")
+
+
+def model_comparisons(spans: dict[str, tuple[float, float]]) -> list[str]:
+    """For each pair of models: ordered when the union of their seeds' 95% intervals do not overlap, else
+    indistinguishable at this scale."""
+    lines = []
+    names = sorted(spans, key=lambda name: sum(spans[name]))
+    for i, a in enumerate(names):
+        for b in names[i + 1:]:
+            (a_low, a_high), (b_low, b_high) = spans[a], spans[b]
+            if a_high < b_low:
+                lines.append(f"`{a}` < `{b}`")
+            elif b_high < a_low:
+                lines.append(f"`{b}` < `{a}`")
+            else:
+                lines.append(f"`{a}` and `{b}` indistinguishable at this scale")
+    return lines
+
+
 def models_table() -> str:
-    lines = ["| model | FFN | parameters | natural held-out loss | generated held-out loss | train tokens | steps |",
-             "| --- | --- | ---: | ---: | ---: | ---: | ---: |"]
+    lines = ["| model | FFN | parameters | natural held-out loss, seed 0 [95% interval over stories] | "
+             "seeds: mean (min-max) | below the KN trigram, seed 0 | generated held-out loss | passes | steps |",
+             "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+    baselines_path = ROOT / "results" / "baselines" / "natural.json"
+    baselines = json.loads(baselines_path.read_text()) if baselines_path.is_file() else None
+    spans: dict[str, tuple[float, float]] = {}
     for name in SHIPPED:
         metrics = json.loads((ROOT / "models" / name / "metrics.json").read_text())
         config = json.loads((ROOT / "models" / name / "config.json").read_text())
         ffn = config["feedforward"]["type"] + (" + parity bottleneck" if config.get("bottleneck") else "")
-        natural, generated = metrics.get("natural_held_out_loss"), metrics.get("generated_held_out_loss")
+        per_story = metrics.get("natural_held_out_per_story")
+        seeds = [m.get("natural_held_out_per_story") for m in _seed_metrics(name)]
+        seeds = [entry for entry in seeds if entry]
+        spread = "not measured"
+        if len(seeds) > 1:
+            losses = [entry["loss"] for entry in seeds]
+            spread = f"{sum(losses) / len(losses):.3f} ({min(losses):.3f}-{max(losses):.3f}, {len(losses)} seeds)"
+            spans[name] = (min(entry["ci95"][0] for entry in seeds), max(entry["ci95"][1] for entry in seeds))
+        gap = (baselines or {}).get("models", {}).get(name)
+        gap_text = ("not measured" if not gap else f"{gap['below_trigram']:.3f} [{gap['below_trigram_ci95'][0]:.3f}, "
+                    f"{gap['below_trigram_ci95'][1]:.3f}]")
+        generated, epochs = metrics.get("generated_held_out_loss"), metrics.get("epochs")
         lines.append(
-            f"| `{name}` | {ffn} | {metrics['parameters'] / 1e6:.1f}M | "
-            f"{'' if natural is None else f'{natural:.3f}'} | {'' if generated is None else f'{generated:.3f}'} | "
-            f"{metrics['tokens_seen'] / 1e6:.1f}M | {metrics['steps']:,} |")
-    return "\n".join(lines) + "\n\nLosses in nats/token on the held-out split of each corpus (never trained on).\n"
+            f"| `{name}` | {ffn} | {metrics['parameters'] / 1e6:.1f}M | {_interval(per_story)} | {spread} | {gap_text} | "
+            f"{'' if generated is None else f'{generated:.3f}'} | {'' if epochs is None else f'{epochs:.2f}'} | "
+            f"{metrics['steps']:,} |")
+    notes = ["", "Losses in nats/token. The natural held-out split: stories never trained or chosen on, each read "
+             "alone (`circuitlab.training.evaluation.document_losses`); the interval is a bootstrap over stories. "
+             "Generated: the held-out seed of the story generator, packed windows. Passes: over the training mixture."]
+    if baselines:
+        b = baselines["baselines"]
+        notes.append(f"Counting alone on the same training text and tokenizer (`scripts/corpus_baselines.py`): unigram "
+                     f"{_interval(b['unigram'])}, Kneser-Ney bigram {_interval(b['bigram'])}, Kneser-Ney trigram "
+                     f"{_interval(b['trigram'])}.")
+    if spans:
+        notes.append("Between designs, where the seeds' intervals do not overlap: " + "; ".join(model_comparisons(spans)) + ".")
+    return "\n".join(lines) + "\n" + "\n".join(notes) + "\n"
 
 
 def benchmarks_md(table: str) -> str:
