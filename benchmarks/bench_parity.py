@@ -108,7 +108,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     device = "cpu" if args.smoke or not torch.cuda.is_available() else "cuda"
     n = 512 if args.smoke else args.tokens
-    config = ModelConfig.preset("parity-stories")
+    config = ModelConfig.preset("parity-stories-product")
     bottleneck = ParityBottleneck(config).to(device)
     mlp = MLP(config).to(device)
     timer = kb.Timer(device, warmup_ms=25 if args.smoke else 100, rep_ms=50 if args.smoke else 300)

@@ -61,9 +61,16 @@ PRESETS: dict[str, dict[str, Any]] = {
         _STORIES, attention=dict(value_mode="boolean", n_special=4),
         feedforward=dict(type="ncffn", d_ffw=1024, rho=0.75, n_quantifiers=32), selectivity=_CRISP,
     ),
-    # k 16 at beam 16 without a pursuit round (the model card says why; bench_gpu.py's parity-stories-b64r2 times
-    # the first model's k 32, beam 64 and 2 rounds)
+    # seed 003's eq. 1 design (a seeded random 256 x 16 F2 code, every feature scored exactly), k 16, with the bias
+    # path and the usage-balancing term at lambda 1e-2: docs/decisions/parity-usage.md gives the measured options
+    # (the product-grid design of the first shipped model stays available as design="product")
     "parity-stories": dict(
+        _STORIES, feedforward=dict(type="mlp", d_ffw=1024),
+        bottleneck=dict(design="linear", n_bits=16, k=16, pursuit_rounds=1, lambda_recon=1.0, bias=True,
+                        lambda_balance=1e-2),
+    ),
+    # the first shipped parity model's product-grid design (k 16 at beam 16, no pursuit round)
+    "parity-stories-product": dict(
         _STORIES, feedforward=dict(type="mlp", d_ffw=1024),
         bottleneck=dict(design="product", n_bits=16, k=16, grid=[16, 16], beam=16, pursuit_rounds=1, lambda_recon=1.0),
     ),

@@ -123,7 +123,7 @@ for entry in "${runs[@]}"; do
   run_index=$((run_index + 1))
   if [ -f "$RUN/$folder/metrics.json" ]; then continue; fi  # finished in an earlier call of this script
   resume=(); if [ -d "$RUN/$folder/checkpoints" ]; then resume=(--resume); fi  # killed earlier: continue it
-  { cat "$RUN/notes/$name.md"; echo; cat "$RUN/notes/common.md"; } > "$RUN/notes/$folder.card.md"
+  { cat "$RUN/notes/$name.md" 2>/dev/null || true; echo; cat "$RUN/notes/common.md"; } > "$RUN/notes/$folder.card.md"
   CUDA_VISIBLE_DEVICES="$gpu" circuitlab train --preset "$name" --steps "$STEPS" --batch-size "$BATCH" \
     --seq-len "$SEQ_LEN" --lr 1e-3 --warmup 100 --grad-clip 2.0 --eval-every 200 --ckpt-every 500 "${MIX[@]}" \
     --tokenizer "$RUN/tokenizer.json" --data-dir "$RUN/data" --seed "$seed" --device "$DEVICE" \

@@ -42,9 +42,9 @@ def bottleneck(**settings) -> ParityBottleneck:
 def shipped_size(**settings) -> ParityBottleneck:
     """A bottleneck of parity-stories' size (d 256 as 16 x 16, m = 2^16) at k 32, beam 64 and two rounds (the
     preset's settings until 2026-12-02, with which these tests' bounds were set), settings overridden."""
-    bn = ModelConfig.preset("parity-stories").bottleneck.model_dump() | {"k": 32, "beam": 64, "pursuit_rounds": 2}
+    bn = ModelConfig.preset("parity-stories-product").bottleneck.model_dump() | {"k": 32, "beam": 64, "pursuit_rounds": 2}
     bn.update(settings)
-    return ParityBottleneck(ModelConfig.preset("parity-stories").replace(bottleneck=bn))
+    return ParityBottleneck(ModelConfig.preset("parity-stories-product").replace(bottleneck=bn))
 
 
 def brute_top(layer, x_NxD, count):
