@@ -101,7 +101,7 @@ def find_model_folder(spec: str) -> tuple[Path | None, str]:
         if candidate.is_dir():
             return candidate, ""
         return None, f"{candidate} does not exist (CIRCUITLAB_MODELS_DIR={models_dir})"
-    from circuitlab.architectures.checkpoint import CheckpointError, resolve_model_folder
+    from circuitlab.architectures.weights import CheckpointError, resolve_model_folder
 
     try:
         return resolve_model_folder(spec), ""
@@ -123,7 +123,7 @@ def load(spec: str, *, required: bool = True) -> Any:
             raise FileNotFoundError(message)
         print(f"skipping {spec}: {message}")
         return None
-    from circuitlab.architectures.checkpoint import CheckpointError
+    from circuitlab.architectures.weights import CheckpointError
 
     try:
         model = load_model(folder).eval()
@@ -140,10 +140,8 @@ def load(spec: str, *, required: bool = True) -> Any:
 def describe(model: Any, spec: str = "") -> str:
     """One line: what the model is, where it came from, and how well it was trained (when recorded)."""
     config = model.config
-    ffn = config.feedforward.type + (" + parity bottleneck" if config.bottleneck is not None else "")
-    attention = config.attention.value_mode
-    if attention != "standard":
-        attention += f" values on {config.attention.n_special}/{config.n_heads} heads"
+    ffn = config.feedforward.describe() + (f" + {config.bottleneck.design} bottleneck" if config.bottleneck else "")
+    attention = config.attention.describe(config.n_heads)
     parameters = sum(p.numel() for p in model.parameters())
     line = (
         f"{spec or config.name}: {config.name or '(unnamed config)'}, {config.n_layers} layers x d_model "

@@ -51,6 +51,17 @@ def sidebar_run_picker() -> None:
     st.sidebar.caption(f"run folder: `{display_path(Path(st.session_state[RUN_KEY]))}`")
 
 
+def run_model_config() -> Any:
+    """The ModelConfig of the current run's model, or None when the run or its model cannot be read."""
+    from circuitlab.config import ModelConfig
+
+    path = Path(st.session_state.setdefault(RUN_KEY, str(initial_run_path())))
+    try:
+        return ModelConfig.from_json(RunFolder.open(path).model_folder() / "config.json")
+    except Exception:  # noqa: BLE001 - no run yet, a damaged one, a moved model: the pages say what is missing
+        return None
+
+
 def display_path(path: Path) -> str:
     """The path relative to the working directory when it lies below it (shorter, and no machine paths)."""
     try:
@@ -121,7 +132,7 @@ def read_parquet(path: Path) -> Any:
 
 @st.cache_resource(show_spinner="loading the model ...", max_entries=4)
 def _load_model(folder: str, weights_sha256: str | None) -> Any:
-    from circuitlab.architectures.checkpoint import load_model
+    from circuitlab.architectures.transformer import load_model
 
     return load_model(folder)
 
@@ -149,7 +160,7 @@ def _load_db(folder: str, manifest_mtime: float, model_folder: str, weights_sha2
     from circuitlab.analysis.circuitdb import CircuitDB
 
     model = _load_model(model_folder, weights_sha256)
-    return CircuitDB.load(folder, model=model)
+    return CircuitDB.open(folder, model=model)  # the manifest only; each shard is checked when first read
 
 
 def db_of(run: RunFolder) -> Any:

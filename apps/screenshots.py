@@ -162,6 +162,10 @@ class Browser:
     def open(self, url: str, marker: str, settle: float = 2.0) -> str:
         """Load `url`; wait until the title and `marker` are there and the app has finished running; the DOM."""
         self.call("Page.navigate", url=url)
+        return self.wait_for(marker, settle)
+
+    def wait_for(self, marker: str, settle: float = 2.0) -> str:
+        """Wait until the title and `marker` are there and the app has finished running; the DOM."""
         deadline = time.monotonic() + self.timeout
         calm_since = None
         while time.monotonic() < deadline:
@@ -176,7 +180,54 @@ class Browser:
             if calm_since and time.monotonic() - calm_since >= settle:  # plotly draws after the elements arrive
                 return self.evaluate("document.documentElement.outerHTML")
             time.sleep(0.25)
-        raise TimeoutError(f"{url} did not show {marker!r} within {self.timeout:.0f} s")
+        raise TimeoutError(f"the page did not show {marker!r} within {self.timeout:.0f} s")
+
+    def fill(self, label: str, text: str) -> None:
+        """Type `text` into the text input labelled `label`, replacing what it held."""
+        found = self.evaluate(
+            f"(() => {{ const box = document.querySelector('input[aria-label={json.dumps(label)}]');"
+            " if (!box) return false; box.focus(); box.select(); return true; })()"
+        )
+        if not found:
+            raise LookupError(f"no text input labelled {label!r}")
+        self.call("Input.insertText", text=text)
+
+    def click(self, button: str, marker: str, settle: float = 2.0) -> str:
+        """Click the button labelled `button`; wait until `marker` shows and the app has stopped; the DOM."""
+        clicked = self.evaluate(
+            "(() => { const b = Array.from(document.querySelectorAll('button'))"
+            f".find(x => x.innerText.trim() === {json.dumps(button)}); if (!b) return false; b.click(); return true; }})()"
+        )
+        if not clicked:
+            raise LookupError(f"no button {button!r}")
+        return self.wait_for(marker, settle)
+
+    def plots(self) -> list[dict]:
+        """Each plotly figure on the page as drawn: axis types, tick labels, trace x values, title."""
+        return json.loads(self.evaluate(
+            "JSON.stringify(Array.from(document.querySelectorAll('.js-plotly-plot')).map(g => ({"
+            " xtype: g._fullLayout.xaxis.type, ytype: g._fullLayout.yaxis.type,"
+            " xticks: Array.from(g.querySelectorAll('.xtick text')).map(t => t.textContent),"
+            " yticks: Array.from(g.querySelectorAll('.ytick text')).map(t => t.textContent),"
+            " x: g.data[0].x, title: g._fullLayout.title.text})))"
+        ) or "[]")
+
+    def overlapping_labels(self) -> list[tuple[str, str]]:
+        """Pairs of labels drawn over each other in a plotly figure: titles, subplot titles, axis titles and
+        colour bars, by their on-screen boxes (a few pixels of touching allowed)."""
+        return [tuple(pair) for pair in json.loads(self.evaluate(
+            "JSON.stringify((() => { const found = [];"
+            " document.querySelectorAll('.js-plotly-plot').forEach((g, figure) => {"
+            "  const parts = [];"
+            "  g.querySelectorAll('.annotation, .g-gtitle, [class^=\"g-x\"][class$=\"title\"], [class^=\"g-y\"][class$=\"title\"], .colorbar')"
+            "   .forEach(e => { const r = e.getBoundingClientRect(); if (r.width > 0 && r.height > 0)"
+            "    parts.push({name: `figure ${figure} ${e.getAttribute('class')}: ${(e.textContent || '').slice(0, 40)}`, r}); });"
+            "  for (let i = 0; i < parts.length; i++) for (let j = i + 1; j < parts.length; j++) {"
+            "   const a = parts[i].r, b = parts[j].r, slack = 2;"
+            "   if (a.left < b.right - slack && b.left < a.right - slack && a.top < b.bottom - slack && b.top < a.bottom - slack)"
+            "    found.push([parts[i].name, parts[j].name]); } });"
+            " return found; })())"
+        ) or "[]")]
 
     def screenshot(self, out: Path) -> Path:
         data = self.call("Page.captureScreenshot", format="png")["data"]

@@ -44,7 +44,7 @@ def load_average() -> float:
 
 def forward_benchmark(names: list[str], rounds: int, batch: int, length: int) -> tuple[dict, dict]:
     """(best tokens/s of each model over the rounds, each model's tokens/s in every round)."""
-    from circuitlab.architectures.checkpoint import load_model
+    from circuitlab.architectures.transformer import load_model
 
     models = {name: load_model(name).eval() for name in names}
     tokens = torch.randint(0, min(m.config.d_vocab for m in models.values()), (batch, length),
@@ -69,7 +69,7 @@ def median(values: list[float]) -> float:
 
 def collection_benchmark(n_stories: int, batch_size: int, rounds: int) -> dict:
     from circuitlab.analysis.collect import collect
-    from circuitlab.architectures.checkpoint import load_model
+    from circuitlab.architectures.transformer import load_model
     from circuitlab.data.stories import held_out_stories
 
     model = load_model("sgatlin-stories").eval()

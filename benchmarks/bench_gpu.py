@@ -14,8 +14,7 @@
 2. The sgatlin layer (router + fused combine) forward+backward against a dense SwiGLU at the TinyStories shape
    (d 256, N 1024, C 8, k 8, d_key 128, 32768 tokens; SwiGLU d_ffw 512) and at scale 8 (d 1024, N 12544,
    C 16, k 8, 8192 tokens; SwiGLU d_ffw 2560), with the copy bandwidth of the same run and the bytes bound
-   of the combine's design (below); and the same layer with the opt-in one-pass backward
-   ($CIRCUITLAB_SGATLIN_BACKWARD=atomic: expert gradients by atomic adds, two gathered passes, no sort).
+   of the combine's design (below).
 3. The depth question of legible-stories (6 layers against gelu-stories' 4): gelu-stories at 6 layers
    (gelu-stories-6l) is trained beside it as its depth-matched baseline, the 4-layer legible-stories-v1 beside
    gelu-stories, and one block's attention and FFN are timed forward+backward against the GELU block's.
@@ -33,7 +32,7 @@ pass reads the same rows again (dz, gate gradients), and an expert-row pass read
 assignment to write each expert-gradient row once. So fwd+bwd moves 3 x M*C*K*2*D*2 bytes (bf16) of
 gathered rows, plus the per-token tensors and one write of the whole expert gradient. At the measured copy
 bandwidth that is its time if every row came from HBM. It is not a floor: rows chosen more than once are
-served from L2, and the layer has run faster than this count (BENCHMARKS.md, 2026-12-02).
+served from L2, and the layer has run faster than this count (benchmarks/results/history.md).
 
 Timing: triton.testing.do_bench (median, L2 flushed) for the layers; wall clock over synchronised steps for
 training (median of 3 rounds). Warm-up and timed steps are bounded (--steps, --warmup).
@@ -76,7 +75,6 @@ DEPTH_MATCHED = {"legible-stories": "gelu-stories-6l"}
 # each preset against its baseline, timed side by side in alternating rounds (paired_ratio)
 PAIRS = (("sgatlin-stories", "gelu-stories"), ("parity-stories", "gelu-stories"),
          ("legible-stories", "gelu-stories-6l"), ("legible-stories-v1", "gelu-stories"))
-BACKWARD_ENV_VAR = "CIRCUITLAB_SGATLIN_BACKWARD"  # read by circuitlab.kernels.sgatlin_triton on every backward
 # x gelu-stories compiled (legible-stories: x its depth-matched baseline, see DEPTH_MATCHED)
 TARGETS = {"sgatlin-stories": 0.5, "parity-stories": 0.5, "legible-stories": 0.7, "legible-stories-v1": 0.7}
 LAYER_TARGETS = {"tinystories": 2.0, "scale8": 2.5}  # sgatlin fwd+bwd / SwiGLU fwd+bwd, at most
@@ -125,7 +123,7 @@ def make_step(model_name: str, batch: int, seq: int, device: str, compiled: bool
     gen = torch.Generator(device=device).manual_seed(5)
     batches = [torch.randint(0, config.d_vocab, (batch, seq + 1), device=device, generator=gen) for _ in range(3)]
     if compile_mode == "auto":  # what the trainer picks for this model
-        from circuitlab.training.trainer import default_compile_mode
+        from circuitlab.training.compile import default_compile_mode
 
         compile_mode = default_compile_mode(model, device)
     forward = torch.compile(model, backend=compile_backend, mode=compile_mode) if compiled else model
@@ -330,7 +328,6 @@ def sgatlin_layer_case(table: kb.Table, timer: kb.Timer, case: str, shape: dict,
     n_channels, k, d_key = shape["n_channels"], shape["k"], shape["d_key"]
     n_keys = math.isqrt(n_neurons)
     layer, params, upstream = sgatlin_layer(shape, device)
-    experts = params[-1]
 
     result = dict(
         fwd_ms=timer(kb.no_grad(layer)),
@@ -361,31 +358,6 @@ def sgatlin_layer_case(table: kb.Table, timer: kb.Timer, case: str, shape: dict,
     result["breakdown_fwd_bwd"] = kb.kernel_breakdown(f"{case} sgatlin fwd+bwd", kb.fwd_bwd(layer, params, upstream),
                                                       device, top=8)
 
-    # the opt-in one-pass backward (expert gradients by atomic adds): two gathered passes, no sort
-    previous = os.environ.get(BACKWARD_ENV_VAR)
-    os.environ[BACKWARD_ENV_VAR] = "atomic"
-    try:
-        atomic = dict(fwd_bwd_ms=timer(kb.fwd_bwd(layer, params, upstream)),
-                      peak_GiB=timer.peak_gib(kb.fwd_bwd(layer, params, upstream)))
-        atomic["ratio_vs_swiglu"] = atomic["fwd_bwd_ms"] / dense["fwd_bwd_ms"]
-        # bytes without the atomics' own traffic: two gathered passes, and the float32 gradient zeroed, read, cast
-        atomic_bytes = bound_bytes - gathered_pass - experts.numel() * 2 + experts.numel() * (4 + 4 + 2)
-        atomic["fwd_bwd_bytes_besides_atomics"] = atomic_bytes
-        if copy_gbps:
-            atomic["floor_ms_at_copy_bandwidth"] = atomic_bytes / copy_gbps / 1e6
-            atomic["floor_vs_swiglu"] = atomic["floor_ms_at_copy_bandwidth"] / dense["fwd_bwd_ms"]
-        table.add(case, "sgatlin, one-pass atomic backward", **{k: v for k, v in atomic.items() if k != "peak_GiB"})
-        atomic["breakdown_fwd_bwd"] = kb.kernel_breakdown(f"{case} sgatlin fwd+bwd, atomic backward",
-                                                          kb.fwd_bwd(layer, params, upstream), device, top=6)
-        result["atomic_backward"] = atomic
-    except Exception as error:  # noqa: BLE001 - the opt-in design failing must not hide the default's numbers
-        result["atomic_backward"] = {"error": first_line(error)}
-        print(f"  {case}: atomic backward FAILED: {first_line(error)}", flush=True)
-    finally:
-        if previous is None:
-            os.environ.pop(BACKWARD_ENV_VAR, None)
-        else:
-            os.environ[BACKWARD_ENV_VAR] = previous
     return result
 
 
@@ -531,7 +503,7 @@ def markdown(results: dict) -> str:
              f"triton {results['triton']}{' (SMOKE: tiny sizes on the CPU, not a measurement)' if results['smoke'] else ''}; "
              f"torch.compile mode {results.get('compile_mode') or 'default'}"
              f"{' (as the trainer picks: reduce-overhead, i.e. CUDA graphs, where every layer can be captured)' if results.get('compile_mode') == 'auto' else ''}"
-             f"{'; parity beam kernel options ' + json.dumps(results['beam_options']) if results.get('beam_options') else ''}.",
+             ".",
              ""]
     training = results.get("training") or []
     if training:
@@ -611,24 +583,19 @@ def markdown(results: dict) -> str:
         lines += [f"sgatlin layer (router + combine), bf16, fwd+bwd vs SwiGLU; copy bandwidth "
                   f"{_fmt(layers.get('copy_GBps'), '.0f')} GB/s (bytes read + written).", "",
                   "| shape | sgatlin fwd+bwd ms | SwiGLU fwd+bwd ms | ratio | target | met | HBM bytes count ms "
-                  "(3 passes of gathered rows; not a floor) | count / SwiGLU "
-                  "| one-pass atomic backward: ms, ratio, count / SwiGLU |",
-                  "| --- | ---: | ---: | ---: | ---: | --- | ---: | ---: | --- |"]
+                  "(3 passes of gathered rows; not a floor) | count / SwiGLU |",
+                  "| --- | ---: | ---: | ---: | ---: | --- | ---: | ---: |"]
         for key, name in (("tinystories", "TinyStories"), ("scale8", "scale 8")):
             row = layers.get(key) or {}
             if "error" in row or not row:
-                lines.append(f"| {name} | failed: {row.get('error', 'not run')} | | | | | | | |")
+                lines.append(f"| {name} | failed: {row.get('error', 'not run')} | | | | | | |")
                 continue
             bound = row.get("bound", {})
-            atomic = row.get("atomic_backward") or {}
-            atomic_cell = (f"failed: {atomic['error'][:60]}" if "error" in atomic else
-                           f"{_fmt(atomic.get('fwd_bwd_ms'), '.3f')} ms, {_fmt(atomic.get('ratio_vs_swiglu'))}x, "
-                           f"{_fmt(atomic.get('floor_vs_swiglu'))}x")
             met = "yes" if row["ratio_vs_swiglu"] <= row["target_ratio"] else "no"
             lines.append(
                 f"| {name} | {row['fwd_bwd_ms']:.3f} | {row['swiglu']['fwd_bwd_ms']:.3f} | {row['ratio_vs_swiglu']:.2f}x "
                 f"| <= {row['target_ratio']} | {met} | {_fmt(bound.get('fwd_bwd_ms_at_copy_bandwidth'), '.3f')} "
-                f"| {_fmt(bound.get('ratio_bound_vs_swiglu'))}x | {atomic_cell} |")
+                f"| {_fmt(bound.get('ratio_bound_vs_swiglu'))}x |")
         lines.append("")
     return "\n".join(lines) + "\n"
 
@@ -651,9 +618,6 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--pairs", default=",".join(f"{p}:{b}" for p, b in PAIRS),
                         help="comma list of preset:baseline timed side by side in alternating rounds")
     parser.add_argument("--profile", default="", help="comma list of presets whose compiled step is profiled per kernel")
-    parser.add_argument("--beam-options", default=None,
-                        help="JSON file of the parity beam kernel's options to time (parity_select_triton.BEAM_OPTIONS, "
-                             "e.g. as explore_parity_select.py --options writes them); default: the module's")
     args = parser.parse_args(argv)
     args.presets = [p for p in args.presets.split(",") if p]
     args.profile = [p for p in args.profile.split(",") if p]
@@ -683,11 +647,6 @@ def main(argv: list[str] | None = None) -> int:
         device=torch.cuda.get_device_name() if device == "cuda" else (platform.processor() or "cpu"),
         torch=torch.__version__, smoke=args.smoke, compile_backend=args.compile_backend, compile_mode=args.compile_mode,
     )
-    if args.beam_options:
-        from circuitlab.kernels import parity_select_triton
-
-        parity_select_triton.BEAM_OPTIONS.update(json.loads(Path(args.beam_options).read_text()))
-        results["beam_options"] = dict(parity_select_triton.BEAM_OPTIONS)
     try:
         import triton
 

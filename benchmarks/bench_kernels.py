@@ -296,111 +296,6 @@ def scan_case(table: Table, timer: Timer, batch: int, n_pos: int, n_units: int, 
 
 
 @torch.no_grad()
-def materialised_dictionary(code_DxR: torch.Tensor, n_features: int, dtype: torch.dtype) -> torch.Tensor:
-    from circuitlab.kernels import reference
-
-    d_model = code_DxR.shape[0]
-    dictionary = torch.empty(n_features, d_model, dtype=dtype, device=code_DxR.device)
-    chunk = 1 << 16
-    for start in range(0, n_features, chunk):
-        ids = torch.arange(start, min(start + chunk, n_features), device=code_DxR.device)
-        dictionary[start : start + len(ids)] = reference.parity_directions(ids, code_DxR, dtype=dtype)
-    return dictionary
-
-
-def gather_decode_triton():
-    """A fused Triton decode that gathers rows of a materialised dictionary: the best case for storing it."""
-    import triton
-    import triton.language as tl
-
-    @triton.jit
-    def kernel(dict_ptr, idx_ptr, val_ptr, out_ptr, M, D, K, BLOCK_M: tl.constexpr, BLOCK_D: tl.constexpr):
-        rows = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
-        cols = tl.program_id(1) * BLOCK_D + tl.arange(0, BLOCK_D)
-        ok = (rows < M)[:, None] & (cols < D)[None, :]
-        acc = tl.zeros([BLOCK_M, BLOCK_D], dtype=tl.float32)
-        for f in range(0, K):
-            index = tl.load(idx_ptr + rows.to(tl.int64) * K + f, mask=rows < M, other=0).to(tl.int64)
-            value = tl.load(val_ptr + rows.to(tl.int64) * K + f, mask=rows < M, other=0.0).to(tl.float32)
-            row = tl.load(dict_ptr + index[:, None] * D + cols[None, :], mask=ok, other=0.0).to(tl.float32)
-            acc += value[:, None] * row
-        tl.store(out_ptr + rows.to(tl.int64)[:, None] * D + cols[None, :], acc.to(out_ptr.dtype.element_ty), mask=ok)
-
-    def decode(dictionary, indices, values):
-        n_tokens, k = indices.shape
-        d_model = dictionary.shape[1]
-        out = torch.empty(n_tokens, d_model, dtype=values.dtype, device=values.device)
-        grid = (triton.cdiv(n_tokens, 16), triton.cdiv(d_model, 256))
-        kernel[grid](dictionary, indices, values, out, n_tokens, d_model, k, BLOCK_M=16, BLOCK_D=256, num_warps=4)
-        return out
-
-    return decode
-
-
-def parity_case(table: Table, timer: Timer, n_tokens: int, d_model: int, n_bits: int, k: int, n_candidates: int,
-                n_score_tokens: int, device: str):
-    import circuitlab.kernels as kernels
-
-    gen = torch.Generator(device=device).manual_seed(4)
-    dt = torch.bfloat16
-    code = torch.randint(0, 2, (d_model, n_bits), device=device, generator=gen)
-    indices = torch.randint(0, 2**n_bits, (n_tokens, k), device=device, generator=gen)
-    values = torch.randn(n_tokens, k, device=device, dtype=dt, generator=gen).requires_grad_(True)
-    upstream = torch.randn(n_tokens, d_model, device=device, dtype=dt, generator=gen)
-    dictionary = materialised_dictionary(code, 2**n_bits, dt)
-    dictionary_gib = dictionary.numel() * dictionary.element_size() / GIB
-
-    def fast():
-        with kernels.use_backend("triton"):
-            return kernels.parity_decode(indices, values, code)
-
-    def torch_gather():
-        return torch.einsum("mk,mkd->md", values, dictionary[indices])
-
-    variants = {"triton, patterns from bits": fast, "PyTorch gather of dictionary": torch_gather}
-    if device == "cuda":
-        triton_gather = gather_decode_triton()
-        variants["Triton gather of dictionary"] = lambda: triton_gather(dictionary, indices, values.detach())
-    io_bytes = n_tokens * (k * (8 + 2) + d_model * 2)
-    results = {"dictionary_GiB": dictionary_gib}
-    for name, forward in variants.items():
-        result = dict(fwd_ms=timer(no_grad(forward)))
-        if name != "Triton gather of dictionary":
-            result["fwd_bwd_ms"] = timer(fwd_bwd(forward, [values], upstream))
-        result["dictionary_GiB"] = 0.0 if name.startswith("triton,") else dictionary_gib
-        result["fwd_io_GBps"] = io_bytes / result["fwd_ms"] / 1e6
-        results[name] = result
-        table.add("parity decode", name, **result)
-    results["breakdown_fwd_bwd"] = kernel_breakdown("parity decode triton fwd+bwd", fwd_bwd(fast, [values], upstream),
-                                                    device, top=5)
-    with torch.no_grad():
-        table.check("parity decode rel. error vs dictionary gather", relative_error(fast(), torch_gather().float()), 2e-2)
-
-    # encoder scoring: <x, phi_i> for n_candidates per token
-    x = torch.randn(n_score_tokens, d_model, device=device, dtype=dt, generator=gen).requires_grad_(True)
-    candidates = torch.randint(0, 2**n_bits, (n_score_tokens, n_candidates), device=device, generator=gen)
-    score_upstream = torch.randn(n_score_tokens, n_candidates, device=device, dtype=dt, generator=gen)
-
-    def fast_scores():
-        with kernels.use_backend("triton"):
-            return kernels.parity_scores(x, candidates, code)
-
-    def torch_scores():
-        return torch.einsum("md,mfd->mf", x, dictionary[candidates])
-
-    for name, forward in (("triton, patterns from bits", fast_scores), ("PyTorch gather of dictionary", torch_scores)):
-        result = dict(fwd_ms=timer(no_grad(forward)), fwd_bwd_ms=timer(fwd_bwd(forward, [x], score_upstream)))
-        results[f"scores/{name}"] = result
-        table.add(f"parity scores F={n_candidates}", name, **result)
-    with torch.no_grad():
-        table.check("parity scores rel. error vs dictionary gather", relative_error(fast_scores(), torch_scores().float()), 2e-2)
-    del dictionary
-    return results
-
-
-# --- end to end -----------------------------------------------------------------------------------------------
-
-
 def end_to_end(presets: list[str], steps: int, batch: int, seq: int, device: str, rounds_per_backend: int = 3,
                profile_kernels: bool = False) -> list[dict]:
     """Training tokens/s (AdamW, bf16 autocast) of each preset under the reference and the auto backend:
@@ -485,12 +380,6 @@ def summary_lines(results: dict, table: Table) -> list[str]:
             loop = scans.get(f"{which}/step-by-step loop")
             speedup = f"{loop['fwd_ms'] / fast['fwd_ms']:.0f}x fwd, {loop['fwd_bwd_ms'] / fast['fwd_bwd_ms']:.0f}x fwd+bwd faster than loop [target >= 20]" if loop else ""
             lines.append(f"{which} scan fwd {fast['fwd_ms']:.3f} ms = {fast['fwd_over_copy']:.2f}x copy [target <= 2]; {speedup}")
-    parity = results.get("parity")
-    if parity:
-        fast = parity["triton, patterns from bits"]
-        slowest = {k: v for k, v in parity.items() if isinstance(v, dict) and "gather" in k and "/" not in k}
-        parts = ", ".join(f"{v['fwd_ms'] / fast['fwd_ms']:.2f}x faster than {k}" for k, v in slowest.items())
-        lines.append(f"parity decode fwd {fast['fwd_ms']:.3f} ms with 0 dictionary bytes ({parity['dictionary_GiB']:.1f} GiB avoided): {parts}")
     missed = [c["name"] for c in table.checks if not c["met"]]
     lines.append("correctness checks: " + ("all met" if not missed else "MISSED " + "; ".join(missed)))
     return lines
@@ -505,7 +394,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--profile", action="store_true", help="with --e2e: per-kernel GPU time of one step")
     parser.add_argument("--smoke", action="store_true", help="tiny sizes on the CPU (Triton interpreter)")
     parser.add_argument("--json", default=None, help="write results here (default: $OUT/bench_kernels.json if $OUT)")
-    parser.add_argument("--skip", default="", help="comma list of cases to skip: copy,tinystories,scale8,scans,parity")
+    parser.add_argument("--skip", default="", help="comma list of cases to skip: copy,tinystories,scale8,scans")
     args = parser.parse_args(argv)
 
     if args.smoke:
@@ -580,9 +469,6 @@ def run_cases(args, table: Table, timer: Timer, device: str, skip: set[str], res
         cases.append(("sgatlin_scale8", scale8))
     if "scans" not in skip:
         cases.append(("scans", lambda: scan_case(table, timer, *((2, 40, 24) if s else (32, 1024, 1024)), device=device)))
-    if "parity" not in skip:
-        cases.append(("parity", lambda: parity_case(
-            table, timer, *((24, 40, 10, 5, 20, 8) if s else (32768, 1024, 20, 32, 256, 8192)), device=device)))
     for key, run in cases:
         try:
             results[key] = run()

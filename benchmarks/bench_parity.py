@@ -32,27 +32,25 @@ import circuitlab.kernels as kernels
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import bench_kernels as kb  # noqa: E402
 
-from circuitlab.architectures.feedforward.dense import MLP  # noqa: E402
-from circuitlab.architectures.feedforward.parity import ParityBottleneck, relative_error  # noqa: E402
+from circuitlab.architectures.feedforward.mlp import MLP  # noqa: E402
+from circuitlab.architectures.bottleneck.parity import ParityBottleneck  # noqa: E402
+from circuitlab.architectures.bottleneck.parity_code import relative_error  # noqa: E402
 from circuitlab.config import ModelConfig  # noqa: E402
 
 
 @contextlib.contextmanager
 def path(name: str):
-    """"before": least squares and decode in PyTorch (no fused solves); "now": the layer's defaults."""
-    fused_solves = ParityBottleneck.fused_solves
-    ParityBottleneck.fused_solves = name != "before"
-    try:
+    """"before": the PyTorch reference path (circuitlab.kernels.use_backend("reference")); "now": the fast paths
+    the layer picks by itself."""
+    with kernels.use_backend("reference" if name == "before" else "auto"):
         yield
-    finally:
-        ParityBottleneck.fused_solves = fused_solves
 
 
 def shipped_model_check(device: str, n_windows: int) -> dict | None:
     """Supports and held-out loss of the shipped parity-stories on both paths (None without its weights)."""
     import torch.nn.functional as F
 
-    from circuitlab.architectures.checkpoint import load_model
+    from circuitlab.architectures.transformer import load_model
     from circuitlab.data.natural import default_folder
 
     try:
@@ -110,7 +108,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     device = "cpu" if args.smoke or not torch.cuda.is_available() else "cuda"
     n = 512 if args.smoke else args.tokens
-    config = ModelConfig.preset("parity-stories")
+    config = ModelConfig.preset("parity-stories-product")
     bottleneck = ParityBottleneck(config).to(device)
     mlp = MLP(config).to(device)
     timer = kb.Timer(device, warmup_ms=25 if args.smoke else 100, rep_ms=50 if args.smoke else 300)

@@ -4,7 +4,7 @@
 
 Training (torchrun + DDP, `circuitlab train`): weak scaling, the same batch per GPU, so N GPUs train on N
 times the tokens per step; throughput is tokens/s over steps after the warm-up (from train_log.jsonl).
-Collection (torchrun, `python -m circuitlab.analysis.distributed`): strong scaling, the same corpus split
+Collection (torchrun, `python -m circuitlab.analysis.collect_ranks`): strong scaling, the same corpus split
 across ranks; throughput is tokens collected per second of collection (ranks run concurrently, merge
 included). Scaling efficiency = throughput(N) / (N * throughput(1)). Models are untrained presets with the
 given tokenizer: throughput does not depend on the weights.
@@ -62,7 +62,7 @@ def main() -> None:
                      "--quiet", "--out", str(run)], env, out / f"train{n}.log")
         results["training tokens/s"][n] = training_throughput(run / "train_log.jsonl", args.warmup_steps)
         stats = out / f"collect{n}.json"
-        torchrun(n, ["circuitlab.analysis.distributed", f"preset:{args.preset}", "--tokenizer", args.tokenizer,
+        torchrun(n, ["circuitlab.analysis.collect_ranks", f"preset:{args.preset}", "--tokenizer", args.tokenizer,
                      "--stories", str(args.stories), "--out", str(out / f"db{n}"), "--no-index", "--batch-size", "64",
                      "--stats", str(stats)], env, out / f"collect{n}.log")
         results["collection tokens/s"][n] = json.loads(stats.read_text())["tokens_per_second"]

@@ -1,25 +1,28 @@
 """circuitlab: mechanistic interpretability for transformers that are interpretable by construction.
 
-Heavy parts import lazily: `import circuitlab.kernels` needs only torch; the model names below pull in
-TransformerLens on first use.
+Every name below imports on first use, so `import circuitlab` (and `circuitlab --help`) stays fast:
+configs and models pull in torch and TransformerLens when they are first asked for.
 """
 
 from __future__ import annotations
 
+import importlib
 from typing import Any
-
-from circuitlab.config import ModelConfig
-from circuitlab.presets import ladder_config, scaling_ladder
-from circuitlab.flops import FlopCount, count_flops
 
 __version__ = "0.1.0"
 
 _LAZY = {
+    "ModelConfig": "circuitlab.config",
+    "ladder_config": "circuitlab.config",
+    "scaling_ladder": "circuitlab.config",
+    "register_design": "circuitlab.config",
+    "FlopCount": "circuitlab.flops",
+    "count_flops": "circuitlab.flops",
     "SparseCode": "circuitlab.codes",
     "CircuitTransformer": "circuitlab.architectures.transformer",
     "ContextLengthError": "circuitlab.architectures.transformer",
-    "load_model": "circuitlab.architectures.checkpoint",
-    "CheckpointError": "circuitlab.architectures.checkpoint",
+    "load_model": "circuitlab.architectures.transformer",
+    "CheckpointError": "circuitlab.architectures.weights",
     "from_official_sgatlin": "circuitlab.architectures.interop",
     "CircuitDB": "circuitlab.analysis.circuitdb",
 }
@@ -27,10 +30,8 @@ _LAZY = {
 
 def __getattr__(name: str) -> Any:
     if name in _LAZY:
-        import importlib
-
         return getattr(importlib.import_module(_LAZY[name]), name)
     raise AttributeError(f"module 'circuitlab' has no attribute {name!r}")
 
 
-__all__ = ["FlopCount", "ModelConfig", "count_flops", "ladder_config", "scaling_ladder", *_LAZY]
+__all__ = sorted(_LAZY)

@@ -1,249 +1,51 @@
-"""Model configuration as typed models (pydantic): one config class per FFN design and per attention value
-mode, chosen by a discriminator field (`feedforward.type`, `attention.value_mode`), unknown keys refused.
-JSON round-trip. The presets and seed 000's scaling ladder live in circuitlab.presets.
+"""Model configuration as typed models (pydantic): the skeleton's fields, and one section per design part
+(`feedforward`, `attention`, `bottleneck`), each chosen by its discriminator field (`feedforward.type`,
+`attention.value_mode`, `bottleneck.design`) from the designs of circuitlab.architectures.registry; unknown
+keys refused. JSON round-trip. Presets by name (`ModelConfig.preset`, data in circuitlab.presets) and seed
+000's scaling ladder (`scaling_ladder`, `ladder_config`).
 
-The first on-disk format (circuitlab 0.1, before typed configs) wrote every FFN field whatever the FFN
-type; it still loads: the fields its type does not read are dropped (`_from_first_format`). The config
-hash is taken over that first layout, so hashes recorded in checkpoints, databases and run folders before
-typed configs still match.
+Older files load through one converter (`_from_first_format`): the first on-disk format (circuitlab 0.1, before
+typed configs) wrote every FFN field whatever the FFN type; the fields its type does not read are dropped. The
+config hash is taken over that first layout, so hashes recorded in checkpoints, databases and run folders
+before typed configs still match.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-import math
 from pathlib import Path
 from typing import Annotated, Any, ClassVar, Literal, Union
 
-from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, ValidationError, model_validator
+from pydantic import BaseModel, Field, StrictBool, ValidationError, model_validator
 
+import circuitlab.architectures.registry as registry
+from circuitlab.architectures.design import ConfigPart, CountInt, Number, PositiveInt
 from circuitlab.atomic import atomic_write_text
-from circuitlab.errors import UserError
+from circuitlab.errors import UserError, did_you_mean
+from circuitlab.presets import PRESETS
 
-VALUE_MODES = ("standard", "membership", "boolean")
-FFN_TYPES = ("mlp", "swiglu", "sgatlin", "ncffn", "peer", "moe")
 POSITIONALS = ("rope", "learned")
 NORMS = ("rmsnorm", "layernorm")
-
-Number = Annotated[float, Field(strict=True)]  # a JSON number (an integer is fine), never a string
-PositiveInt = Annotated[StrictInt, Field(gt=0)]
-CountInt = Annotated[StrictInt, Field(ge=0)]
 
 
 class ConfigError(UserError):
     """A configuration that cannot describe a model."""
 
 
-class ConfigPart(BaseModel):
-    """A section of a model config: immutable, unknown keys refused."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-
-# --- attention: one class per value mode (seed 002, section 3.5) ---------------------------------------------
+def _union(table: dict[str, type[ConfigPart]], field: str) -> Any:
+    """The discriminated union of a kind of section's designs, as pydantic validates it."""
+    members = tuple(table.values())
+    return Annotated[Union[members], Field(discriminator=field)] if len(members) > 1 else members[0]
 
 
-class StandardAttentionConfig(ConfigPart):
-    """Every head computes V = X W_v (no special heads: n_special is 0)."""
-
-    value_mode: Literal["standard"] = "standard"
-    n_special: Literal[0] = 0
-    qk_norm: StrictBool = True
+# the sections' unions (rebuilt by register_design)
+AttentionConfig = _union(registry.VALUE_MODES, "value_mode")
+FeedForwardConfig = _union(registry.FEEDFORWARDS, "type")
+BottleneckConfig = _union(registry.BOTTLENECKS, "design")
 
 
-class MembershipAttentionConfig(ConfigPart):
-    """The first `n_special` heads compute V = sigmoid(X W_v) (seed 002, eq. 1)."""
-
-    value_mode: Literal["membership"] = "membership"
-    n_special: CountInt = 0
-    qk_norm: StrictBool = True
-
-
-class BooleanAttentionConfig(ConfigPart):
-    """The first `n_special` heads compute V = [A*B ; A*(1-B)] from two half-width operands (seed 002, eq. 2)."""
-
-    value_mode: Literal["boolean"] = "boolean"
-    n_special: CountInt = 0
-    qk_norm: StrictBool = True
-
-
-AttentionConfig = Annotated[
-    Union[StandardAttentionConfig, MembershipAttentionConfig, BooleanAttentionConfig], Field(discriminator="value_mode")
-]
-
-
-# --- the FFN slot: one class per design -----------------------------------------------------------------------
-
-
-class MLPConfig(ConfigPart):
-    """GELU MLP of `d_ffw` hidden units; its sparse code keeps the `code_k` largest |activations|."""
-
-    type: Literal["mlp"] = "mlp"
-    d_ffw: PositiveInt = 1024
-    code_k: PositiveInt = 32
-
-
-class SwiGLUConfig(ConfigPart):
-    """SwiGLU of `d_ffw` hidden units; its sparse code keeps the `code_k` largest |activations|."""
-
-    type: Literal["swiglu"] = "swiglu"
-    d_ffw: PositiveInt = 1024
-    code_k: PositiveInt = 32
-
-
-class SgatlinConfig(ConfigPart):
-    """sgatlin (seed 000): `n_channels` channels of `d_ffw` neurons (a perfect square, for product keys),
-    `k` gates per channel, router bottleneck `d_key`. Its code is the gates themselves."""
-
-    type: Literal["sgatlin"] = "sgatlin"
-    d_ffw: PositiveInt = 1024
-    n_channels: PositiveInt = 8
-    k: PositiveInt = 8
-    d_key: PositiveInt = 128
-    # seed 000's Table 1 ablation: a nonlinearity on each neuron, g * sigma(w_in . z) * w_out ("none": sgatlin)
-    activation: Literal["none", "relu", "gelu", "silu"] = "none"
-
-    @model_validator(mode="after")
-    def _product_keys(self) -> SgatlinConfig:
-        n_keys = math.isqrt(self.d_ffw)
-        if n_keys * n_keys != self.d_ffw:
-            raise ValueError(
-                f"sgatlin d_ffw (neurons per channel) must be a perfect square for product keys, got {self.d_ffw}"
-                f" (nearest: {n_keys * n_keys} or {(n_keys + 1) ** 2})"
-            )
-        if not self.k < n_keys:
-            raise ValueError(f"sgatlin k={self.k} must satisfy 0 < k < sqrt(d_ffw)={n_keys} (k candidates per key half)")
-        return self
-
-
-class NCFFNConfig(ConfigPart):
-    """NC-FFN (seed 002's companion; circuitlab's layout): `d_ffw` hidden units, a GELU fraction `rho`, and
-    `n_quantifiers` sequence quantifiers (half existential, half proportion); the rest are operator pairs.
-    Its sparse code keeps the `code_k` most active operator outputs."""
-
-    type: Literal["ncffn"] = "ncffn"
-    d_ffw: PositiveInt = 1024
-    rho: Number = 0.75
-    n_quantifiers: CountInt = 32
-    code_k: PositiveInt = 32
-    # operand pre-activations minus a running per-channel centre (circuitlab.architectures.feedforward.ncffn)
-    centre_operands: bool = False
-
-    @model_validator(mode="after")
-    def _partition(self) -> NCFFNConfig:
-        if not 0.0 <= self.rho <= 1.0:
-            raise ValueError(f"ncffn rho (GELU fraction) must lie in [0, 1], got {self.rho}")
-        if self.n_quantifiers % 2:
-            raise ValueError(
-                f"ncffn n_quantifiers must be even (half existential, half proportion), got {self.n_quantifiers}"
-            )
-        return self  # quantifiers beyond the non-GELU units are clipped by ncffn_partition
-
-
-class PEERConfig(ConfigPart):
-    """PEER (the fine-grained MoE baseline of seed 000): `d_ffw` single-neuron experts (a perfect square, for
-    product keys) shared by `n_channels` retrieval heads; each head has its own query projection to `d_key`
-    (split in two halves for the product keys), retrieves `k` experts, softmaxes their scores and applies
-    `activation` to each expert's input. Its code is the softmax gates of the retrieved experts."""
-
-    type: Literal["peer"] = "peer"
-    d_ffw: PositiveInt = 1024
-    n_channels: PositiveInt = 8
-    k: PositiveInt = 8
-    d_key: PositiveInt = 128
-    activation: Literal["gelu", "relu", "silu"] = "gelu"
-
-    @model_validator(mode="after")
-    def _product_keys(self) -> PEERConfig:
-        n_keys = math.isqrt(self.d_ffw)
-        if n_keys * n_keys != self.d_ffw:
-            raise ValueError(
-                f"peer d_ffw (experts) must be a perfect square for product keys, got {self.d_ffw}"
-                f" (nearest: {n_keys * n_keys} or {(n_keys + 1) ** 2})"
-            )
-        if not self.k < n_keys:
-            raise ValueError(f"peer k={self.k} must satisfy 0 < k < sqrt(d_ffw)={n_keys} (k candidates per key half)")
-        if self.d_key % 2:
-            raise ValueError(f"peer d_key={self.d_key} must be even (the query splits into two product-key halves)")
-        return self
-
-
-class MoEConfig(ConfigPart):
-    """Coarse top-k mixture of experts (GPT-OSS style, seed 000's MoE baseline): `n_experts` SwiGLU experts of
-    `d_ffw` hidden units each, a linear router, the `k` highest-scoring experts per token weighted by the
-    softmax of their router logits. Its sparse code keeps the `code_k` largest |weighted activations| among
-    the chosen experts' hidden units (ids e * d_ffw + f)."""
-
-    type: Literal["moe"] = "moe"
-    d_ffw: PositiveInt = 256
-    n_experts: PositiveInt = 16
-    k: PositiveInt = 2
-    code_k: PositiveInt = 32
-
-    @model_validator(mode="after")
-    def _routing(self) -> MoEConfig:
-        if not self.k <= self.n_experts:
-            raise ValueError(f"moe k={self.k} must satisfy 0 < k <= n_experts={self.n_experts}")
-        return self
-
-
-FeedForwardConfig = Annotated[
-    Union[MLPConfig, SwiGLUConfig, SgatlinConfig, NCFFNConfig, PEERConfig, MoEConfig], Field(discriminator="type")
-]
-
-
-# --- the parity bottleneck and the selectivity pressures ------------------------------------------------------
-
-
-class BottleneckConfig(ConfigPart):
-    """The deep parity bottleneck (DESIGN section 5) on each block's FFN write: m = 2**n_bits features in
-    d_model dimensions, k active per token.
-
-    design "product" (the default; architectures/feedforward/parity.py): d_model is read as a `grid` of
-    rows x cols (None: the most nearly square one); the low `col_bits` index bits (None: half of n_bits,
-    rounded up) pick a column pattern, the others a row pattern. The encoder keeps the `beam` column patterns
-    with the largest score bound, scores their features exactly and keeps the top k; coefficients are least
-    squares on the support (`ridge` added to the Gram matrix), refined by `pursuit_rounds - 1` swap rounds.
-    Training adds `lambda_recon` times the relative reconstruction error of the FFN write to the loss.
-
-    design "prefix": the first shipped design (architectures/feedforward/parity_prefix.py), kept so models
-    trained with it still load: levels of `bits_per_level` index bits, `beams[l]` prefixes kept at level l,
-    coefficients a_i = <x, phi_i>. A config without a `design` field that names `beams` is of this design.
-    """
-
-    design: Literal["product", "prefix"] = "product"
-    n_bits: PositiveInt = 16
-    k: PositiveInt = 32
-    code_seed: StrictInt = 0
-    grid: tuple[PositiveInt, PositiveInt] | None = None
-    col_bits: PositiveInt | None = None
-    beam: PositiveInt = 64
-    pursuit_rounds: PositiveInt = 2
-    ridge: Annotated[Number, Field(ge=0)] = 1e-3
-    lambda_recon: Annotated[Number, Field(ge=0)] = 1.0
-    bits_per_level: PositiveInt | None = None
-    beams: tuple[PositiveInt, ...] | None = None
-
-    @model_validator(mode="before")
-    @classmethod
-    def _first_design(cls, data: Any) -> Any:
-        """Configs written before the product design name no design but list the prefix search's beams; they
-        were trained without a reconstruction term (the prefix design's defaults as they were)."""
-        if isinstance(data, dict) and "design" not in data and ("beams" in data or "bits_per_level" in data):
-            data = {"lambda_recon": 0.0, "bits_per_level": 4, "beams": [16, 64], **data, "design": "prefix"}
-        return data
-
-
-def product_layout(bottleneck: BottleneckConfig, d_model: int) -> tuple[int, int, int, int]:
-    """(grid rows, grid cols, row bits, col bits) of a product-design bottleneck in d_model dimensions."""
-    if bottleneck.grid is not None:
-        rows, cols = bottleneck.grid
-    else:
-        rows = max(divisor for divisor in range(1, math.isqrt(d_model) + 1) if d_model % divisor == 0)
-        cols = d_model // rows
-    col_bits = bottleneck.col_bits if bottleneck.col_bits is not None else (bottleneck.n_bits + 1) // 2
-    return rows, cols, bottleneck.n_bits - col_bits, col_bits
+# --- the selectivity pressures --------------------------------------------------------------------------------
 
 
 class SelectivityConfig(ConfigPart):
@@ -282,6 +84,22 @@ class SelectivityConfig(ConfigPart):
     def active(self) -> bool:
         return any(value != 0 for value in self.lambdas.values())
 
+    def describe(self) -> str:
+        """One line for a card: the regime, the lambdas and how they are normalised and scheduled."""
+        if not self.active:
+            return "none"
+        lambdas = ", ".join(f"{name} {value:g}" for name, value in self.lambdas.items() if value)
+        if self.normalization == "sum":
+            form = "summed over operand channels and layers, averaged over tokens (seed 002's form)"
+        else:
+            form = "averaged over tokens, operand channels and layers (the calibrated form)"
+        schedule = []
+        if self.ramp_steps:
+            schedule.append(f"ramped in over {self.ramp_steps} steps")
+        if self.cap:
+            schedule.append(f"capped at {self.cap:g} x the LM loss")
+        return f"{self.regime}: {lambdas}; {form}" + (f"; {', '.join(schedule)}" if schedule else "")
+
     @property
     def regime(self) -> str:
         """seed 002's name for the pressures on: none, sparsity alone, crispness alone, both pressures."""
@@ -308,8 +126,8 @@ class ModelConfig(ConfigPart):
     norm_eps: Number = 1e-6
     tied_embeddings: StrictBool = True
     init_std: Number = 0.02
-    attention: AttentionConfig = Field(default_factory=StandardAttentionConfig)
-    feedforward: FeedForwardConfig = Field(default_factory=MLPConfig)
+    attention: AttentionConfig = Field(default_factory=lambda: registry.VALUE_MODES["standard"]())
+    feedforward: FeedForwardConfig = Field(default_factory=lambda: registry.FEEDFORWARDS["mlp"]())
     bottleneck: BottleneckConfig | None = None
     selectivity: SelectivityConfig = Field(default_factory=SelectivityConfig)
     name: str = ""
@@ -338,22 +156,36 @@ class ModelConfig(ConfigPart):
         """Checks that need more than one section (each section checks itself)."""
         if self.positional == "rope" and self.d_head % 2:
             raise ValueError(f"RoPE needs an even d_head, got {self.d_head}")
-        attention = self.attention
-        if not attention.n_special <= self.n_heads:
-            raise ValueError(f"attention.n_special={attention.n_special} must lie in [0, n_heads={self.n_heads}]")
-        if attention.value_mode == "boolean" and self.d_head % 2:
-            raise ValueError(
-                f"boolean heads split the value into two half-width operands: d_head={self.d_head} must be even"
-            )
+        self.attention.check(self)
         if self.bottleneck is not None:
-            _check_bottleneck(self.bottleneck, self.d_model)
+            self.bottleneck.check(self.d_model)
         return self
 
     # --- derived ----------------------------------------------------------------------------------------
 
     @property
     def has_bounded_attention(self) -> bool:
-        return self.attention.value_mode != "standard" and self.attention.n_special > 0
+        return self.attention.bounded
+
+    @property
+    def has_bounded_channels(self) -> bool:
+        """Whether any layer has channels bounded in [0, 1] by construction (legibility applies)."""
+        return self.attention.bounded or self.feedforward.bounded_channels
+
+    def describe(self) -> list[str]:
+        """The architecture, one line per part (cards, summaries, the dashboard)."""
+        lines = [
+            f"skeleton: {self.n_layers} layers, d_model {self.d_model}, {self.n_heads} heads of {self.d_head}, "
+            f"context {self.n_ctx}, vocabulary {self.d_vocab}",
+            f"{self.positional} positions{f' (base {self.rope_base:g})' if self.positional == 'rope' else ''}, "
+            f"pre-{self.norm} (eps {self.norm_eps:g}), QK-norm {'on' if self.attention.qk_norm else 'off'}, "
+            f"{'tied' if self.tied_embeddings else 'untied'} embeddings",
+            f"attention: {self.attention.describe(self.n_heads)}",
+            f"FFN: {self.feedforward.describe()}",
+        ]
+        if self.bottleneck is not None:
+            lines.append(f"{self.bottleneck.design} bottleneck in every block: {self.bottleneck.describe(self.d_model)}")
+        return lines
 
     def validate(self) -> None:  # type: ignore[override]
         """Configs validate on construction and are immutable; kept so callers may check explicitly."""
@@ -363,10 +195,9 @@ class ModelConfig(ConfigPart):
 
     def to_dict(self) -> dict[str, Any]:
         data = self.model_dump(mode="json")
-        if data["feedforward"]["type"] == "sgatlin" and data["feedforward"].get("activation") == "none":
-            del data["feedforward"]["activation"]  # plain sgatlin is written (and hashed) as before the ablation field
-        if data["feedforward"]["type"] == "ncffn" and not data["feedforward"].get("centre_operands"):
-            del data["feedforward"]["centre_operands"]  # likewise NC-FFN before operand centring
+        for section in ("attention", "feedforward", "bottleneck"):
+            if getattr(self, section) is not None:
+                data[section] = getattr(self, section).serialized()
         return data
 
     @classmethod
@@ -405,6 +236,11 @@ class ModelConfig(ConfigPart):
         for key, default in SelectivityConfig.SCHEDULE_DEFAULTS.items():
             if selectivity.get(key) == default:
                 selectivity.pop(key)
+        for section in ("feedforward", "attention", "bottleneck"):  # fields added later, at their defaults
+            part = getattr(self, section, None)
+            for key, default in getattr(type(part), "LATER_DEFAULTS", {}).items():
+                if isinstance(data.get(section), dict) and data[section].get(key) == default:
+                    data[section].pop(key)
         return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()
 
     def replace(self, **changes: Any) -> ModelConfig:
@@ -418,90 +254,13 @@ class ModelConfig(ConfigPart):
 
     @classmethod
     def preset(cls, name: str, **overrides: Any) -> ModelConfig:
-        from circuitlab.presets import PRESETS
-
         if name not in PRESETS:
-            raise ConfigError(f"unknown preset {name!r}; known presets: {', '.join(sorted(PRESETS))}")
+            guess = did_you_mean(name, PRESETS)
+            raise ConfigError(f"unknown preset {name!r}{guess} (known presets: {', '.join(sorted(PRESETS))})")
         config = from_dict_copy(PRESETS[name])
         config["name"] = name
         config.update(overrides)
         return cls.from_dict(config)
-
-
-def bottleneck_description(config: ModelConfig) -> str:
-    """The parity bottleneck's settings in one line (cards, summaries)."""
-    bn = config.bottleneck
-    head = f"m = 2^{bn.n_bits} = {2 ** bn.n_bits} features, k {bn.k}, code seed {bn.code_seed}"
-    if bn.design == "prefix":
-        return f"{head}, prefix design: {bn.bits_per_level} index bits per level, beams {list(bn.beams)}, a_i = <x, phi_i>"
-    rows, cols, row_bits, col_bits = product_layout(bn, config.d_model)
-    return (
-        f"{head}, product design: grid {rows} x {cols}, {col_bits} column + {row_bits} row index bits, beam {bn.beam} "
-        f"column patterns, least-squares coefficients (ridge {bn.ridge:g}) with {bn.pursuit_rounds - 1} pursuit "
-        f"round(s), reconstruction term lambda {bn.lambda_recon:g}"
-    )
-
-
-def _check_bottleneck(bottleneck: BottleneckConfig, d_model: int) -> None:
-    if bottleneck.k > 2**bottleneck.n_bits:
-        raise ValueError(f"bottleneck k={bottleneck.k} must lie in (0, m={2**bottleneck.n_bits}]")
-    if bottleneck.n_bits > 30:
-        raise ValueError(f"bottleneck n_bits={bottleneck.n_bits} is larger than supported (30)")
-    if bottleneck.design == "prefix":
-        _check_prefix_bottleneck(bottleneck, d_model)
-        return
-    stray = [key for key in ("bits_per_level", "beams") if getattr(bottleneck, key) is not None]
-    if stray:
-        raise ValueError(f"bottleneck {stray} belong to design 'prefix'; the product design takes beam and grid")
-    rows, cols, row_bits, col_bits = product_layout(bottleneck, d_model)
-    if rows * cols != d_model:
-        raise ValueError(f"bottleneck grid {rows} x {cols} must hold d_model={d_model} coordinates")
-    if not 1 <= col_bits < bottleneck.n_bits:
-        raise ValueError(
-            f"bottleneck col_bits={col_bits} must leave row bits: 1 <= col_bits < n_bits={bottleneck.n_bits}"
-        )
-    if col_bits > cols or row_bits > rows:
-        raise ValueError(
-            f"bottleneck: {col_bits} column bits and {row_bits} row bits need a grid of at least {row_bits} rows x "
-            f"{col_bits} cols (full-rank codes, so distinct features differ), got {rows} x {cols}"
-        )
-    if bottleneck.beam > 2**col_bits:
-        raise ValueError(f"bottleneck beam={bottleneck.beam} must lie in (0, 2^col_bits = {2**col_bits}]")
-    needed = bottleneck.k * (2 if bottleneck.pursuit_rounds > 1 else 1)
-    if needed > bottleneck.beam * 2**row_bits:
-        raise ValueError(
-            f"bottleneck: the beam scores {bottleneck.beam * 2**row_bits} features per token, fewer than the "
-            f"{needed} that k={bottleneck.k}{' and pursuit' if needed > bottleneck.k else ''} need"
-        )
-
-
-def _check_prefix_bottleneck(bottleneck: BottleneckConfig, d_model: int) -> None:
-    bits, per_level, beams = bottleneck.n_bits, bottleneck.bits_per_level, bottleneck.beams
-    if per_level is None or beams is None:
-        raise ValueError("bottleneck design 'prefix' needs bits_per_level and beams")
-    low_bits = int(math.log2(d_model))
-    if 2**low_bits != d_model:
-        raise ValueError(
-            f"the parity bottleneck reads d_model coordinates as parents: d_model={d_model} must be a power of 2"
-        )
-    if bits <= low_bits:
-        raise ValueError(f"bottleneck n_bits={bits} must exceed log2(d_model)={low_bits}")
-    if (bits - low_bits) % per_level:
-        raise ValueError(
-            f"bottleneck: the {bits - low_bits} high index bits must split into levels of bits_per_level={per_level}"
-        )
-    n_levels = (bits - low_bits) // per_level
-    if len(beams) != n_levels:
-        raise ValueError(f"bottleneck needs one beam width per level ({n_levels}), got beams={list(beams)}")
-    if bits > d_model:
-        raise ValueError("bottleneck n_bits must not exceed d_model (M has full column rank)")
-    widest = d_model
-    for level, beam in enumerate(beams):
-        if beam > widest:
-            raise ValueError(f"bottleneck beams[{level}]={beam} must lie in (0, {widest}]")
-        widest = beam * 2**per_level
-    if bottleneck.k > d_model + sum(beam * 2**per_level for beam in beams):
-        raise ValueError(f"bottleneck k={bottleneck.k} exceeds the number of features the search scores")
 
 
 # --- the first on-disk format -----------------------------------------------------------------------------------
@@ -509,39 +268,42 @@ def _check_prefix_bottleneck(bottleneck: BottleneckConfig, d_model: int) -> None
 # every field of the first format's FFN and attention sections, with its defaults
 _FIRST_FEEDFORWARD = dict(type="mlp", d_ffw=1024, n_channels=8, k=8, d_key=128, rho=0.75, n_quantifiers=32, code_k=32)
 _FIRST_ATTENTION = dict(value_mode="standard", n_special=0, qk_norm=True)
-_FIRST_BOTTLENECK = ("n_bits", "k", "bits_per_level", "beams", "code_seed")
-_FEEDFORWARD_CLASSES = {
-    "mlp": MLPConfig, "swiglu": SwiGLUConfig, "sgatlin": SgatlinConfig, "ncffn": NCFFNConfig, "peer": PEERConfig,
-    "moe": MoEConfig,
-}
-_ATTENTION_CLASSES = {
-    "standard": StandardAttentionConfig, "membership": MembershipAttentionConfig, "boolean": BooleanAttentionConfig,
-}
+
+
+# the parity section once also held the first parity design's two fields, null in the product design
+_RETIRED_BOTTLENECK = {"bits_per_level": None, "beams": None}
 
 
 def _first_format(data: dict[str, Any]) -> dict[str, Any]:
-    """A config dict in the first format's layout (every FFN and attention field present)."""
+    """A config dict in the layout the hash is taken over: every FFN and attention field present, the parity
+    section with the retired fields."""
     data = dict(data)
     data["feedforward"] = {**_FIRST_FEEDFORWARD, **data["feedforward"]}
     data["attention"] = {**_FIRST_ATTENTION, **data["attention"]}
-    bottleneck = data.get("bottleneck")
-    if isinstance(bottleneck, dict) and bottleneck.get("design") == "prefix":
-        # the prefix design's fields as they were, so its models keep their hashes
-        data["bottleneck"] = {key: bottleneck[key] for key in _FIRST_BOTTLENECK}
+    if isinstance(data.get("bottleneck"), dict) and data["bottleneck"].get("design") == "product":
+        data["bottleneck"] = {**_RETIRED_BOTTLENECK, **data["bottleneck"]}
     return data
 
 
 def _from_first_format(data: dict[str, Any]) -> dict[str, Any]:
-    """A first-format config (its FFN section lists all eight fields) with the fields its FFN type and
-    attention mode do not read dropped; any other dict is returned as it is."""
+    """The one converter of older files: a first-format config (its FFN section lists all eight fields) with
+    the fields its FFN type and attention mode do not read dropped, and a parity section without the retired
+    fields when they are null, and a parity section without a `design` read as the product design (the only
+    one when such files were written); any other dict is returned as it is."""
+    bottleneck = data.get("bottleneck")
+    if isinstance(bottleneck, dict) and "design" not in bottleneck:
+        data["bottleneck"] = bottleneck = {"design": "product", **bottleneck}
+    if isinstance(bottleneck, dict) and any(key in bottleneck and bottleneck[key] is None for key in _RETIRED_BOTTLENECK):
+        data["bottleneck"] = {key: value for key, value in bottleneck.items()
+                              if not (key in _RETIRED_BOTTLENECK and value is None)}
     feedforward, attention = data.get("feedforward"), data.get("attention")
     if not isinstance(feedforward, dict) or set(feedforward) != set(_FIRST_FEEDFORWARD):
         return data
-    ffn_class = _FEEDFORWARD_CLASSES.get(feedforward["type"])
+    ffn_class = registry.FEEDFORWARDS.get(feedforward["type"])
     if ffn_class is not None:
         data["feedforward"] = {key: value for key, value in feedforward.items() if key in ffn_class.model_fields}
-    if isinstance(attention, dict) and attention.get("value_mode") in _ATTENTION_CLASSES:
-        fields = _ATTENTION_CLASSES[attention["value_mode"]].model_fields
+    if isinstance(attention, dict) and attention.get("value_mode") in registry.VALUE_MODES:
+        fields = registry.VALUE_MODES[attention["value_mode"]].model_fields
         data["attention"] = {key: value for key, value in attention.items() if key in fields}
     return data
 
@@ -562,13 +324,14 @@ def _explain(error: ValidationError, data: dict[str, Any]) -> str:
     kind, context, value = problem["type"], problem.get("ctx") or {}, problem.get("input")
     # drop the union tag pydantic puts after a discriminated section ('feedforward', 'sgatlin', 'd_ffw')
     loc = [str(part) for part in problem["loc"]]
-    if len(loc) >= 2 and loc[0] in ("feedforward", "attention") and loc[1] in {*FFN_TYPES, *VALUE_MODES}:
+    if len(loc) >= 2 and loc[0] in ("feedforward", "attention", "bottleneck") and loc[1] in {
+            *registry.FEEDFORWARDS, *registry.VALUE_MODES, *registry.BOTTLENECKS}:
         loc.pop(1)
     where = "".join(f"[{part}]" if part.isdigit() else f".{part}" for part in loc).lstrip(".")
     if kind == "union_tag_invalid":
         key = context["discriminator"].strip("'")
-        choices = FFN_TYPES if key == "type" else VALUE_MODES
-        return head + f"{where}.{key} must be one of {choices}, got {context['tag']!r}"
+        table = {"type": registry.FEEDFORWARDS, "value_mode": registry.VALUE_MODES, "design": registry.BOTTLENECKS}[key]
+        return head + f"{where}.{key} must be one of {tuple(table)}, got {context['tag']!r}"
     if kind == "extra_forbidden":
         section, key = ".".join(loc[:-1]), loc[-1]
         return head + f"{section} has no field {key!r} (a config of the first format lists every FFN field; " \
@@ -585,35 +348,66 @@ def _explain(error: ValidationError, data: dict[str, Any]) -> str:
     return head + (f"{where}: {message}" if where else message) + ("" if kind == "value_error" else f" (got {value!r})")
 
 
-# --- partitions ----------------------------------------------------------------------------------------------------
+# --- seed 000's scaling ladder (appendix B.2) -------------------------------------------------------------------
 
 
-def ncffn_partition(ffn: NCFFNConfig) -> tuple[int, int, int]:
-    """(GELU units, operator pairs, quantifier units) of an NC-FFN hidden layer of width d_ffw.
+def ladder_designs() -> tuple[str, ...]:
+    """The FFN designs with a size on the scaling ladder (their section's `ladder`)."""
+    return tuple(name for name, section in registry.FEEDFORWARDS.items() if section.ladder(1, 128) is not None)
 
-    Layout of the hidden units: [GELU | operand A of each pair | operand B of each pair | quantifiers].
-    The non-GELU remainder after the quantifiers must be even; a leftover odd unit goes to GELU.
-    """
-    n_gelu = int(round(ffn.rho * ffn.d_ffw))
-    n_quant = min(ffn.n_quantifiers, max(ffn.d_ffw - n_gelu, 0))
-    n_quant -= n_quant % 2
-    remainder = ffn.d_ffw - n_gelu - n_quant
-    n_gelu += remainder % 2
-    return n_gelu, (ffn.d_ffw - n_gelu - n_quant) // 2, n_quant
+
+def scaling_ladder(scale: int, ffn_type: str) -> tuple[int, int, int]:
+    """(d_model, n_layers, d_ffw) of seed 000, appendix B.2 (listing 2): d_model 128 s, 2 s layers, and the
+    design's width (for sgatlin and peer, the number of neurons per channel)."""
+    if not isinstance(scale, int) or scale < 1:
+        raise ConfigError(f"scale must be a positive integer, got {scale!r}")
+    d_model = 128 * scale
+    section = registry.FEEDFORWARDS.get(ffn_type)
+    fields = section.ladder(scale, d_model) if section is not None else None
+    if fields is None:
+        raise ConfigError(f"unknown feedforward type {ffn_type!r} (known: {', '.join(ladder_designs())})")
+    return d_model, 2 * scale, fields["d_ffw"]
+
+
+def ladder_config(scale: int, ffn_type: str, d_vocab: int = 50257, **overrides: Any) -> ModelConfig:
+    """A ModelConfig on the scaling ladder (seed 000, appendix B.1.1: head size 64, context 2048; the FFN
+    section as its design's `ladder` sizes it)."""
+    if ffn_type not in ladder_designs():
+        raise ConfigError(f"ladder configs exist for {', '.join(ladder_designs())}, not {ffn_type!r}")
+    d_model, n_layers, _ = scaling_ladder(scale, ffn_type)
+    feedforward = dict(type=ffn_type, **registry.FEEDFORWARDS[ffn_type].ladder(scale, d_model))
+    config = dict(
+        d_vocab=d_vocab, d_model=d_model, n_layers=n_layers, n_heads=d_model // 64, d_head=64, n_ctx=2048,
+        feedforward=feedforward, name=f"ladder-{ffn_type}-{scale}",
+    )
+    config.update(overrides)
+    return ModelConfig.from_dict(config)
+
+
+# --- designs added at run time ------------------------------------------------------------------------------------
+
+
+def register_design(section: type[ConfigPart]) -> str:
+    """Add a design at run time (a config section subclassing FeedForwardPart, ValueModePart or BottleneckPart,
+    with its layer in its `build`): model configs then accept it by name. Returns the name."""
+    name = registry.add_design(section)
+    _rebuild_unions()
+    return name
+
+
+def unregister_design(section: type[ConfigPart]) -> None:
+    """Take back a design `register_design` added (configs no longer accept its name)."""
+    registry.remove_design(section)
+    _rebuild_unions()
+
+
+def _rebuild_unions() -> None:
+    fields = ModelConfig.model_fields
+    fields["attention"].annotation = _union(registry.VALUE_MODES, "value_mode")
+    fields["feedforward"].annotation = _union(registry.FEEDFORWARDS, "type")
+    fields["bottleneck"].annotation = _union(registry.BOTTLENECKS, "design") | None
+    ModelConfig.model_rebuild(force=True)
 
 
 def from_dict_copy(data: dict[str, Any]) -> dict[str, Any]:
     return json.loads(json.dumps(data))
-
-
-# names that moved to circuitlab.presets, still importable from here
-_MOVED_TO_PRESETS = ("PRESETS", "LADDER_FFN_TYPES", "LADDER_ABLATIONS", "scaling_ladder", "ladder_config",
-                     "calibrated_selectivity", "CALIBRATED_CRISPNESS", "CALIBRATED_RAMP_STEPS", "CALIBRATED_CAP")
-
-
-def __getattr__(name: str) -> Any:
-    if name in _MOVED_TO_PRESETS:
-        from circuitlab import presets
-
-        return getattr(presets, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

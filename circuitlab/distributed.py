@@ -14,6 +14,7 @@ on a single-process context, so callers need no branches of their own.
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import os
 from dataclasses import dataclass
@@ -63,6 +64,13 @@ def setup_distributed(device: str = "auto", timeout_minutes: float = 30.0) -> Di
 def teardown_distributed(context: DistributedContext) -> None:
     if context.enabled and dist.is_initialized():
         dist.destroy_process_group()
+
+
+def autocast_for(device: torch.device) -> contextlib.AbstractContextManager:
+    """bf16 autocast on CUDA (weights and optimizer stay float32); plain float32 elsewhere."""
+    if device.type == "cuda":
+        return torch.autocast("cuda", dtype=torch.bfloat16)
+    return contextlib.nullcontext()
 
 
 def device_for(context: DistributedContext, device: str = "auto") -> torch.device:

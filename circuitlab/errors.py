@@ -9,6 +9,7 @@ catch ValueError around the library keep working.
 from __future__ import annotations
 
 import os
+from collections.abc import Iterable
 
 
 class UserError(ValueError):
@@ -24,3 +25,11 @@ def require_file(path: str | os.PathLike, what: str) -> str:
     if not os.access(path, os.R_OK):
         raise UserError(f"{what} {os.fspath(path)} is not readable (permission denied)")
     return os.fspath(path)
+
+
+def did_you_mean(name: str, candidates: Iterable[str]) -> str:
+    """'; did you mean X?' for the candidate closest to a mistyped name, or '' when none is close."""
+    import difflib
+
+    close = difflib.get_close_matches(name, list(candidates), n=1, cutoff=0.75)
+    return f"; did you mean {close[0]!r}?" if close else ""

@@ -10,9 +10,6 @@ from __future__ import annotations
 
 import colorsys
 import os
-import shutil
-import subprocess
-import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -55,42 +52,17 @@ def write_figure(figure: Any, path: str | os.PathLike) -> Path:
 
 
 def write_png(figure: Any, path: str | os.PathLike) -> Path | None:
-    """Write a PNG of a plotly figure with kaleido when installed, else with headless Chromium; None when
-    neither is available or rendering fails."""
+    """Write a PNG of a plotly figure with kaleido (plotly's own export), which drives a Chrome or Chromium
+    installed on the machine; None when no browser is found or rendering fails (the caller keeps its HTML)."""
     path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    temporary = path.with_suffix(".png.tmp")
     try:
-        import kaleido  # noqa: F401
-
-        figure.write_image(path, scale=2)
-        return path
-    except Exception:  # kaleido absent, or present without a working browser
-        pass
-    browser = next((shutil.which(name) for name in ("chromium", "chromium-browser", "google-chrome") if shutil.which(name)), None)
-    if browser is None:
+        figure.write_image(temporary, format="png", scale=2)
+    except Exception:  # kaleido absent, no browser, or a failed render: kaleido raises several types
+        temporary.unlink(missing_ok=True)
         return None
-    width, height = int(figure.layout.width or 900), int(figure.layout.height or 520)
-    with tempfile.TemporaryDirectory(prefix="nbfigure-") as scratch:
-        page = Path(scratch) / "figure.html"
-        # plotly.js inline: the browser may have no network
-        figure.write_html(page, include_plotlyjs=True, full_html=True, config={"staticPlot": True},
-                          default_width=f"{width}px", default_height=f"{height}px")
-        target = Path(scratch) / "figure.png"
-        command = [
-            browser, "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars", "--no-first-run",
-            "--use-angle=swiftshader", "--enable-unsafe-swiftshader", "--virtual-time-budget=10000",
-            f"--user-data-dir={Path(scratch) / 'profile'}", f"--window-size={width + 20},{height + 20}",
-            f"--screenshot={target}", page.as_uri(),
-        ]
-        try:
-            subprocess.run(command, check=True, capture_output=True, timeout=120)
-        except (subprocess.SubprocessError, OSError):
-            return None
-        if not target.is_file() or target.stat().st_size == 0:
-            return None
-        path.parent.mkdir(parents=True, exist_ok=True)
-        temporary = path.with_suffix(".png.tmp")
-        shutil.copyfile(target, temporary)
-        os.replace(temporary, path)
+    os.replace(temporary, path)
     return path
 
 

@@ -10,9 +10,10 @@ Conventions (seed 000 does not spell out its FLOP formula; these follow its Tabl
   counts, and the tests check the dense models against it exactly.
 - Active parameters are the parameters one token's forward pass reads (seed 000: "less than 0.1% of
   feedforward layer parameters are activated per token"): everything for dense layers; for sparse layers
-  the router (sgatlin: the shared query projection and every channel's subkeys; PEER: every head's query
-  projection and subkeys; MoE: the router matrix) plus the chosen experts only (sgatlin and PEER: the C*k
-  chosen neurons' w_in and w_out rows; MoE: the k chosen SwiGLU experts' three matrices). The same count as
+  the router plus the chosen experts only. Each FFN design counts its own layer (its config section's
+  `cost`: sgatlin the shared query projection, every channel's subkeys and the C*k chosen neurons' w_in and
+  w_out rows; PEER every head's query projection and subkeys and the chosen experts; MoE the router matrix
+  and the k chosen SwiGLU experts' three matrices). The same count as
   `CircuitTransformer.active_parameters_per_token()` (the tied embedding counts once, as the unembedding).
 - Attention is included: the Q, K, V, O projections (2 FLOPs per weight) and the scores and value mixing,
   4 * seq_len * n_heads * d_head per token, counted over the full seq_len x seq_len square as
@@ -26,7 +27,6 @@ n keys per half (n*n = N neurons), E experts, V vocabulary, T seq_len.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -62,27 +62,6 @@ class FlopCount:
         }
 
 
-def feedforward_cost(ffn: Any, d_model: int) -> tuple[int, int, int]:
-    """(matmul weights read per token, other parameters read per token, total parameters) of one FFN layer."""
-    D = d_model
-    if ffn.type == "mlp":
-        return 2 * D * ffn.d_ffw, 0, 2 * D * ffn.d_ffw
-    if ffn.type == "swiglu":
-        return 3 * D * ffn.d_ffw, 0, 3 * D * ffn.d_ffw
-    if ffn.type == "sgatlin":
-        n, C = math.isqrt(ffn.d_ffw), ffn.n_channels
-        router = D * ffn.d_key + ffn.d_key * 2 * C * n
-        return router + 2 * C * ffn.k * D, 0, router + 2 * C * ffn.d_ffw * D
-    if ffn.type == "peer":
-        n, C = math.isqrt(ffn.d_ffw), ffn.n_channels
-        router = D * C * ffn.d_key + (ffn.d_key // 2) * 2 * C * n
-        return router + 2 * C * ffn.k * D, 0, router + 2 * ffn.d_ffw * D
-    if ffn.type == "moe":
-        router = D * ffn.n_experts
-        return router + ffn.k * 3 * D * ffn.d_ffw, 0, router + ffn.n_experts * 3 * D * ffn.d_ffw
-    raise UserError(f"count_flops covers the mlp, swiglu, sgatlin, peer and moe FFNs, not {ffn.type!r}")
-
-
 def count_flops(config: Any, seq_len: int) -> FlopCount:
     """Forward FLOPs per token (training: `.training_per_token`, 3x), active and total parameters of the model
     `config` (a ModelConfig) at `seq_len` tokens of context. See the module docstring for the conventions."""
@@ -95,7 +74,8 @@ def count_flops(config: Any, seq_len: int) -> FlopCount:
     qk_norm = 2 * E if config.attention.qk_norm else 0
 
     attention_weights = 4 * D * H * E  # Q, K, V (or the Boolean operands A, B of half width each), O
-    ffn_matmul, ffn_other, ffn_total = feedforward_cost(config.feedforward, D)
+    ffn = config.feedforward.cost(D)  # the design's own count (circuitlab.architectures.design.LayerCost)
+    ffn_matmul, ffn_other, ffn_total = ffn.matmul_weights, ffn.other_parameters, ffn.total_parameters
     unembedding = D * V
 
     parts = {
@@ -104,10 +84,10 @@ def count_flops(config: Any, seq_len: int) -> FlopCount:
         "feedforward": 2 * L * ffn_matmul,
         "unembedding": 2 * unembedding,
     }
-    block_other = 2 * norm_width + qk_norm + ffn_other
+    block_other = 2 * norm_width + qk_norm
     embedding_read = 0 if config.tied_embeddings else D  # tied: the unembedding reads W_E whole
     positions = D if config.positional == "learned" else 0
-    active = L * (attention_weights + ffn_matmul + block_other) + norm_width + unembedding + embedding_read + positions
+    active = L * (attention_weights + ffn_matmul + ffn_other + block_other) + norm_width + unembedding + embedding_read + positions
     total = (
         L * (attention_weights + ffn_total + block_other) + norm_width + V * D
         + (0 if config.tied_embeddings else unembedding) + (config.n_ctx * D if positions else 0)

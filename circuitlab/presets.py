@@ -1,55 +1,13 @@
 """The presets (the shipped story models, seed 000's and seed 002's reference models, the pressure regimes of
-seed 002, tiny models for tests) and seed 000's scaling ladder (appendix B.2), as ModelConfig dictionaries."""
+seed 002, tiny models for tests) as plain dictionaries; `ModelConfig.preset(name)` builds one. Seed 000's
+scaling ladder is circuitlab.config.ladder_config."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from circuitlab.config import ConfigError, ModelConfig
-
-LADDER_FFN_TYPES = ("mlp", "swiglu", "sgatlin", "peer", "moe")
 # seed 000's Table 1 ablation on the ladder: sgatlin with a GELU on each neuron (base design, config changes)
 LADDER_ABLATIONS = {"sgatlin-gelu": ("sgatlin", {"activation": "gelu"})}
-
-
-def scaling_ladder(scale: int, ffn_type: str) -> tuple[int, int, int]:
-    """(d_model, n_layers, d_ffw) of seed 000, appendix B.2 (listing 2). For sgatlin and peer, d_ffw is
-    the number of neurons per channel."""
-    if not isinstance(scale, int) or scale < 1:
-        raise ConfigError(f"scale must be a positive integer, got {scale!r}")
-    d_model = 128 * scale
-    n_layers = 2 * scale
-    if ffn_type in ("swiglu", "mlp"):
-        d_ffw = int(8 / 3 * d_model / 256) * 256
-    elif ffn_type == "moe":
-        d_ffw = d_model
-    elif ffn_type == "peer":
-        d_ffw = (32 + 24 * scale) ** 2
-    elif ffn_type == "sgatlin":
-        d_ffw = (16 + 12 * scale) ** 2
-    else:
-        raise ConfigError(f"unknown feedforward type {ffn_type!r} (known: mlp, swiglu, moe, peer, sgatlin)")
-    return d_model, n_layers, d_ffw
-
-
-def ladder_config(scale: int, ffn_type: str, d_vocab: int = 50257, **overrides: Any) -> ModelConfig:
-    """A ModelConfig on the scaling ladder (seed 000, appendix B.1.1: head size 64; sgatlin and PEER with 16
-    channels, k 8, d_key 128; the MoE with 16 SwiGLU experts of width d_model, top-2)."""
-    if ffn_type not in LADDER_FFN_TYPES:
-        raise ConfigError(f"ladder configs exist for {', '.join(LADDER_FFN_TYPES)}, not {ffn_type!r}")
-    d_model, n_layers, d_ffw = scaling_ladder(scale, ffn_type)
-    feedforward: dict[str, Any] = dict(type=ffn_type, d_ffw=d_ffw)
-    if ffn_type in ("sgatlin", "peer"):
-        feedforward.update(n_channels=16, k=8, d_key=128)
-    elif ffn_type == "moe":
-        feedforward.update(n_experts=16, k=2)
-    config = dict(
-        d_vocab=d_vocab, d_model=d_model, n_layers=n_layers, n_heads=d_model // 64, d_head=64, n_ctx=2048,
-        feedforward=feedforward, name=f"ladder-{ffn_type}-{scale}",
-    )
-    config.update(overrides)
-    return ModelConfig.from_dict(config)
-
 
 _STORIES = dict(d_vocab=4096, d_model=256, n_layers=4, n_heads=4, d_head=64, n_ctx=512)
 _TINY = dict(d_vocab=512, d_model=64, n_layers=2, n_heads=2, d_head=32, n_ctx=128)
@@ -103,9 +61,16 @@ PRESETS: dict[str, dict[str, Any]] = {
         _STORIES, attention=dict(value_mode="boolean", n_special=4),
         feedforward=dict(type="ncffn", d_ffw=1024, rho=0.75, n_quantifiers=32), selectivity=_CRISP,
     ),
-    # k 16 at beam 16 without a pursuit round since 2026-12-02 (k 32, beam 64 and 2 rounds before: bench_gpu.py's
-    # parity-stories-b64r2 times those settings; the model card says why they changed)
+    # seed 003's eq. 1 design (a seeded random 256 x 16 F2 code, every feature scored exactly), k 16, with the bias
+    # path and the usage-balancing term at lambda 1e-2: docs/decisions/parity-usage.md gives the measured options
+    # (the product-grid design of the first shipped model stays available as design="product")
     "parity-stories": dict(
+        _STORIES, feedforward=dict(type="mlp", d_ffw=1024),
+        bottleneck=dict(design="linear", n_bits=16, k=16, pursuit_rounds=1, lambda_recon=1.0, bias=True,
+                        lambda_balance=1e-2),
+    ),
+    # the first shipped parity model's product-grid design (k 16 at beam 16, no pursuit round)
+    "parity-stories-product": dict(
         _STORIES, feedforward=dict(type="mlp", d_ffw=1024),
         bottleneck=dict(design="product", n_bits=16, k=16, grid=[16, 16], beam=16, pursuit_rounds=1, lambda_recon=1.0),
     ),
@@ -125,5 +90,10 @@ PRESETS: dict[str, dict[str, Any]] = {
     "tiny-parity": dict(
         _TINY, feedforward=dict(type="mlp", d_ffw=128),
         bottleneck=dict(design="product", n_bits=10, k=8, grid=[8, 8], beam=8, pursuit_rounds=2),
+    ),
+    # seed 003's eq. 1 code with the bias path and the usage-balancing term (bottleneck/parity_linear.py, usage.py)
+    "tiny-parity-linear": dict(
+        _TINY, feedforward=dict(type="mlp", d_ffw=128),
+        bottleneck=dict(design="linear", n_bits=10, k=8, pursuit_rounds=2, bias=True, lambda_balance=1e-3),
     ),
 }

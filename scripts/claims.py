@@ -36,9 +36,9 @@ def main(argv: list[str] | None = None) -> int:
                         help="results of `circuitlab ladder` (fills seed 000's iso-FLOP rows when present)")
     parser.add_argument("--legible-sweep", type=Path,
                         default=ROOT / "results" / "legible-sweep" / "legibility_regimes.json",
-                        help="results of scripts/legibility_report.py on seed 002's pressure sweep (fills its rows)")
+                        help="results of `circuitlab report legibility` on seed 002's pressure sweep (fills its rows)")
     parser.add_argument("--parity-report", type=Path, default=ROOT / "results" / "parity" / "parity_report.json",
-                        help="results of scripts/parity_report.py (fills seed 003's reconstruction and ablation rows)")
+                        help="results of `circuitlab report parity` (fills seed 003's reconstruction and ablation rows)")
     parser.add_argument("--only", nargs="+", metavar="ID", help="measure only these claim ids")
     parser.add_argument("--print", action="store_true", help="print the file instead of writing it")
     parser.add_argument("--quiet", action="store_true", help="no progress bars")

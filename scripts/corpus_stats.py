@@ -16,7 +16,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from circuitlab.data.natural import HELD_OUT_PERCENT, corpus_stats, load_natural_stories  # noqa: E402
+from circuitlab.data.natural import HELD_OUT_PERCENT, VALIDATION_PERCENT, corpus_stats, load_natural_stories  # noqa: E402
 
 START, END = "<!-- corpus_stats -->", "<!-- /corpus_stats -->"
 
@@ -27,6 +27,8 @@ def stats_table(stats: dict) -> str:
         ("words", f"{stats['words']:,}"),
         ("distinct words (case-folded)", f"{stats['distinct_words']:,}"),
         ("training split", f"{stats['train_stories']:,} stories, {stats['train_words']:,} words"),
+        ("validation split", f"{stats['validation_stories']:,} stories, {stats['validation_words']:,} words "
+                             f"(the next {VALIDATION_PERCENT} of 100 buckets)"),
         ("held-out split", f"{stats['held_out_stories']:,} stories, {stats['held_out_words']:,} words "
                            f"(ids whose hash falls in {HELD_OUT_PERCENT} of 100 buckets)"),
         ("stories using their prompt's noun / verb / adjective",

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The pressure regimes of seed 002 (sections 4 and 5.3) on the 6-layer legible model, trained concurrently on
-# one GPU, then measured by scripts/legibility_report.py on the natural stories' held-out split.
+# one GPU, then measured by `circuitlab report legibility` on the natural stories' held-out split.
 #
 #   RESULTS=runs/legible-sweep bash scripts/gpu_legible_sweep.sh                  # one H200, ~11 min
 #   STAGE=prepare ...; STAGE=train ...; STAGE=report ...                           # the same in three calls
@@ -77,7 +77,7 @@ warmup-stable-decay, 100 warmup steps, square-root decay over the last 20%; grad
 autocast) for $STEPS steps of $BATCH x $SEQ_LEN tokens on the training mixture: the natural stories of
 data/natural (training split, each story repeated $NATURAL_UPSAMPLE times) and $N_STORIES generated stories
 (seed 0); evaluated on the natural held-out split and $HELD_OUT_STORIES generated stories of the held-out
-seed. The shared tokenizer of the shipped models. Legibility: scripts/legibility_report.py. Weights in bf16.
+seed. The shared tokenizer of the shipped models. Legibility: `circuitlab report legibility`. Weights in bf16.
 NOTES
 echo "No selectivity pressure: the bounded values and operands are shaped by the language-modelling loss alone (seed 002, Table 5's plain row)." > "$RESULTS/notes/none.md"
 echo "Sparsity alone (lambda_s = 0.2/3 on the attention operands A, B and the NC-FFN operands A, B): seed 002, Table 1's first regime, here on both surfaces." > "$RESULTS/notes/sparse.md"
@@ -117,7 +117,7 @@ folders=()
 for entry in "${REGIMES[@]}"; do folders+=("$RESULTS/legible-${entry%%:*}"); done
 window_flag=(); [ -n "$REPORT_WINDOWS" ] && window_flag=(--max-windows "$REPORT_WINDOWS")
 report_device="$DEVICE"; [ "$DEVICE" = cuda ] || report_device=cpu
-"$PYTHON" scripts/legibility_report.py "${folders[@]}" --json "$RESULTS/legibility_regimes.json" \
+"$PYTHON" -m circuitlab.cli report legibility "${folders[@]}" --json "$RESULTS/legibility_regimes.json" \
   --markdown "$RESULTS/legibility_regimes.md" --figure "$RESULTS/legibility_regimes.png" --device "$report_device" \
   --quiet "${window_flag[@]}" | tee "$RESULTS/report_table.txt"
 

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Train the parity-stories model (product-design bottleneck, architectures/feedforward/parity.py) with the
 # settings of the shipped models (scripts/train_shipped.sh), then measure it against the GELU model with
-# scripts/parity_report.py on held-out natural text.
+# `circuitlab report parity` on held-out natural text.
 #
 #   RESULTS=runs/parity bash scripts/gpu_parity.sh                       # one H200, about 10 minutes
 #   DEVICE=cpu STEPS=3 BATCH=4 SEQ_LEN=32 N_STORIES=40 HELD_OUT_STORIES=20 REPORT_TOKENS=512 \
@@ -73,7 +73,7 @@ architecture line above and config.json. The first design (prefix search by |x_j
 route (agreement with the exhaustive top-k 0.08-0.16) nor reconstruct (relative error 0.95-1.0); its models
 still load as design "prefix".
 Held-out figures of the bottleneck (reconstruction, encoder agreement and certified share, write norms,
-feature usage, write ablations against gelu-stories) are measured by scripts/parity_report.py.
+feature usage, write ablations against gelu-stories) are measured by `circuitlab report parity`.
 
 Trained with \`circuitlab train\` (AdamW, weight decay 0.1 on matrices and the tied embedding, none on
 norm scales or other vectors; warmup-stable-decay with 100 warmup steps and square-root decay over the
@@ -93,7 +93,7 @@ if [ ! -f "$RUN/metrics.json" ]; then
     --out "$RUN" "${resume[@]}" 2>&1 | tee "$RESULTS/parity-stories.log"
 fi
 
-"$PYTHON" scripts/parity_report.py "$RUN" --gelu "$GELU" --tokens "$REPORT_TOKENS" --natural "$NATURAL" \
+"$PYTHON" -m circuitlab.cli report parity "$RUN" --gelu "$GELU" --tokens "$REPORT_TOKENS" --natural "$NATURAL" \
   --seq-len "$SEQ_LEN" --device "$DEVICE" --json "$RESULTS/parity_report.json" | tee "$RESULTS/parity_report.md"
 
 "$PYTHON" - "$RUN/metrics.json" <<'EOF'

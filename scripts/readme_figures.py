@@ -48,7 +48,8 @@ def main() -> None:
     from circuitlab import load_model
     from circuitlab.analysis import direct_logit_attribution, nie_grid
     from circuitlab.analysis.attribution import dla_overview_figure
-    from circuitlab.analysis.legibility import legibility_stats, regimes_by_layer_figure, held_out_windows
+    from circuitlab.analysis.legibility import legibility_stats, held_out_windows
+    from circuitlab.analysis.legibility_figures import regimes_by_layer_figure
     from circuitlab.analysis.patching import nie_heatmap
     from circuitlab.data import build_fact_pairs, held_out_stories
 

@@ -122,7 +122,7 @@ def write_atomic(notebook, path: Path) -> None:
 def missing_models(models_dir: Path | None) -> list[str]:
     if models_dir is not None:
         return [name for name in SHIPPED_MODELS if not (models_dir / name / "model.safetensors").is_file()]
-    from circuitlab.architectures.checkpoint import models_root
+    from circuitlab.resources import models_root
 
     return [name for name in SHIPPED_MODELS if not (models_root() / name / "model.safetensors").is_file()]
 

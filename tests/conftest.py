@@ -20,6 +20,23 @@ from pathlib import Path
 import pytest
 import torch
 
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption("--slow", action="store_true",
+                     help="run the slow end-to-end tests (notebooks, demo, dashboard, wheel, torchrun, browser) "
+                          "instead of the fast suite")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """The fast suite by default; with --slow, only the tests marked slow. Together they are the whole suite."""
+    wanted = config.getoption("--slow")
+    kept, deselected = [], []
+    for item in items:
+        (kept if (item.get_closest_marker("slow") is not None) == wanted else deselected).append(item)
+    if deselected:
+        config.hook.pytest_deselected(items=deselected)
+        items[:] = kept
+
+
 # optimizer steps per fixture model: each trains in about 20-40 s on one CPU core
 TINY_FIXTURE_STEPS = {"tiny-sgatlin": 300, "tiny-gelu": 200, "tiny-legible": 200, "tiny-parity": 150}
 

@@ -7,12 +7,9 @@ import pandas as pd
 import streamlit as st
 
 from app_support import guarded, load_artifact, model_of, need, read_parquet, require_run
-from circuitlab.analysis.legibility import (
-    head_selectivity_heatmap,
-    legibility_by_head,
-    max_activating_contexts,
-    regimes_by_layer_figure,
-)
+from circuitlab.analysis.channel_names import max_activating_contexts
+from circuitlab.analysis.legibility import legibility_by_head
+from circuitlab.analysis.legibility_figures import head_selectivity_heatmap, regimes_by_layer_figure
 from circuitlab.demo.pipeline import corpus_windows
 
 st.title("Legibility")

@@ -35,6 +35,8 @@ if need(run, "circuitdb"):
     if message:
         st.warning(message)
     elif hits is not None:
+        # which device answered: the CPU engines, or a GPU (its name) through the exact scan kernel
+        st.caption(f"Served by {hits.attrs.get('served_by', 'cpu')}")
         st.plotly_chart(neighbour_heatmap(hits, title=f"Nearest stored circuits, layer {layer}"))
         shown = hits[["query_position", "query_token", "rank", "distance", "token", "context", "top_predictions", "category"]]
         st.subheader("Neighbours with their contexts and top predictions")

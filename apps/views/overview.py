@@ -23,15 +23,11 @@ if model is not None:
     middle.metric("active parameters per token", f"{active:,}", help="embedding row, unembedding, attention, and for "
                   "sgatlin only the router and the C*k chosen neurons of each layer")
     right.metric("active fraction", f"{active / total:.1%}")
-    ffn = config.feedforward
     st.markdown(
         f"**{config.name or run.model_spec}**: {config.n_layers} layers, d_model {config.d_model}, "
         f"{config.n_heads} heads x {config.d_head}, vocabulary {config.d_vocab}, context {config.n_ctx}; "
-        f"FFN **{ffn.type}**"
-        + (f" ({ffn.n_channels} channels x {ffn.d_ffw} neurons, k {ffn.k})" if ffn.type == "sgatlin" else f" (width {ffn.d_ffw})")
-        + (f"; attention values **{config.attention.value_mode}** on {config.attention.n_special} heads"
-           if config.attention.value_mode != "standard" else "")
-        + ("; parity bottleneck" if config.bottleneck is not None else "")
+        f"FFN **{config.feedforward.describe()}**; attention: {config.attention.describe(config.n_heads)}"
+        + (f"; {config.bottleneck.design} bottleneck" if config.bottleneck is not None else "")
     )
     parts = pd.DataFrame({"part": list(counts), "parameters": [f"{n:,}" for n in counts.values()]})
     st.dataframe(parts, hide_index=True)

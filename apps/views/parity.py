@@ -1,9 +1,8 @@
 """Parity bottleneck: the parity model's bottleneck on held-out text, each figure beside the parity issue's
-target (reads the JSON that scripts/parity_report.py writes; no run folder needed)."""
+target (reads the JSON that `circuitlab report parity` writes; no run folder needed)."""
 
 from __future__ import annotations
 
-from pathlib import Path
 
 import pandas as pd
 import streamlit as st
@@ -21,8 +20,9 @@ from circuitlab.analysis.parity_report import (
     target_table,
 )
 from circuitlab.errors import UserError
+from circuitlab.resources import results_root
 
-DEFAULT_REPORT = Path(__file__).resolve().parents[2] / "results" / "parity" / "parity_report.json"
+DEFAULT_REPORT = results_root() / "parity" / "parity_report.json"
 REPORT_KEY = "parity_report"
 VERDICT_COLOURS = {"met": "green", "missed": "red"}
 SHARE = st.column_config.NumberColumn(format="%.3f")
@@ -38,9 +38,8 @@ st.markdown(
 sidebar_run_picker()
 report = results_report(
     "parity report", DEFAULT_REPORT, "CIRCUITLAB_PARITY_REPORT", REPORT_KEY, load_parity_report,
-    "Train the parity model and write it with:",
-    "RESULTS=runs/parity bash scripts/gpu_parity.sh\n"
-    "python scripts/parity_report.py models/parity-stories --gelu models/gelu-stories --json {path}",
+    "Write it (for the shipped models, or your own parity and GELU models) with:",
+    "circuitlab report parity parity-stories --gelu gelu-stories --json {path}",
     (UserError, OSError),
 )
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import streamlit as st
 
 from app_support import guarded, load_artifact, model_of, need, read_parquet, require_run
-from circuitlab.analysis.patching import excluded_report, nie_heatmap, nie_summary
+from circuitlab.analysis.patching import excluded_report, nie_heatmap, nie_summary, no_counted_pairs
 from circuitlab.demo.inputs import custom_patch_pair, run_custom_patch
 from circuitlab.demo.readers import nie_from_parquet
 
@@ -23,9 +23,13 @@ own_pairs = bool(run.manifest.get("pairs"))  # `circuitlab demo --pairs FILE`
 st.header("Your pairs file" if own_pairs else "Fact pairs")
 table = load_artifact(run, "nie", lambda: nie_from_parquet(read_parquet(run.file("nie.parquet")))) if need(run, "nie") else None
 if table is not None:
-    st.plotly_chart(nie_heatmap(table, title="NIE over your pairs" if own_pairs else "NIE over the fact pairs"))
+    undefined = no_counted_pairs(table)
+    if undefined:
+        st.warning(undefined.replace("(--min-difference)", "(`circuitlab patch --min-difference`)"))
+    else:
+        st.plotly_chart(nie_heatmap(table, title="NIE over your pairs" if own_pairs else "NIE over the fact pairs"))
     left_out = excluded_report(table)
-    if left_out:
+    if left_out and not undefined:
         st.info(left_out)
     with st.expander("Mean NIE per cell"):
         st.dataframe(nie_summary(table).astype({"layer": str, "position": str}), hide_index=True)

@@ -1,9 +1,8 @@
 """Pressure regimes: the legible models of seed 002's four regimes side by side, with the seed's numbers
-(reads the JSON that scripts/legibility_report.py writes; no run folder needed)."""
+(reads the JSON that `circuitlab report legibility` writes; no run folder needed)."""
 
 from __future__ import annotations
 
-from pathlib import Path
 
 import pandas as pd
 import streamlit as st
@@ -15,8 +14,9 @@ from circuitlab.analysis.legibility_report import (
     report_figure,
 )
 from circuitlab.errors import UserError
+from circuitlab.resources import results_root
 
-DEFAULT_REPORT = Path(__file__).resolve().parents[2] / "results" / "legible-sweep" / "legibility_regimes.json"
+DEFAULT_REPORT = results_root() / "legible-sweep" / "legibility_regimes.json"
 REPORT_KEY = "regimes_report"
 
 st.title("Pressure regimes")
@@ -28,9 +28,12 @@ st.markdown(
 sidebar_run_picker()
 report = results_report(
     "legibility report", DEFAULT_REPORT, "CIRCUITLAB_REGIMES_REPORT", REPORT_KEY, load_report,
-    "Train the regimes and write it with:",
-    "RESULTS=runs/legible-sweep bash scripts/gpu_legible_sweep.sh\n"
-    "python scripts/legibility_report.py runs/legible-sweep/legible-* --json {path}",
+    "Train a model under each regime, then write it with:",
+    "for regime in none sparse both; do\n"
+    "  circuitlab train --preset legible-stories-$regime --natural --out runs/legible-$regime\n"
+    "done\n"
+    "circuitlab train --preset legible-stories --natural --out runs/legible-crisp\n"
+    "circuitlab report legibility runs/legible-* --json {path}",
     (UserError, OSError, ValueError, KeyError),  # unreadable, outdated, or not a report
 )
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import numba
 import numpy as np
 
-from circuitlab.analysis.postings import ROUND_CUTOFF
+ROUND_CUTOFF = 1e-9  # margin of the cutoff below the k-th best score: far above float64 rounding of a cosine
 
 
 @numba.njit(cache=True, inline="always")

@@ -164,8 +164,8 @@ def measure_model(model_dir: str | os.PathLike, windows: Tensor | None = None, s
         legibility_stats,
         legibility_summary,
     )
-    from circuitlab.architectures.checkpoint import load_model, resolve_model_folder
-    from circuitlab.training.pressure import describe as describe_pressures
+    from circuitlab.architectures.weights import resolve_model_folder
+    from circuitlab.architectures.transformer import load_model
 
     folder = resolve_model_folder(model_dir)
     model = load_model(folder, device=device)
@@ -198,7 +198,7 @@ def measure_model(model_dir: str | os.PathLike, windows: Tensor | None = None, s
                                and ffn_alive >= TARGET_ALIVE and attention_alive >= TARGET_ALIVE),
         "training": {key: metrics.get(key) for key in ("steps", "stopped", "tokens_seen", "held_out_loss", "train_seconds")},
         # models trained before pressures were logged: the rule their config states, no measured sizes
-        "pressures": metrics.get("pressures") or {"rule": describe_pressures(selectivity)},
+        "pressures": metrics.get("pressures") or {"rule": selectivity.describe()},
     }
 
 
@@ -273,7 +273,7 @@ def build_report(models: Sequence[dict[str, Any]]) -> dict[str, Any]:
 def load_report(path: str | os.PathLike) -> dict[str, Any]:
     path = Path(path)
     if not path.exists():
-        raise UserError(f"{path} does not exist; write it with scripts/legibility_report.py MODEL_DIR... --json {path}")
+        raise UserError(f"{path} does not exist; write it with `circuitlab report legibility` MODEL_DIR... --json {path}")
     report = json.loads(path.read_text())
     if report.get("version") != REPORT_VERSION:
         raise UserError(f"{path} is a report of version {report.get('version')}, expected {REPORT_VERSION}; rerun the report")
@@ -328,7 +328,7 @@ def report_markdown(report: dict[str, Any]) -> str:
     lines = [
         "# Legibility of the pressure regimes (seed 002)",
         "",
-        "Measured on the held-out split of the natural stories (data/natural) by scripts/legibility_report.py. "
+        "Measured on the held-out split of the natural stories (data/natural) by `circuitlab report legibility`. "
         "Percentages. atom_crisp, on_percent, alive, dead and stuck_on are read on the operands (alive: ON-fraction "
         "in [1%, 99%]; dead: below; stuck_on: above); selective / constant on the combined values, *_operands on "
         "the operands; legible_share is the mean over positions of the legible share of the logit attribution.",

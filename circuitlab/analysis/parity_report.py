@@ -1,6 +1,6 @@
 """The parity report: the targets of the parity issue, and reading, tabulating and drawing the report.
 
-scripts/parity_report.py measures a parity model on held-out natural text and writes the report (a plain
+`circuitlab report parity` measures a parity model on held-out natural text and writes the report (a plain
 JSON-able dict); `targets` judges it against the issue's targets, for the script and for its readers.
 `load_parity_report` reads and checks the JSON; `layer_table`, `target_table`, `beam_table`,
 `ablation_table` and the figures shape it for the dashboard's Parity page, so the page shows the numbers of
@@ -54,11 +54,19 @@ class Target:
 
 
 TARGETS = {
-    "reconstruction": Target("<", 0.3, "relative reconstruction error of the FFN write (worst layer)"),
-    "agreement": Target(">=", 0.9, "encoder agreement with the exhaustive top-k at the configured beam (worst layer)"),
+    "reconstruction": Target("<", 0.05, "relative reconstruction error of the FFN write (worst layer)"),
+    "agreement": Target(">=", 0.99, "encoder agreement with the exhaustive top-k at the configured beam (worst layer)"),
+    "effective_features": Target(">=", 2000, "effective number of features, exp of the usage entropy (worst layer)"),
+    "top_feature_share": Target("<=", 0.10, "share of tokens using the most used feature (worst layer)"),
+    "dead_share": Target("<", 0.20, "share of features no held-out token uses (worst layer)"),
+    "mean_ablation_share": Target(">=", 0.5, "loss cost of mean-ablating every bottleneck write / of mean-ablating "
+                                             "every GELU FFN write"),
     "ablation_share": Target(">=", 0.5, "loss cost of zeroing every bottleneck write / of zeroing every GELU FFN write"),
+    "loss_ratio": Target("<=", 1.05, "held-out loss / the GELU model's (within 5%)"),
     "perplexity_ratio": Target("<=", 1.05, "perplexity / the GELU model's (within 5%)"),
 }
+# per layer: the worst layer is the one the target is read at
+WORST = {"reconstruction": max, "agreement": min, "effective_features": min, "top_feature_share": max, "dead_share": max}
 NOT_MEASURED = "not measured"
 
 
@@ -69,14 +77,11 @@ def verdict(met: bool | None) -> str:
 def targets(report: dict[str, Any]) -> dict[str, dict[str, Any]]:
     """Each target of the parity issue that the report measures: {key: {measured, target, met}}."""
     layers = report["layers"]
-    measured = {
-        "reconstruction": max(row["reconstruction"] for row in layers),
-        "agreement": min(row["agreement"] for row in layers),
-    }
-    if report.get("ablation_share") is not None:
-        measured["ablation_share"] = report["ablation_share"]
-    if report.get("perplexity_ratio") is not None:
-        measured["perplexity_ratio"] = report["perplexity_ratio"]
+    measured = {key: worst(row[key] for row in layers) for key, worst in WORST.items()
+                if all(row.get(key) is not None for row in layers)}
+    for key in ("mean_ablation_share", "ablation_share", "loss_ratio", "perplexity_ratio"):
+        if report.get(key) is not None:
+            measured[key] = report[key]
     return {key: {"measured": value, "target": TARGETS[key].text, "met": TARGETS[key].met(value)}
             for key, value in measured.items()}
 
@@ -127,21 +132,21 @@ class _Report(_Checked):
 
 
 def check_parity_report(report: Any, where: str = "the report") -> dict[str, Any]:
-    """`report` when it has the shape scripts/parity_report.py writes; UserError naming what is wrong otherwise."""
+    """`report` when it has the shape `circuitlab report parity` writes; UserError naming what is wrong otherwise."""
     if not isinstance(report, dict):
-        raise UserError(f"{where} is a JSON {type(report).__name__}, expected an object written by scripts/parity_report.py")
+        raise UserError(f"{where} is a JSON {type(report).__name__}, expected an object written by `circuitlab report parity`")
     try:
         checked = _Report.model_validate(report)
     except ValidationError as error:
         problems = "; ".join(f"{'.'.join(str(part) for part in item['loc']) or 'report'}: {item['msg']}"
                              for item in error.errors()[:5])
-        raise UserError(f"{where} is not a parity report ({problems}); write it with scripts/parity_report.py") from None
+        raise UserError(f"{where} is not a parity report ({problems}); write it with `circuitlab report parity`") from None
     if not checked.layers:
-        raise UserError(f"{where} has no layers; write it with scripts/parity_report.py")
+        raise UserError(f"{where} has no layers; write it with `circuitlab report parity`")
     numbers = [layer.layer for layer in checked.layers]
     if numbers != list(range(len(numbers))):
         raise UserError(f"{where}: layers are numbered {numbers}, expected 0 to {len(numbers) - 1} in order "
-                        "(scripts/parity_report.py writes one row per block)")
+                        "(`circuitlab report parity` writes one row per block)")
     if checked.gelu is not None and len(checked.gelu.write_over_residual) != len(checked.layers):
         raise UserError(f"{where}: gelu.write_over_residual has {len(checked.gelu.write_over_residual)} layers, "
                         f"the parity model {len(checked.layers)} (were the two models of different depth?)")
@@ -152,11 +157,11 @@ def load_parity_report(path: str | os.PathLike) -> dict[str, Any]:
     """The report at `path`, checked (UserError when it is missing, not JSON, or of another shape)."""
     path = Path(path)
     if not path.is_file():
-        raise UserError(f"{path} does not exist; write it with scripts/parity_report.py MODEL --gelu GELU_MODEL --json {path}")
+        raise UserError(f"{path} does not exist; write it with `circuitlab report parity` MODEL --gelu GELU_MODEL --json {path}")
     try:
         report = json.loads(path.read_text())
     except (UnicodeDecodeError, json.JSONDecodeError) as error:
-        raise UserError(f"{path} is not JSON ({error}); write it with scripts/parity_report.py") from None
+        raise UserError(f"{path} is not JSON ({error}); write it with `circuitlab report parity`") from None
     return check_parity_report(report, str(path))
 
 

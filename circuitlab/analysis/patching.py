@@ -31,7 +31,7 @@ import torch
 from jaxtyping import Float
 from torch import Tensor
 
-from circuitlab.pairs import MIN_LOGIT_DIFFERENCE
+from circuitlab.analysis.pairs import MIN_LOGIT_DIFFERENCE, PatchPair, as_patch_pair
 from circuitlab.errors import UserError
 
 if TYPE_CHECKING:
@@ -42,120 +42,6 @@ POSITION_ROLES = ("noun", "final", "all")
 
 # hooks whose axis 1 is not the token position cannot be patched by position
 _NOT_POSITIONAL = ("hook_attn_scores", "hook_pattern")
-
-
-# --- inputs ----------------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class PatchPair:
-    """A clean prompt and a counterfactual prompt, their answers, and where each position role sits.
-
-    `roles` maps a role name to (clean position, patch position); "final" is where m(x) is read and
-    defaults to the last token of each prompt. `alignment` lists (clean position, patch position) pairs
-    that make up the role "all" when the prompts have different lengths.
-    """
-
-    clean_tokens: tuple[int, ...]
-    patch_tokens: tuple[int, ...]
-    clean_answer_id: int
-    patch_answer_id: int
-    roles: Mapping[str, tuple[int, int]] = field(default_factory=dict)
-    alignment: tuple[tuple[int, int], ...] | None = None
-    name: str = ""
-
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "clean_tokens", tuple(int(t) for t in self.clean_tokens))
-        object.__setattr__(self, "patch_tokens", tuple(int(t) for t in self.patch_tokens))
-        if not self.clean_tokens or not self.patch_tokens:
-            raise UserError("a patch pair needs non-empty clean and patch token lists")
-        roles = {name: (int(c), int(p)) for name, (c, p) in dict(self.roles).items()}
-        roles.setdefault("final", (len(self.clean_tokens) - 1, len(self.patch_tokens) - 1))
-        for role, (clean_pos, patch_pos) in roles.items():
-            if not (0 <= clean_pos < len(self.clean_tokens) and 0 <= patch_pos < len(self.patch_tokens)):
-                raise UserError(
-                    f"{self.name or 'pair'}: role {role!r} at positions ({clean_pos}, {patch_pos}) lies outside "
-                    f"the prompts of {len(self.clean_tokens)} and {len(self.patch_tokens)} tokens"
-                )
-        object.__setattr__(self, "roles", roles)
-        if self.alignment is not None:
-            object.__setattr__(self, "alignment", tuple((int(c), int(p)) for c, p in self.alignment))
-
-    @property
-    def clean_final(self) -> int:
-        return self.roles["final"][0]
-
-    @property
-    def patch_final(self) -> int:
-        return self.roles["final"][1]
-
-    def aligned_positions(self, position: str | int) -> list[tuple[int, int]]:
-        """(clean position, patch position) pairs that a position spec selects."""
-        n_clean, n_patch = len(self.clean_tokens), len(self.patch_tokens)
-        if isinstance(position, str) and position == "all":
-            if self.alignment is not None:
-                return list(self.alignment)
-            if n_clean != n_patch:
-                raise UserError(
-                    f"{self.name or 'pair'}: position 'all' needs prompts of equal length, got {n_clean} and "
-                    f"{n_patch} tokens; give the pair an explicit alignment [(clean_pos, patch_pos), ...] or "
-                    "patch by role only (positions=('noun', 'final'))"
-                )
-            return [(t, t) for t in range(n_clean)]
-        if isinstance(position, str):
-            if position not in self.roles:
-                raise UserError(
-                    f"{self.name or 'pair'} has no position role {position!r}; it has {sorted(self.roles)} "
-                    "(and 'all'), or pass integer positions"
-                )
-            return [self.roles[position]]
-        index = int(position)
-        if n_clean != n_patch:
-            raise UserError(
-                f"{self.name or 'pair'}: integer position {index} is ambiguous for prompts of {n_clean} and "
-                f"{n_patch} tokens; patch by role instead"
-            )
-        if not -n_clean <= index < n_clean:
-            raise UserError(f"position {index} is outside a prompt of {n_clean} tokens")
-        return [(index % n_clean, index % n_clean)]
-
-
-def as_patch_pair(pair: Any, index: int = 0, model: Any = None) -> PatchPair:
-    """A PatchPair from a PatchPair, a text pair (the documented format of circuitlab.pairs; needs
-    `model` for its tokenizer), a fact pair (circuitlab.data.facts.FactPair) or a mapping of token ids:
-    clean_tokens, patch_tokens, clean_answer_id, patch_answer_id and optionally noun_position,
-    final_position, patch_noun_position, patch_final_position, alignment, name."""
-    from circuitlab.pairs import EXAMPLE, TOKEN_KEYS, PairFormatError, is_text_pair, text_pair
-
-    if isinstance(pair, PatchPair):
-        return pair
-    if is_text_pair(pair):
-        if model is None:
-            raise PairFormatError(f"pair {index} is a text pair; reading it needs the model's tokenizer (pass model=)")
-        return text_pair(model, pair, index)
-    get = pair.get if isinstance(pair, Mapping) else (lambda key, default=None: getattr(pair, key, default))
-    missing = [key for key in TOKEN_KEYS if get(key) is None]
-    if missing:
-        raise PairFormatError(
-            f"pair {index} lacks the key{'s' if len(missing) > 1 else ''} {', '.join(map(repr, missing))}: a pair is "
-            f"text, like {EXAMPLE}, or token ids with {', '.join(TOKEN_KEYS)} (see circuitlab.pairs)"
-        )
-    clean_tokens, patch_tokens = list(get("clean_tokens")), list(get("patch_tokens"))
-    roles = dict(get("roles") or {})
-    for role in ("noun", "final"):
-        clean_pos = get(f"{role}_position")
-        if clean_pos is None:
-            continue
-        patch_pos = get(f"patch_{role}_position")
-        roles[role] = (int(clean_pos), int(clean_pos if patch_pos is None else patch_pos))
-    name = get("name") or ""
-    if not name and get("clean_noun") is not None:
-        name = f"{get('clean_noun')}->{get('patch_noun')}"
-    return PatchPair(
-        clean_tokens=tuple(clean_tokens), patch_tokens=tuple(patch_tokens),
-        clean_answer_id=int(get("clean_answer_id")), patch_answer_id=int(get("patch_answer_id")),
-        roles=roles, alignment=get("alignment"), name=str(name) or f"pair {index}",
-    )
 
 
 # --- interventions ---------------------------------------------------------------------------------------
@@ -356,7 +242,7 @@ def nie_grid(
 ) -> pandas.DataFrame:
     """NIE of do(g = g_patch) for every pair x layer x position (x head), batched.
 
-    pairs: text pairs in the documented format (circuitlab.pairs), fact pairs
+    pairs: text pairs in the documented format (circuitlab.analysis.pairs), fact pairs
         (circuitlab.data.facts.build_fact_pairs), PatchPairs, or mappings of token ids.
     layers: ints and/or "all" (every layer at once); default every layer and "all".
     positions: roles ("noun", "final", any role the pairs define), "all", or integer positions.
@@ -449,6 +335,56 @@ def _head_list(model: Any, heads: Sequence[int] | str | None, hooks_of_layer: di
     return head_list
 
 
+def positions_for(pairs: Sequence[PatchPair], wanted: Sequence[str] = POSITION_ROLES) -> tuple[list[str], str | None]:
+    """The positions of `wanted` at which every pair can be patched, and a sentence saying which were left
+    out and why (None when none were).
+
+    A role is kept when every pair names it ("final" always); "all" when every pair's prompts are equally
+    long or the pair gives an alignment. `circuitlab patch` (without --positions) and `circuitlab demo`
+    choose their positions with it, so the two treat the same pairs file the same way.
+    """
+    kept, notes = [], []
+    for position in wanted:
+        if position == "all":
+            unaligned = [pair for pair in pairs if not pair.patchable_at_all()]
+            if not unaligned:
+                kept.append(position)
+                continue
+            first = unaligned[0]
+            notes.append(
+                f"position 'all' left out: {len(unaligned)} of {len(pairs)} pairs have prompts of different token "
+                f"lengths and no alignment (first: {first.name or 'a pair'}, {len(first.clean_tokens)} and "
+                f"{len(first.patch_tokens)} tokens); give such a pair an \"alignment\" (a list of [clean position, "
+                "patch position]) in the pairs file to patch it at every position"
+            )
+            continue
+        missing = [pair for pair in pairs if position not in pair.roles]
+        if missing:
+            notes.append(f"position {position!r} left out: {len(missing)} of {len(pairs)} pairs do not name it")
+        else:
+            kept.append(position)
+    if not kept:
+        kept = ["final"]
+    return kept, "; ".join(notes) or None
+
+
+def no_counted_pairs(table: pandas.DataFrame) -> str | None:
+    """Why no mean NIE can be given when every pair was left out (or none has a defined NIE), else None."""
+    counted = table
+    if "excluded" in table.columns:
+        counted = table[~table["excluded"].astype(bool)]
+    if counted["nie"].notna().any():
+        return None
+    n_pairs = table["pair"].nunique()
+    threshold = table.attrs.get("min_difference", MIN_LOGIT_DIFFERENCE)
+    return (
+        f"no NIE to average: on all {n_pairs} pairs the model's logit differences m(x_patch) and m(x_clean) are "
+        f"closer than {threshold:g} nats, so NIE would divide by noise. Choose pairs the model tells apart "
+        "(answers it predicts more confidently), or lower the margin (--min-difference) knowing the values "
+        "are noisier"
+    )
+
+
 def excluded_pairs(table: pandas.DataFrame) -> pandas.DataFrame:
     """The pairs nie_grid left out of the means: pair, pair_name, m_clean, m_patch and their difference."""
     if "excluded" not in table.columns:
@@ -509,8 +445,11 @@ def nie_heatmap(table: pandas.DataFrame, title: str = "Normalized indirect effec
             hovertemplate="%{y}, position %{x}: NIE %{z:.3f}<extra></extra>",
         )
     )
+    # positions are labels ("0", "1", ..., "all"): typed as categories, or plotly reads the numbers as a number
+    # line, drops "all" and shifts the cells off their ticks
     figure.update_layout(
-        title=f"{title} ({counted}; hooks: {table['hooks'].iloc[0]})",
-        xaxis_title="patched position", yaxis_title="patched layer",
+        title=dict(text=f"{title} ({counted})<br><sup>hooks: {table['hooks'].iloc[0]}</sup>"),
+        xaxis=dict(title="patched position", type="category"), yaxis=dict(title="patched layer", type="category"),
+        margin=dict(t=90),
     )
     return figure

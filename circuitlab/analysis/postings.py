@@ -19,10 +19,7 @@ time, so only the few marked rows are checked against their own norm and pay for
 insertion. Each row's dot product adds up its units' contributions in the same order as a walk of whole
 lists, so the distances are bit for bit those of the previous engine (one accumulator of all rows, a second
 walk of the lists to score them). Entries are 6 bytes (a uint16 row offset within its block, a float32
-value), since the walk streams them from memory. At 10^6 structured codes on 2 cores,
-`benchmarks/bench_cpu.py` measured 651-897 exact and 1,119-1,156 pruned queries/s (24 units, 256 candidates,
-recall@10 0.995) on an idle machine, against 67 and 176 for the previous engine (BENCHMARKS.md has the steps
-between, and a run under load).
+value), since the walk streams them from memory (docs/decisions/search-postings.md has the measured queries/s).
 The loops live in `_postings_numba` (module level, so numba's disk cache serves later processes).
 
 Approximate search walks only the posting lists of the query's `terms` largest units (by |value|), keeps
@@ -44,7 +41,6 @@ import numpy as np
 from jaxtyping import Float, Int
 
 BLOCK_ROWS = 1 << 15  # rows per accumulator block (256 KB of float64)
-ROUND_CUTOFF = 1e-9  # margin of the cutoff below the k-th best score: far above float64 rounding of a cosine
 
 
 @functools.cache
@@ -58,7 +54,7 @@ def available() -> bool:
 
 @functools.cache
 def _kernels():
-    from circuitlab.analysis import _postings_numba as compiled
+    import circuitlab.analysis._postings_numba as compiled
 
     return compiled.exact, compiled.pruned, compiled.segment_starts
 
@@ -69,9 +65,8 @@ class PostingLists:
 
     Rows are stored as offsets within their block (uint16) and values as float32 (code matrices hold float32
     or float16 values, repeated indices already summed; should a value not fit float32 exactly, float64 is kept):
-    walking the lists streams these arrays from memory, and 6 bytes an entry instead of 12 made that walk
-    1.6x faster (one thread, 10^6 codes, one-off timing, 2026-12-01). `unit_entries` gives a list with global
-    row ids."""
+    walking the lists streams these arrays from memory, and 6 bytes an entry instead of 12 made that walk faster
+    (docs/decisions/search-postings.md). `unit_entries` gives a list with global row ids."""
 
     def __init__(self, codes, block_rows: int = BLOCK_ROWS) -> None:
         if block_rows < 1:

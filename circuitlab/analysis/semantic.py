@@ -9,14 +9,13 @@ An analysis over a circuit database, beside neuron usage and the UMAP embedding:
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
-from circuitlab.analysis.dberrors import CircuitDBError
+from circuitlab.analysis.circuitdb.errors import CircuitDBError
 
-if TYPE_CHECKING:
-    from circuitlab.analysis.circuitdb import CircuitDB
+CircuitDB = Any  # circuitlab.analysis.circuitdb.CircuitDB (which imports this module)
 
 
 def semantic_score(

@@ -155,8 +155,8 @@ def neuron_usage(
     n_coactivation: int = 128,
     n_summary: int = 1024,
 ) -> UsageReport:
-    """Usage statistics of one layer's codes; `layout` ({"kind": "sgatlin", "neurons_per_channel": N}, as a
-    circuit database records it) enables the shared-subkey marking.
+    """Usage statistics of one layer's codes; a channelled product-key `layout` (one with "neurons_per_channel",
+    as a circuit database records sgatlin's) enables the shared-subkey marking.
 
     The shared-subkey and other-pair means are taken over the first `n_summary` neurons (one whole channel
     of the shipped sgatlin models), off the diagonal, over neurons that are ever active.
@@ -167,7 +167,7 @@ def neuron_usage(
     shown = np.arange(min(n_coactivation, codes.size))
     probabilities = coactivation(codes, shown)
     shared = shared_mean = other_mean = None
-    if layout and layout.get("kind") == "sgatlin":
+    if layout and "neurons_per_channel" in layout:
         per_channel = int(layout["neurons_per_channel"])
         shared = shared_subkey_mask(shown, per_channel)
         summary_neurons = np.arange(min(n_summary, codes.size))
@@ -217,11 +217,15 @@ def usage_figure(report: UsageReport):
     import plotly.graph_objects as go
     from plotly.subplots import make_subplots
 
+    # the co-activation matrix on the left over both rows, the two curves stacked on the right, the colour bar
+    # under the matrix: no label meets another at any width the dashboard gives it
     figure = make_subplots(
-        rows=1,
-        cols=3,
-        column_widths=[0.4, 0.3, 0.3],
-        horizontal_spacing=0.12,  # room for the co-activation colour bar between the first two panels
+        rows=2,
+        cols=2,
+        specs=[[{"rowspan": 2}, {}], [None, {}]],
+        column_widths=[0.5, 0.5],
+        horizontal_spacing=0.12,
+        vertical_spacing=0.2,
         subplot_titles=(
             f"co-activation P(j | i), first {report.coactivation_neurons.size} neurons",
             f"activations per neuron ({report.fraction_used:.1%} used at least once)",
@@ -233,7 +237,9 @@ def usage_figure(report: UsageReport):
     np.fill_diagonal(matrix, np.nan)
     figure.add_trace(
         go.Heatmap(
-            z=matrix, x=shown, y=shown, colorscale="Magma", colorbar={"title": "P(j|i)", "x": 0.315, "thickness": 12},
+            z=matrix, x=shown, y=shown, colorscale="Magma",
+            colorbar={"title": {"text": "P(j|i)", "side": "top"}, "orientation": "h", "x": 0.22, "xanchor": "center",
+                      "y": -0.12, "yanchor": "top", "len": 0.4, "thickness": 12},
             hovertemplate="i %{y}, j %{x}: %{z:.3f}<extra></extra>",
         ),
         row=1, col=1,
@@ -248,7 +254,8 @@ def usage_figure(report: UsageReport):
             ),
             row=1, col=1,
         )
-    figure.update_yaxes(autorange="reversed", row=1, col=1)
+    figure.update_yaxes(autorange="reversed", title_text="neuron i", row=1, col=1)
+    figure.update_xaxes(title_text="neuron j", row=1, col=1)
     order = np.argsort(report.counts)[::-1]
     figure.add_trace(
         go.Scattergl(x=np.arange(report.size), y=report.counts[order], mode="lines", name="activations", showlegend=False),
@@ -260,16 +267,17 @@ def usage_figure(report: UsageReport):
     total = sorted_frequency.sum()
     lorenz = np.concatenate([[0.0], np.cumsum(sorted_frequency) / total]) if total > 0 else np.zeros(report.size + 1)
     share = np.linspace(0, 1, report.size + 1)
-    figure.add_trace(go.Scattergl(x=share, y=lorenz, mode="lines", name="Lorenz curve"), row=1, col=3)
+    figure.add_trace(go.Scattergl(x=share, y=lorenz, mode="lines", name="Lorenz curve"), row=2, col=2)
     figure.add_trace(
         go.Scattergl(x=[0, 1], y=[0, 1], mode="lines", name="equal use", line={"dash": "dot", "color": "grey"}),
-        row=1, col=3,
+        row=2, col=2,
     )
-    figure.update_xaxes(title_text="fraction of neurons", row=1, col=3)
-    figure.update_yaxes(title_text="fraction of activations", row=1, col=3)
+    figure.update_xaxes(title_text="fraction of neurons", row=2, col=2)
+    figure.update_yaxes(title_text="fraction of activations", row=2, col=2)
     figure.update_layout(
         title=f"Neuron usage, layer {report.layer} ({report.n_tokens} tokens, {report.n_unique_tokens} unique)",
-        width=1500, height=520,
+        width=1100, height=820, margin={"b": 140},
+        legend={"orientation": "h", "x": 1.0, "xanchor": "right", "y": -0.12, "yanchor": "top"},
     )
     return figure
 

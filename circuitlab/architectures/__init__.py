@@ -1,7 +1,3 @@
-"""The model zoo on one shared skeleton; every layer declares its own circuits (CodeLayer)."""
-
-from circuitlab.architectures.checkpoint import CheckpointError, load_model
-from circuitlab.architectures.code_layer import ChannelGroup, CodeLayer, UnitWrites
-from circuitlab.architectures.transformer import CircuitTransformer, ContextLengthError
-
-__all__ = ["ChannelGroup", "CheckpointError", "CircuitTransformer", "CodeLayer", "ContextLengthError", "UnitWrites", "load_model"]
+"""The model zoo on one shared skeleton (transformer.py). Each design is one module, listed in registry.py:
+FFNs under feedforward/, attention value modes under attention/, bottlenecks under bottleneck/. Every layer
+declares its own circuits (code_layer.CodeLayer); design.py is the small base the design modules build on."""

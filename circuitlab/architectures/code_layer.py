@@ -79,7 +79,7 @@ class CodeLayer(nn.Module):
     #: which units a token uses (neuron usage) mean something; False for a top-k view of dense activations
     sparse_by_construction: ClassVar[bool] = False
     #: False when the layer's forward cannot be captured in a CUDA graph; the trainer then compiles the model
-    #: without CUDA graphs (training.trainer.default_compile_mode)
+    #: without CUDA graphs (training.compile.default_compile_mode)
     cuda_graphs: ClassVar[bool] = True
     #: set by the block that holds the layer (-1 for a layer built on its own)
     layer_index: int = -1

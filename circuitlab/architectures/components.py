@@ -6,15 +6,13 @@ Letters: B batch, T position, H heads, E d_head, D d_model.
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING
+from typing import Any
 
 import torch
 from jaxtyping import Float
 from torch import Tensor, nn
 from transformer_lens.hook_points import HookPoint
 
-if TYPE_CHECKING:
-    from circuitlab.config import SelectivityConfig
 
 
 def is_hooked(*hook_points: HookPoint) -> bool:
@@ -86,7 +84,7 @@ class Rotary(nn.Module):
 
 
 def selectivity_penalty(
-    operands: list[Tensor], surface: str, selectivity: SelectivityConfig, n_layers: int
+    operands: list[Tensor], surface: str, selectivity: Any, n_layers: int  # selectivity: config.SelectivityConfig
 ) -> dict[str, Tensor] | None:
     """seed 002, section 3.6: lambda_s * sum |v| and lambda_c * sum v (1 - v) over one layer's operands, as
     {"<surface>_sparsity": ..., "<surface>_crispness": ...} (only the terms that are on), in nats/token.

@@ -1,6 +1,6 @@
 """Interop with the seed authors' public sgatlin code (JAX/Flax, MIT licence).
 
-`from_official_sgatlin` maps their flattened Flax parameter names (DESIGN section 3) onto a
+`from_official_sgatlin` maps their flattened Flax parameter names (docs/designs/sgatlin.md) onto a
 CircuitTransformer; every size is inferred from the shapes. Their model: tied embeddings, pre-RMSNorm,
 QK-RMSNorm, RoPE (half-split), no biases.
 """

@@ -7,7 +7,7 @@ from typing import Any
 
 import torch
 
-from circuitlab.config import ModelConfig, bottleneck_description
+from circuitlab.config import ModelConfig
 from circuitlab.presets import PRESETS
 
 
@@ -17,7 +17,10 @@ def build_from_spec(spec: str) -> Any:
     A bare name that finds no trained model is an error, never a silent switch to the randomly initialised
     preset of that name: random weights are asked for by `preset:NAME`.
     """
-    from circuitlab.architectures.checkpoint import CheckpointError, load_model, models_root, refuse_pickle
+    from circuitlab.architectures.weights import CheckpointError, refuse_pickle, shipped_models
+    from circuitlab.errors import did_you_mean
+    from circuitlab.resources import models_root
+    from circuitlab.architectures.transformer import load_model
     from circuitlab.architectures.transformer import CircuitTransformer
 
     if spec.startswith("preset:"):
@@ -34,8 +37,9 @@ def build_from_spec(spec: str) -> Any:
             f"{spec!r} names no trained model: no folder {spec!r} here and no shipped model of that name in "
             f"{models_root()}. For the randomly initialised (untrained) preset, pass preset:{spec}"
         )
+    guess = did_you_mean(spec, shipped_models() + [f"preset:{name}" for name in PRESETS])
     raise CheckpointError(
-        f"{spec!r} is neither a model folder, a shipped model, a config.json, nor preset:NAME "
+        f"{spec!r} is neither a model folder, a shipped model, a config.json, nor preset:NAME{guess} "
         f"(presets: {', '.join(sorted(PRESETS))})"
     )
 
@@ -55,19 +59,14 @@ def summary_text(model: Any) -> str:
         f"  {config.n_layers} layers, d_model {config.d_model}, {config.n_heads} heads x {config.d_head}, "
         f"vocab {config.d_vocab}, context {config.n_ctx}, {config.positional} positions, {config.norm}"
         f"{', QK-norm' if config.attention.qk_norm else ''}, {'tied' if config.tied_embeddings else 'untied'} unembedding",
-        f"  attention values: {config.attention.value_mode} on {config.attention.n_special} of {config.n_heads} heads",
-        f"  FFN: {ffn.type}, d_ffw {ffn.d_ffw}"
-        + (f", {ffn.n_channels} channels, k {ffn.k}, d_key {ffn.d_key}" if ffn.type == "sgatlin" else "")
-        + (f", rho {ffn.rho}, {ffn.n_quantifiers} quantifiers" if ffn.type == "ncffn" else ""),
+        f"  attention: {config.attention.describe(config.n_heads)}",
+        f"  FFN: {ffn.describe()}",
     ]
     if config.bottleneck is not None:
-        block = model.blocks[0].bottleneck
-        lines.append(
-            f"  parity bottleneck: {bottleneck_description(config)}: {block.features_scored_per_token()} features "
-            "scored per token"
-        )
+        lines.append(f"  {config.bottleneck.design} bottleneck: {config.bottleneck.describe(config.d_model)}: "
+                     f"{model.blocks[0].bottleneck.features_scored_per_token()} features scored per token")
     if config.selectivity.active:
-        lines.append(f"  selectivity pressures: {config.selectivity}")
+        lines.append(f"  selectivity pressures: {config.selectivity.describe()}")
     lines.append("parameters per part:")
     counts = model.parameter_counts()
     for part, count in counts.items():

@@ -4,7 +4,7 @@
     for each block:  h = h + attn(norm1(h));  h = h + [bottleneck](ffn(norm2(h)))
     logits = norm_final(h) @ W_U        (W_U = W_E^T when tied)
 
-Every named quantity passes through a TransformerLens HookPoint (DESIGN section 6), so run_with_cache,
+Every named quantity passes through a TransformerLens HookPoint (docs/hooks.md), so run_with_cache,
 run_with_hooks and TransformerLens' patching utilities work unchanged. As in TransformerLens,
 hook_resid_mid = hook_resid_pre + hook_attn_out and hook_resid_post = hook_resid_mid + hook_mlp_out, where
 hook_mlp_out is the block's whole FFN write (after the parity bottleneck, when there is one).
@@ -18,6 +18,7 @@ Letters: B batch, T position, D d_model, V vocabulary.
 from __future__ import annotations
 
 import math
+import os
 from dataclasses import dataclass
 from typing import Any
 
@@ -27,17 +28,19 @@ from torch import Tensor, nn
 from transformer_lens import ActivationCache, HookedRootModule
 from transformer_lens.hook_points import HookPoint
 
-from circuitlab.architectures.attention import Attention
+from circuitlab.architectures.attention.layer import Attention
 from circuitlab.architectures.code_layer import CodeLayer
 from circuitlab.architectures.components import make_norm
-from circuitlab.architectures.feedforward import make_bottleneck, make_feedforward
 from circuitlab.architectures.generation import GenerationMixin
 from circuitlab.architectures.tl_api import TransformerLensAPI
 from circuitlab.architectures.tl_cache import CircuitActivationCache
-from circuitlab.architectures.weights import save_model
+from circuitlab.architectures.weights import CONFIG_FILE, CheckpointError, read_model_folder, save_model
 from circuitlab.codes import SparseCode
 from circuitlab.config import ModelConfig
 from circuitlab.errors import UserError
+
+
+RETURN_TYPES = ("logits", "loss", "both", None)
 
 
 class ContextLengthError(UserError):
@@ -52,8 +55,8 @@ class Block(nn.Module):
         self.ln1 = make_norm(config.norm, config.d_model, config.norm_eps)
         self.attn = Attention(config)
         self.ln2 = make_norm(config.norm, config.d_model, config.norm_eps)
-        self.mlp = make_feedforward(config)
-        self.bottleneck = make_bottleneck(config) if config.bottleneck is not None else None
+        self.mlp = config.feedforward.build(config)
+        self.bottleneck = config.bottleneck.build(config) if config.bottleneck is not None else None
         for layer in self.code_layers():
             layer.layer_index = layer_index
         self.hook_resid_pre = HookPoint()
@@ -78,8 +81,8 @@ class Block(nn.Module):
     def forward(
         self, h_BxTxD: Float[Tensor, "batch pos d_model"]
     ) -> tuple[Tensor, list[dict[str, Tensor]], Tensor | None]:
-        """(the residual stream after the block, its selectivity penalties by name, the bottleneck's relative
-        reconstruction error of the FFN write or None)."""
+        """(the residual stream after the block, its selectivity penalties by name, and the bottleneck's
+        (relative reconstruction error of the FFN write, usage balance of its code) or None)."""
         penalties = []
         reconstruction = None
         h_BxTxD = self.hook_resid_pre(h_BxTxD)
@@ -89,7 +92,8 @@ class Block(nn.Module):
         write_BxTxD, penalty = self.mlp(self.ln2(h_BxTxD))
         penalties.append(penalty)
         if self.bottleneck is not None:
-            write_BxTxD, reconstruction = self.bottleneck.reconstruct(write_BxTxD)
+            write_BxTxD, reconstruction, balance = self.bottleneck.reconstruct_with_usage(write_BxTxD)
+            reconstruction = (reconstruction, balance)
         h_BxTxD = self.hook_resid_post(h_BxTxD + self.hook_mlp_out(write_BxTxD))
         return h_BxTxD, [p for p in penalties if p is not None], reconstruction
 
@@ -124,15 +128,6 @@ class LensConfig:
     gated_mlp: bool = False
 
 
-def _units_per_layer(ffn: Any) -> int:
-    """Hidden units per FFN layer, numbered as in the sparse codes: sgatlin and PEER c * N + i, MoE e * F + f."""
-    if ffn.type in ("sgatlin", "peer"):
-        return ffn.d_ffw * ffn.n_channels
-    if ffn.type == "moe":
-        return ffn.d_ffw * ffn.n_experts
-    return ffn.d_ffw
-
-
 class CircuitTransformer(TransformerLensAPI, GenerationMixin, HookedRootModule):
     def __init__(self, config: ModelConfig, tokenizer: Any = None):
         super().__init__()
@@ -140,7 +135,8 @@ class CircuitTransformer(TransformerLensAPI, GenerationMixin, HookedRootModule):
         self.config = config
         self.tokenizer = tokenizer
         self.W_E = nn.Parameter(torch.empty(config.d_vocab, config.d_model))
-        self.W_pos = nn.Parameter(torch.empty(config.n_ctx, config.d_model)) if config.positional == "learned" else None
+        if config.positional == "learned":
+            self.W_pos = nn.Parameter(torch.empty(config.n_ctx, config.d_model))  # read through the W_pos property
         self.blocks = nn.ModuleList([Block(config, layer) for layer in range(config.n_layers)])
         self.ln_final = make_norm(config.norm, config.d_model, config.norm_eps)
         self.W_U_untied = None if config.tied_embeddings else nn.Parameter(torch.empty(config.d_model, config.d_vocab))
@@ -196,20 +192,74 @@ class CircuitTransformer(TransformerLensAPI, GenerationMixin, HookedRootModule):
         return LensConfig(
             n_layers=c.n_layers, n_heads=c.n_heads, d_model=c.d_model, d_head=c.d_head, d_vocab=c.d_vocab,
             d_vocab_out=c.d_vocab, n_ctx=c.n_ctx,
-            d_mlp=_units_per_layer(c.feedforward),
+            d_mlp=c.feedforward.hidden_units(),
             normalization_type="RMS" if c.norm == "rmsnorm" else "LN",
             positional_embedding_type="rotary" if c.positional == "rope" else "standard",
-            device=self.W_E.device, gated_mlp=c.feedforward.type == "swiglu",
+            device=self.W_E.device, gated_mlp=c.feedforward.gated,
         )
 
     # --- forward ---------------------------------------------------------------------------------------
 
+    @property
+    def W_pos(self) -> Float[Tensor, "n_ctx d_model"]:
+        """Learned positional embeddings, added to the token embeddings (`positional="learned"`; `hook_pos_embed`).
+        RoPE models (`positional="rope"`, the default and every shipped model) have none: they rotate queries and
+        keys by position inside attention (`attn.hook_rot_q` / `hook_rot_k`), so asking for W_pos there is an
+        error that says so, rather than None."""
+        if "W_pos" not in self._parameters:
+            from circuitlab.architectures.tl_api import NotInThisArchitecture
+
+            raise NotInThisArchitecture(
+                "model.W_pos: this model uses rotary position embeddings (RoPE), which rotate queries and keys by "
+                "position inside attention (blocks.{l}.attn.hook_rot_q / hook_rot_k); it has no positional "
+                "embedding matrix. A model with positional=\"learned\" has one."
+            )
+        return self._parameters["W_pos"]
+
     def forward(
-        self, tokens: Int[Tensor, "batch pos"], return_aux: bool = False
-    ) -> Float[Tensor, "batch pos d_vocab"] | tuple[Tensor, dict[str, Tensor]]:
-        tokens = self._check_tokens(tokens)
+        self,
+        input: Int[Tensor, "batch pos"] | str | list[str],
+        return_type: str | None = "logits",
+        loss_per_token: bool = False,
+        prepend_bos: bool | None = None,
+        padding_side: str | None = None,
+        return_aux: bool = False,
+    ) -> Any:
+        """Logits [batch, pos, d_vocab] of token ids, or, as in TransformerLens, of a string or a list of strings
+        (tokenized with `to_tokens(input, prepend_bos, padding_side)`).
+
+        return_type: "logits" (default), "loss" (mean next-token cross-entropy; [batch, pos - 1] per token with
+        `loss_per_token`), "both" ((logits, loss)) or None (nothing: run for the hooks). `return_aux` (training)
+        returns (logits, aux) with the selectivity pressures and the bottleneck's reconstruction error."""
+        if return_type not in RETURN_TYPES:
+            raise UserError(f"return_type must be one of {', '.join(map(repr, RETURN_TYPES))}, got {return_type!r}")
+        if isinstance(input, (str, list)) and (isinstance(input, str) or all(isinstance(x, str) for x in input)):
+            input = self.to_tokens(input, prepend_bos=prepend_bos, padding_side=padding_side)
+        tokens = self._check_tokens(input)
+        logits_BxTxV, aux = self._logits(tokens, need_aux=return_aux)
+        if return_aux:
+            return logits_BxTxV, aux
+        if return_type is None:
+            return None
+        if return_type == "logits":
+            return logits_BxTxV
+        loss = self.next_token_loss(logits_BxTxV, tokens, per_token=loss_per_token)
+        return loss if return_type == "loss" else (logits_BxTxV, loss)
+
+    @staticmethod
+    def next_token_loss(
+        logits_BxTxV: Float[Tensor, "batch pos d_vocab"], tokens_BxT: Int[Tensor, "batch pos"], per_token: bool = False
+    ) -> Tensor:
+        """Cross-entropy of each next token (nats): the mean, or [batch, pos - 1] with `per_token`."""
+        if tokens_BxT.shape[1] < 2:
+            raise UserError("a loss needs at least two tokens (it predicts each next one)")
+        losses = torch.nn.functional.cross_entropy(
+            logits_BxTxV[:, :-1].float().transpose(1, 2), tokens_BxT[:, 1:], reduction="none")
+        return losses if per_token else losses.mean()
+
+    def _logits(self, tokens: Tensor, need_aux: bool) -> tuple[Tensor, dict[str, Any] | None]:
         h_BxTxD = self.hook_embed(self.W_E[tokens])
-        if self.W_pos is not None:
+        if "W_pos" in self._parameters:
             # hooked as [B, T, D], the shape TransformerLens' cache helpers expect
             h_BxTxD = h_BxTxD + self.hook_pos_embed(self.W_pos[: tokens.shape[1]].expand_as(h_BxTxD))
         terms: dict[str, Tensor] = {}  # selectivity pressures by surface and kind, e.g. ffn_crispness
@@ -222,13 +272,15 @@ class CircuitTransformer(TransformerLensAPI, GenerationMixin, HookedRootModule):
             if reconstruction is not None:
                 reconstructions.append(reconstruction)
         logits_BxTxV = (self.ln_final(h_BxTxD) @ self.W_U).float()
-        if not return_aux:
-            return logits_BxTxV
+        if not need_aux:
+            return logits_BxTxV, None
         selectivity = torch.stack(list(terms.values())).sum() if terms else logits_BxTxV.new_zeros(())
         aux = {"selectivity": selectivity, "selectivity_terms": terms}
         if reconstructions:
-            # mean over layers of ||x - x_hat||^2 / ||x||^2 of each bottleneck's FFN write (parity.py)
-            aux["reconstruction"] = torch.stack(reconstructions).mean()
+            # mean over layers of ||x - x_hat||^2 / ||x||^2 of each bottleneck's FFN write (bottleneck/parity.py)
+            # and of the usage balance of its code (bottleneck/usage.py)
+            aux["reconstruction"] = torch.stack([error for error, _ in reconstructions]).mean()
+            aux["balance"] = torch.stack([balance for _, balance in reconstructions]).mean()
         return logits_BxTxV, aux
 
     def _check_tokens(self, tokens: Tensor) -> Tensor:
@@ -305,7 +357,44 @@ class CircuitTransformer(TransformerLensAPI, GenerationMixin, HookedRootModule):
                 total += param.numel()
         return total
 
-    # --- persistence (circuitlab.architectures.weights; load_model in .checkpoint reads it back) ---------
+    # --- persistence (circuitlab.architectures.weights; load_model below reads it back) -------------------
 
     def save(self, folder: Any, dtype: torch.dtype | None = None) -> None:
         save_model(self, folder, dtype=dtype)
+
+
+def load_model(
+    name_or_path: str | os.PathLike,
+    device: str | torch.device = "cpu",
+    dtype: torch.dtype = torch.float32,
+    load_tokenizer: bool = True,
+) -> CircuitTransformer:
+    """Load a model folder (or a shipped model by name) into a CircuitTransformer, in evaluation mode (every
+    file checked: circuitlab.architectures.weights.read_model_folder)."""
+    found = read_model_folder(name_or_path, load_tokenizer)
+    config, state, weights = found.config, found.tensors, found.weights_file
+    model = CircuitTransformer(config, tokenizer=found.tokenizer)
+    expected = model.state_dict()
+    for name, tensor in expected.items():
+        if name not in state:
+            raise CheckpointError(f"{weights}: missing tensor {name!r} (expected shape {tuple(tensor.shape)})")
+        if tuple(state[name].shape) != tuple(tensor.shape):
+            raise CheckpointError(
+                f"{weights}: tensor {name!r} has shape {tuple(state[name].shape)} but {CONFIG_FILE} implies "
+                f"{tuple(tensor.shape)}"
+            )
+    unexpected = sorted(set(state) - set(expected))
+    if unexpected:
+        raise CheckpointError(f"{weights}: tensors {unexpected[:5]} are not part of the configured model")
+    if found.recorded_config_hash is not None and config.hash() != found.recorded_config_hash:
+        raise CheckpointError(
+            f"{found.folder / CONFIG_FILE}: config hash {config.hash()[:12]} != {found.recorded_config_hash[:12]} "
+            f"recorded in {found.recorded_where}: the weights were saved with another architecture of the same "
+            "shapes; put back the config.json the model was saved with"
+        )
+    for name, tensor in state.items():
+        if tensor.is_floating_point() and not torch.isfinite(tensor).all():
+            raise CheckpointError(f"{weights}: tensor {name!r} holds NaN or infinite values (corrupted?)")
+    model.load_state_dict({k: v.to(expected[k].dtype) for k, v in state.items()})
+    # loaded models are for analysis: evaluation mode (TransformerLens' tools insist on it); train() to train
+    return model.to(device=device, dtype=dtype).eval()

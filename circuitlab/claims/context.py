@@ -48,8 +48,8 @@ class Context:
     models_dir: Path | None = None
     results_dir: Path | None = None
     ladder_results: Path | None = None  # results/ladder/ladder_results.json of `circuitlab ladder`, when run
-    legible_sweep: Path | None = None  # results/legible-sweep/legibility_regimes.json of scripts/legibility_report.py
-    parity_report: Path | None = None  # results/parity/parity_report.json of scripts/parity_report.py
+    legible_sweep: Path | None = None  # results/legible-sweep/legibility_regimes.json of `circuitlab report legibility`
+    parity_report: Path | None = None  # results/parity/parity_report.json of `circuitlab report parity`
     progress: bool = False
     _models: dict[str, Any] = field(default_factory=dict)
 
@@ -58,7 +58,7 @@ class Context:
         return Sizes.fast() if self.fast else Sizes.full()
 
     def folder(self, name: str) -> Path:
-        from circuitlab.architectures.checkpoint import resolve_model_folder
+        from circuitlab.architectures.weights import resolve_model_folder
 
         if self.models_dir is not None:
             folder = Path(self.models_dir) / name
@@ -69,7 +69,7 @@ class Context:
 
     def model(self, name: str) -> Any:
         if name not in self._models:
-            from circuitlab import load_model
+            from circuitlab.architectures.transformer import load_model
 
             self._models[name] = load_model(self.folder(name)).eval()
         return self._models[name]

@@ -5,7 +5,9 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from circuitlab.claims import seed000, seed002, seed003
+import circuitlab.claims.seed000 as seed000
+import circuitlab.claims.seed002 as seed002
+import circuitlab.claims.seed003 as seed003
 from circuitlab.claims.context import Context
 from circuitlab.claims.rows import NOT_MEASURED, Claim, ClaimRow
 from circuitlab.errors import UserError

@@ -4,10 +4,9 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-if TYPE_CHECKING:
-    from circuitlab.claims.context import Context
+Context = Any  # circuitlab.claims.context.Context (which imports this module)
 
 VERDICTS = ("reproduced", "not reproduced", "not measured")
 REPRODUCED, NOT_REPRODUCED, NOT_MEASURED = VERDICTS

@@ -131,7 +131,7 @@ def quality_parity(context: Context) -> Outcome:
 
 # the rows below read seed 002's pressure sweep (results/legible-sweep/legibility_regimes.json)
 SWEEP_MISSING = ("needs the pressure sweep's results (results/legible-sweep/legibility_regimes.json of "
-                 "scripts/legibility_report.py: no pressure, sparsity alone, crispness alone, both)")
+                 "`circuitlab report legibility`: no pressure, sparsity alone, crispness alone, both)")
 REGIMES = ("none", "sparsity alone", "crispness alone", "both pressures")
 PRESSURED = REGIMES[1:]
 # seed 002's operand ON rates per regime (percent): Table 1 (attention, Boolean head-100), Table 5 (NC-FFN)

@@ -1,7 +1,7 @@
 """Seed 003's claims (the parity bottleneck), measured on parity-stories and gelu-stories.
 
 The reconstruction, ablation and encoder rows read the parity report (results/parity/parity_report.json of
-scripts/parity_report.py); coherence is measured on the model, the training cost read from its metrics.
+`circuitlab report parity`); coherence is measured on the model, the training cost read from its metrics.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from circuitlab.claims.context import Context
 from circuitlab.claims.rows import NOT_MEASURED, Claim, Outcome, holds
 from circuitlab.errors import UserError
 
-PARITY_MISSING = "needs the parity report (results/parity/parity_report.json of scripts/parity_report.py)"
+PARITY_MISSING = "needs the parity report (results/parity/parity_report.json of `circuitlab report parity`)"
 RECONSTRUCTION_LIMIT = 0.3
 ABLATION_SHARE = 0.5
 

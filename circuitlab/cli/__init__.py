@@ -11,80 +11,27 @@ traceback.
 
 from __future__ import annotations
 
-import argparse
 import sys
 
-from circuitlab.cli import causal, data, db, demo, ladder, summary, train
-from circuitlab.errors import UserError
+import circuitlab.cli.causal as causal
+import circuitlab.cli.collect as collect
+import circuitlab.cli.data as data
+import circuitlab.cli.db as db
+import circuitlab.cli.demo as demo
+import circuitlab.cli.generate as generate
+import circuitlab.cli.ladder as ladder
+import circuitlab.cli.report as report
+import circuitlab.cli.summary as summary
+import circuitlab.cli.train as train
+from circuitlab.cli.entry import build_parser as _build_parser
+from circuitlab.cli.entry import run_command
 
-try:  # `circuitlab generate` (text generation) lives in its own module
-    import circuitlab.cli_generate as generate
-except ModuleNotFoundError as error:
-    if error.name != "circuitlab.cli_generate":
-        raise
-    generate = None
-
-VERB_GROUPS = tuple(module for module in (summary, data, train, ladder, db, causal, generate, demo) if module is not None)
-
-
-def version() -> str:
-    from circuitlab import __version__
-
-    return __version__
+VERB_GROUPS = (summary, data, train, ladder, db, collect, causal, report, generate, demo)
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="circuitlab",
-        description="Mechanistic interpretability for transformers that are interpretable by construction.",
-    )
-    parser.add_argument("--version", action="version", version=f"circuitlab {version()}",
-                        help="print the installed version and exit")
-    subparsers = parser.add_subparsers(dest="verb", metavar="<verb>")
-    for module in VERB_GROUPS:
-        module.register(subparsers)
-    return parser
+def build_parser():
+    return _build_parser(VERB_GROUPS)
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
-    argv = list(sys.argv[1:] if argv is None else argv)
-    args = parser.parse_args(argv)
-    args.argv = argv  # the command as typed, for the records that rerun it (`circuitlab train` writes it)
-    if not getattr(args, "func", None):
-        parser.print_help()
-        return 0
-    try:
-        return int(args.func(args) or 0)
-    except KeyboardInterrupt:
-        print("interrupted", file=sys.stderr)
-        return 130
-    except BrokenPipeError:  # output piped into a reader that closed early (`| head`)
-        sys.stderr.close()
-        return 0
-    except UserError as error:
-        print(f"circuitlab {args.verb}: error: {one_line(error)}", file=sys.stderr)
-        return 2
-    except (MemoryError, RuntimeError) as error:
-        if not is_out_of_memory(error):
-            raise  # a bug, not bad input: keep the traceback
-        print(f"circuitlab {args.verb}: error: out of memory ({one_line(error) or type(error).__name__}); use a "
-              "smaller model, batch, corpus or context, or a machine with more memory", file=sys.stderr)
-        return 2
-
-
-def one_line(message: object) -> str:
-    """A message on one terminal line (library errors sometimes span several)."""
-    return " ".join(part.strip() for part in str(message).replace("\r", "\n").split("\n") if part.strip())
-
-
-def is_out_of_memory(error: BaseException) -> bool:
-    """MemoryError, torch's OutOfMemoryError, or the CPU allocator's failure (a RuntimeError), e.g. for a config
-    whose sizes ask for more memory than the machine has."""
-    if isinstance(error, MemoryError) or type(error).__name__ == "OutOfMemoryError":
-        return True
-    text = str(error)
-    return isinstance(error, RuntimeError) and ("can't allocate memory" in text or "out of memory" in text.lower())
-
-
-__all__ = ["UserError", "build_parser", "main"]
+    return run_command(VERB_GROUPS, list(sys.argv[1:] if argv is None else argv))

@@ -61,8 +61,10 @@ def _parse_ids(text: str, what: str) -> list[int]:
 
 
 def run_patch(args: argparse.Namespace) -> int:
-    from circuitlab.pairs import read_pairs
-    from circuitlab.analysis.patching import as_patch_pair, excluded_report, nie_grid, nie_heatmap, nie_summary
+    from circuitlab.analysis.pairs import read_pairs
+    from circuitlab.analysis.patching import (
+        as_patch_pair, excluded_report, nie_grid, nie_heatmap, nie_summary, no_counted_pairs,
+    )
 
     model = _load(args.model)
     if args.pairs:
@@ -79,7 +81,14 @@ def run_patch(args: argparse.Namespace) -> int:
         if bad:
             raise UserError(f"--layers takes layer numbers or 'all', got {', '.join(map(repr, bad))}")
         layers = [spec if spec == "all" else int(spec) for spec in args.layers]
-    positions = [int(p) if p.lstrip("-").isdigit() else p for p in args.positions]
+    if args.positions:
+        positions = [int(p) if p.lstrip("-").isdigit() else p for p in args.positions]
+    else:  # the default roles every pair can be patched at, as the demo chooses them
+        from circuitlab.analysis.patching import positions_for
+
+        positions, note = positions_for(pairs)
+        if note:
+            print(note)
     heads: Any = None
     if args.heads:
         heads = "each" if args.heads == "each" else _parse_ids(args.heads, "--heads")
@@ -91,6 +100,10 @@ def run_patch(args: argparse.Namespace) -> int:
     report = excluded_report(table)
     if report:
         print(report)
+    undefined = no_counted_pairs(table)
+    if undefined:
+        _write_table(table, args.out)  # the per-pair m values still say how far apart the pairs are
+        raise UserError(undefined + ("" if args.out is None else f"; the per-pair table is in {args.out}"))
     print(f"NIE over {len(pairs)} pairs, hooks: {table['hooks'].iloc[0]}")
     if "head" in summary.columns:
         print(summary.to_string(index=False, float_format=lambda v: f"{v:.3f}"))
@@ -180,10 +193,14 @@ def _held_out_tokens(model: Any, args: argparse.Namespace) -> Any:
 
 
 def run_legibility(args: argparse.Namespace) -> int:
+    from circuitlab.analysis.channel_names import name_channels
     from circuitlab.analysis.legibility import (
-        bounded_channel_groups, head_selectivity_heatmap, legibility_by_layer, legibility_stats,
-        legibility_summary, name_channels, regimes_by_layer_figure,
+        bounded_channel_groups,
+        legibility_by_layer,
+        legibility_stats,
+        legibility_summary,
     )
+    from circuitlab.analysis.legibility_figures import head_selectivity_heatmap, regimes_by_layer_figure
 
     model = _load(args.model)
     bounded_channel_groups(model)  # fails fast, before reading any text, when nothing is bounded
@@ -210,8 +227,8 @@ def run_legibility(args: argparse.Namespace) -> int:
 
 
 def register(subparsers: Any) -> None:
-    from circuitlab.pairs import EXAMPLE as PAIR_EXAMPLE
-    from circuitlab.pairs import MIN_LOGIT_DIFFERENCE
+    from circuitlab.analysis.pairs import EXAMPLE as PAIR_EXAMPLE
+    from circuitlab.analysis.pairs import MIN_LOGIT_DIFFERENCE
     patch = subparsers.add_parser(
         "patch", help="normalized indirect effect of patching circuits (seed 000, section 4.3)",
         description="NIE grid over layers x positions for clean/counterfactual pairs (fact pairs by default).",
@@ -225,7 +242,8 @@ def register(subparsers: Any) -> None:
     patch.add_argument("--n-pairs", type=int, default=None, help="fact pairs to use (default all)")
     patch.add_argument("--seed", type=int, default=0, help="fact pair shuffling seed")
     patch.add_argument("--layers", nargs="+", help="layers to patch: ints and/or 'all' (default: each and all)")
-    patch.add_argument("--positions", nargs="+", default=["noun", "final", "all"], help="roles or integer positions")
+    patch.add_argument("--positions", nargs="+", help="roles ('noun', 'final', a role the pairs name), 'all' or integer "
+                       "positions (default: noun, final and all, where every pair can be patched there)")
     patch.add_argument("--hooks", nargs="+", help="hook templates with {layer}, patched together (default: the natural code)")
     patch.add_argument("--heads", help="'each' or comma-separated indices along the hooks' third axis")
     patch.add_argument("--batch-size", type=int, default=64, help="interventions per forward pass")

@@ -17,6 +17,7 @@ import time
 from pathlib import Path
 
 from circuitlab.errors import UserError
+from circuitlab.resources import natural_root
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -46,8 +47,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     tokenizer.add_argument("--out", required=True, help="output tokenizer.json path")
     tokenizer.add_argument("--n", type=int, default=20000, help="stories to generate when --corpus is omitted")
     tokenizer.add_argument("--seed", type=int, default=0, help="seed of the generated stories (default 0)")
-    tokenizer.add_argument("--natural", nargs="?", const="data/natural", default=None, metavar="DIR",
-                           help="train on the mixture: the natural stories' training split (DIR, default data/natural) "
+    tokenizer.add_argument("--natural", nargs="?", const=str(natural_root()), default=None, metavar="DIR",
+                           help="train on the mixture: the natural stories' training split (DIR; default: the stories circuitlab ships) "
                            "plus --n generated stories; reports the share of natural held-out words kept whole")
     tokenizer.add_argument("--natural-upsample", type=int, default=1, help="copies of each natural training story")
     tokenizer.add_argument("--quiet", action="store_true", help="no progress bars")
@@ -89,8 +90,8 @@ def run_tokenizer(args: argparse.Namespace) -> int:
 
             spec = DataSpec(n_stories=args.n, story_seed=args.seed, natural_dir=args.natural,
                             natural_upsample=args.natural_upsample)
-            texts, held_out_sets = load_document_sets(spec, show_progress=not args.quiet)
-            natural_held_out = held_out_sets["natural"]
+            documents = load_document_sets(spec, show_progress=not args.quiet)
+            texts, natural_held_out = documents.train, documents.held_out["natural"]
             source = f"the mixture ({spec.describe()})"
         elif args.corpus:
             texts = load_documents(args.corpus, text_field=args.text_field)

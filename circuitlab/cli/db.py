@@ -1,8 +1,9 @@
 """`circuitlab db build|query|info|semantic`, `circuitlab embed`, `circuitlab usage`: circuit databases on the
-command line.
+command line (`circuitlab collect`, in cli/collect.py, streams circuits into a database resumably).
 
     circuitlab db build --model sgatlin-stories --stories 128 --out runs/db
     circuitlab db query runs/db "big dog named Max. Max had a red collar that he wore every day" --layer 2
+    torchrun --nproc_per_node=8 -m circuitlab.cli db query runs/db --circuit 7 --device cuda   # shards over GPUs
     circuitlab db info runs/db
     circuitlab db semantic runs/db
     circuitlab embed runs/db --layers 0 1 2 3 --out runs/umap.html
@@ -58,6 +59,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                        help="approximate index per layer (default auto: posting lists where numba is installed; "
                        "otherwise FAISS flat below 20k circuits, IVF above; none: exact only)")
     build.add_argument("--value-dtype", default="float32", choices=("float32", "float16"), help="stored code values")
+    build.add_argument("--shard-rows", type=int, default=65536, help="circuits per shard (default 65536)")
     build.add_argument("--quiet", action="store_true", help="no progress bars")
     build.set_defaults(func=run_build)
 
@@ -73,6 +75,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     query.add_argument("--csv", default=None, help="also write the table to this CSV file")
     query.add_argument("--html", default=None, help="also write the distance heatmap (seed 000, figure 6) to this HTML file")
     query.add_argument("--width", type=_positive_width, default=64, help="excerpt width in the printed table")
+    query.add_argument("--device", default="auto", help="where exact search runs: auto (a GPU when there is one), cpu, "
+                       "cuda or cuda:N; under torchrun each rank searches its shards on its own GPU")
+    query.add_argument("--skip-damaged", action="store_true", help="set damaged shards aside (with a warning) and "
+                       "search the others")
     query.set_defaults(func=run_query)
 
     info = verbs.add_parser("info", help="describe a database: counts, layers, codes, indexes, measured recall")
@@ -135,7 +141,7 @@ def _needs_verb(parser: argparse.ArgumentParser) -> Callable[[argparse.Namespace
 
 
 def _load_model(spec: str, device: str = "cpu") -> Any:
-    from circuitlab.architectures.checkpoint import load_model
+    from circuitlab.architectures.transformer import load_model
 
     model = load_model(spec, device=device)
     if model.tokenizer is None:
@@ -190,20 +196,24 @@ def _labelled_jsonl(path: Path, story_class: Any) -> list[Any] | None:
 
 def run_build(args: argparse.Namespace) -> int:
     from circuitlab.analysis.circuitdb import CircuitDB
+    from circuitlab.analysis.circuitdb.store import save_indexes
+    from circuitlab.analysis.collect import collect
 
     model = _load_model(args.model, args.device)
     texts, description = _corpus(args)
     started = time.perf_counter()
-    db = CircuitDB.build(
-        model, texts, args.layers, batch_size=args.batch_size, index=None if args.index == "none" else args.index,
-        value_dtype=args.value_dtype, progress=not args.quiet,
-    )
-    db.model_source = args.model
-    folder = db.save(args.out)
+    # the circuits stream into a new data folder of --out; the database there stays whole until they are in
+    collect(model, texts, args.layers, out_dir=args.out, batch_size=args.batch_size, value_dtype=args.value_dtype,
+            shard_rows=args.shard_rows, replace=True, description=description, model_source=args.model,
+            progress=not args.quiet)
+    db = CircuitDB.open(args.out, model=model, verify=False)
+    if args.index != "none":
+        db.build_index(kind=args.index, progress=not args.quiet)
+        save_indexes(db, args.out)
     stats = db.corpus_stats
     print(
         f"built {len(db)} circuits x {len(db.layers)} layers from {description} in {time.perf_counter() - started:.1f} s "
-        f"(collection {stats['n_tokens'] / max(stats['collection_seconds'], 1e-9):.0f} tokens/s); saved to {folder}"
+        f"(collection {stats['n_tokens'] / max(stats['collection_seconds'], 1e-9):.0f} tokens/s); saved to {args.out}"
     )
     for layer, report in db.index_reports.items():
         print(
@@ -213,36 +223,53 @@ def run_build(args: argparse.Namespace) -> int:
     return 0
 
 
-def _open(folder: str, model: Any = None, allow_mismatch: bool = False, verify: bool = True) -> Any:
+def _open(folder: str, model: Any = None, allow_mismatch: bool = False, verify: bool = True, every_file: bool = False,
+          skip_damaged: bool = False) -> Any:
+    """The database in `folder`: opened from its manifest (each file checked when first read), or with
+    `every_file` read and checked now."""
     from circuitlab.analysis.circuitdb import CircuitDB
 
     if not Path(folder).is_dir():
         raise UserError(f"no circuit database at {folder}: the folder does not exist (make one with `circuitlab db build`)")
-    return CircuitDB.load(folder, model=model, allow_mismatch=allow_mismatch, verify=verify)
+    if every_file:
+        return CircuitDB.load(folder, model=model, allow_mismatch=allow_mismatch, verify=verify)
+    return CircuitDB.open(folder, model=model, allow_mismatch=allow_mismatch, verify=verify, skip_damaged=skip_damaged)
 
 
 def run_query(args: argparse.Namespace) -> int:
     from circuitlab.analysis.circuitdb import format_hits, neighbour_heatmap
+    from circuitlab.distributed import setup_distributed, teardown_distributed
 
     if (args.text is None) == (args.circuit is None):
         raise UserError("give either a query text or --circuit ID [ID ...]")
     if args.k < 1:
         raise UserError(f"-k {args.k}: need at least one neighbour")
-    db = _open(args.db)
-    layer = args.layer if args.layer is not None else db.layers[max(0, len(db.layers) - 2)]
-    if args.text is not None:
-        spec = args.model or db.model_source
-        if spec is None:
-            raise UserError("text queries need the model: pass --model (the database does not record one)")
-        db.attach(_load_model(spec), allow_mismatch=args.allow_mismatch)
-        hits = db.search(args.text, layer, k=args.k, exact=not args.approximate)
-    else:
-        bad = [c for c in args.circuit if not 0 <= c < len(db)]
-        if bad:
-            raise UserError(f"circuit ids {bad} are out of range: the database holds ids 0..{len(db) - 1}")
-        hits = db.search(db.code(layer, args.circuit), layer, k=args.k, exact=not args.approximate)
-        hits["query_token"] = db.metadata["token"].to_numpy()[args.circuit][hits["query_position"].to_numpy()]
-    print(f"layer {layer}, {'approximate' if args.approximate else 'exact'} search, {len(db)} circuits")
+    context = setup_distributed(args.device)  # under torchrun: every rank searches its own shards
+    try:
+        db = _open(args.db, skip_damaged=args.skip_damaged)
+        db.distribute(context)
+        layer = args.layer if args.layer is not None else db.layers[max(0, len(db.layers) - 2)]
+        if args.text is not None:
+            spec = args.model or db.model_source
+            if spec is None:
+                raise UserError("text queries need the model: pass --model (the database does not record one)")
+            if context.is_main:  # rank 0 turns the text into codes; the other ranks receive them
+                db.attach(_load_model(spec), allow_mismatch=args.allow_mismatch)
+            hits = db.search(args.text, layer, k=args.k, exact=not args.approximate, device=args.device)
+        else:
+            bad = [c for c in args.circuit if not 0 <= c < len(db)]
+            if bad:
+                raise UserError(f"circuit ids {bad} are out of range: the database holds ids 0..{len(db) - 1}")
+            query = db.code(layer, args.circuit) if context.is_main else None
+            hits = db.search(query, layer, k=args.k, exact=not args.approximate, device=args.device)
+            tokens = db.metadata_rows(args.circuit)["token"].to_numpy()
+            hits["query_token"] = tokens[hits["query_position"].to_numpy()]
+    finally:
+        teardown_distributed(context)
+    if not context.is_main:
+        return 0
+    print(f"layer {layer}, {'approximate' if args.approximate else 'exact'} search, {len(db)} circuits, "
+          f"served by {hits.attrs['served_by']}")
     print(format_hits(hits, max_context=args.width))
     if args.csv:
         hits.to_csv(args.csv, index=False, quoting=csv.QUOTE_NONNUMERIC)
@@ -256,14 +283,15 @@ def run_query(args: argparse.Namespace) -> int:
 def run_info(args: argparse.Namespace) -> int:
     import json
 
-    db = _open(args.db, verify=not args.no_verify)
-    manifest = db.manifest
+    db = _open(args.db, verify=not args.no_verify, every_file=True)
+    manifest = db.info()
     if args.json:
         print(json.dumps(manifest, indent=1, sort_keys=True))
         return 0
     corpus = manifest.get("corpus") or {}
     print(f"circuit database {args.db}")
-    print(f"  {manifest['n_circuits']} circuits (tokens) from {corpus.get('n_sequences', '?')} texts; layers {manifest['layers']}")
+    print(f"  {manifest['n_circuits']} circuits (tokens) from {corpus.get('n_sequences', '?')} texts; layers {manifest['layers']}; "
+          f"{len(manifest['shard_rows'])} shard(s)")
     print(f"  model config hash {str(manifest['model_config_hash'])[:12]}  tokenizer hash {str(manifest['tokenizer_hash'])[:12]}"
           + (f"  model {db.model_source}" if db.model_source else ""))
     for layer, info in manifest["layer_info"].items():

@@ -150,7 +150,8 @@ def demo(args: argparse.Namespace) -> int:
 
 
 def _demo(args: argparse.Namespace) -> int:
-    from circuitlab.architectures.checkpoint import load_model, resolve_model_folder
+    from circuitlab.architectures.weights import resolve_model_folder
+    from circuitlab.architectures.transformer import load_model
     from circuitlab.demo.pipeline import DemoInputs, Sizes, run_pipeline
     from circuitlab.demo.runfolder import (
         RunFolder, check_run_name, demo_run_folder, model_identity,

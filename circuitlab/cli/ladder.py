@@ -13,9 +13,11 @@ ladder_table.md and ladder_loss_vs_flops.html into --out; running the command ag
 from __future__ import annotations
 
 import argparse
+
+from circuitlab.resources import natural_root
 import sys
 
-from circuitlab.presets import LADDER_ABLATIONS, LADDER_FFN_TYPES
+from circuitlab.presets import LADDER_ABLATIONS
 
 # --smoke: every code path of the sweep on a CPU (2 steps of batch 2 x 32 tokens per run; minutes, mostly start-up)
 SMOKE = dict(budget_scale=1e-6, seq_len=32, batch_size=2, n_stories=40, held_out_stories=8, natural_upsample=1,
@@ -33,8 +35,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "(1e17 to 6e18 FLOPs): a sweep of minutes on one GPU.",
     )
     parser.add_argument("--out", default="runs/ladder", help="results folder (default runs/ladder)")
-    parser.add_argument("--archs", nargs="+", default=None, choices=LADDER_FFN_TYPES,
-                        help="FFN designs (default: all five)")
+    parser.add_argument("--archs", nargs="+", default=None,
+                        help="FFN designs on the ladder: mlp, swiglu, sgatlin, peer, moe (default: all of them)")
     parser.add_argument("--ablations", nargs="*", default=None, choices=sorted(LADDER_ABLATIONS),
                         help="ablations run at the smallest scale with every seed (default sgatlin-gelu: seed 000's "
                         "nonlinearity ablation, a GELU on each sgatlin neuron); --ablations alone runs none")
@@ -51,8 +53,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--seq-len", type=int, default=None, help="tokens per sequence (default 256)")
     parser.add_argument("--batch-size", type=int, default=None, help="sequences per step (default 64)")
     parser.add_argument("--lr", type=float, default=None, help="peak learning rate (default 1e-3, seed 000)")
-    parser.add_argument("--natural", nargs="?", const="data/natural", default=None, metavar="DIR",
-                        help="natural stories mixed into the generated ones (default data/natural)")
+    parser.add_argument("--natural", nargs="?", const=str(natural_root()), default=None, metavar="DIR",
+                        help="natural stories mixed into the generated ones (default: the stories circuitlab ships)")
     parser.add_argument("--no-natural", action="store_true", help="generated stories only")
     parser.add_argument("--natural-upsample", type=int, default=None,
                         help="copies of each natural training story (default 3)")
@@ -97,7 +99,7 @@ def settings_from(args: argparse.Namespace):
 
 
 def run_ladder_command(args: argparse.Namespace) -> int:
-    from circuitlab.training.ladder import run_ladder
+    from circuitlab.cli.ladder_runs import run_ladder
 
     results = run_ladder(args.out, settings_from(args), progress=not args.quiet)
     if not args.quiet:

@@ -13,7 +13,9 @@ from TrainConfig. The model's d_vocab always follows the tokenizer's vocabulary 
 Outputs in --out: config.json, model.safetensors, tokenizer.json (a model folder: load_model(out)),
 train_log.jsonl, metrics.json, card.md, checkpoints/, and data/ (the tokenized corpus cache, unless
 --data-dir puts it elsewhere). Exit status: 0 done (also when --max-minutes stopped the run cleanly),
-2 user error, 3 divergence (the guard's message names the checkpoint saved for inspection).
+2 user error, 3 divergence (the guard's message names the checkpoint saved for inspection), 130 Ctrl-C (the run
+stops after the step in progress with a checkpoint; --resume continues it; a second Ctrl-C stops at once).
+A run that fails before writing anything leaves no --out folder behind.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from circuitlab.errors import UserError
+from circuitlab.resources import natural_root
 
 TRAINING_DEFAULTS: dict[str, dict[str, Any]] = {
     # the tiny presets: a few hundred steps on 2 CPU cores, well below the corpus' unigram entropy
@@ -38,6 +41,7 @@ TRAINING_DEFAULTS: dict[str, dict[str, Any]] = {
 }
 
 EXIT_DIVERGED = 3
+EXIT_INTERRUPTED = 130  # the shell's status for a process stopped by Ctrl-C
 
 
 def defaults_for(preset: str | None) -> dict[str, Any]:
@@ -101,8 +105,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     optim.add_argument("--micro-batch", type=int, default=0,
                        help="sequences per forward/backward on each rank (default 0: batch / grad-accum, halved "
                             "on running out of GPU memory; the effective batch stays --batch-size)")
-    optim.add_argument("--eval-every", type=int, default=None, help="held-out evaluation every N steps (0 = end only)")
-    optim.add_argument("--eval-sequences", type=int, default=None, help="held-out sequences per periodic evaluation")
+    optim.add_argument("--eval-every", type=int, default=None, help="validation evaluation every N steps (0 = end only)")
+    optim.add_argument("--keep-last", action="store_true",
+                       help="end with the last step's weights (default: those of the lowest validation loss among the "
+                       "evaluations)")
+    optim.add_argument("--eval-sequences", type=int, default=None, help="validation windows per periodic evaluation (the last uses all)")
     optim.add_argument("--ckpt-every", type=int, default=None, help="checkpoint every N steps (0 = never)")
     optim.add_argument("--guard-window", type=int, default=None, help="steps in the divergence guard's running median")
     optim.add_argument("--guard-factor", type=float, default=None, help="running-perplexity rise that aborts the run")
@@ -111,39 +118,39 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     source = data.add_mutually_exclusive_group()
     source.add_argument("--text", nargs="+", default=None, help="UTF-8 text files or folders (documents: see --text-split)")
     source.add_argument("--jsonl", nargs="+", default=None, help="JSON-lines files (field --text-field)")
-    source.add_argument("--hf-dataset", nargs="+", default=None, help="Hugging Face dataset name, save_to_disk folder or data file")
+    source.add_argument("--hf-dataset", nargs="+", default=None, metavar="NAME_OR_PATH",
+                        help="Hugging Face dataset: a hub name, a save_to_disk folder, a folder of parquet / jsonl / "
+                        "json / csv / txt files, or one data file")
     data.add_argument("--text-field", default="text", help="text field of --jsonl / --hf-dataset records (default text)")
     data.add_argument("--hf-split", default="train", help="split of --hf-dataset (default train)")
     data.add_argument("--hf-limit", type=int, default=None, help="read at most this many --hf-dataset rows")
+    data.add_argument("--streaming", action="store_true",
+                      help="read --hf-dataset document by document into uint16 token shards on disk, tokenized by "
+                      "--workers processes, resumable (never the whole corpus in memory)")
+    data.add_argument("--workers", type=int, default=0, help="tokenizing processes of --streaming (default: cores, at most 8)")
+    data.add_argument("--shard-documents", type=int, default=20000, help="documents per shard group of --streaming")
     data.add_argument("--held-out-fraction", type=float, default=0.02, help="fraction of --text/--jsonl/--hf-dataset documents held out (default 0.02)")
+    data.add_argument("--validation-fraction", type=float, default=0.02,
+                      help="fraction of --text/--jsonl/--hf-dataset documents set aside for validation: the loss the "
+                      "run evaluates as it trains and chooses its checkpoint on (default 0.02)")
     data.add_argument("--text-split", default="auto", choices=("auto", "blank_line", "eot", "window", "file", "line"),
                       help="how --text files become documents: auto (<|endoftext|> markers if present, else blank "
                       "lines; documents longer than --window-chars cut into windows; the default), blank_line, eot, "
                       "window (a book: consecutive windows), file, line")
     data.add_argument("--window-chars", type=int, default=4000, help="characters per window of --text-split auto/window")
-    data.add_argument("--natural", nargs="?", const="data/natural", default=None, metavar="DIR",
-                      help="mix the natural stories (DIR with prompts.jsonl and stories/; default data/natural) into "
-                      "the generated ones: their training split joins the corpus, their held-out split is a second "
-                      "held-out set")
+    data.add_argument("--natural", nargs="?", const=str(natural_root()), default=None, metavar="DIR",
+                      help="mix the natural stories (DIR with prompts.jsonl and stories/; default: the stories circuitlab ships) into "
+                      "the generated ones: their training split joins the corpus, their validation and held-out "
+                      "splits are second validation and held-out sets")
     data.add_argument("--natural-upsample", type=int, default=1, help="copies of each natural training story (default 1)")
     data.add_argument("--n-stories", type=int, default=None, help="generated training stories")
     data.add_argument("--held-out-stories", type=int, default=None, help="held-out stories (the held-out generator seed)")
+    data.add_argument("--validation-stories", type=int, default=None, help="validation stories (the validation generator seed)")
     data.add_argument("--tokenizer", default=None, help="reuse this tokenizer.json instead of training one")
     data.add_argument("--vocab-size", type=int, default=None, help="vocabulary of a tokenizer trained here")
     data.add_argument("--data-dir", default=None, help="tokenized-corpus cache (default: <out>/data); may be shared")
     data.add_argument("--prepare-only", action="store_true", help="build the tokenizer and data cache, then exit")
     parser.set_defaults(func=run_train)
-
-
-def _checked_settings(validate: Any) -> None:
-    """Run a settings check of the training library: the settings are the user's, so its ValueError is a
-    UserError here (the library raises ValueError so that Python callers need not know circuitlab's classes)."""
-    try:
-        validate()
-    except UserError:
-        raise
-    except ValueError as error:
-        raise UserError(str(error)) from None
 
 
 def command_line(args: argparse.Namespace, world_size: int) -> str:
@@ -163,7 +170,7 @@ def _setting(args: argparse.Namespace, defaults: dict[str, Any], name: str, fall
 
 
 def build_train_config(args: argparse.Namespace) -> Any:
-    from circuitlab.training.trainer import TrainConfig
+    from circuitlab.training.settings import TrainConfig
 
     defaults = defaults_for(args.preset)
     base = TrainConfig()
@@ -181,6 +188,7 @@ def build_train_config(args: argparse.Namespace) -> Any:
         compile_mode=args.compile_mode,
         micro_batch=args.micro_batch,
         fsdp=args.fsdp,
+        select_best=not args.keep_last,
     )
 
 
@@ -188,7 +196,13 @@ def build_data_spec(args: argparse.Namespace) -> Any:
     from circuitlab.training.corpus import DataSpec
 
     defaults = defaults_for(args.preset)
-    spec = DataSpec(
+    source, paths = "stories", ()
+    for name, given in (("text", args.text), ("jsonl", args.jsonl), ("hf", args.hf_dataset)):
+        if given:
+            source, paths = name, tuple(given)
+    return DataSpec(
+        source=source,
+        paths=paths,
         n_stories=_setting(args, defaults, "n_stories", 20000),
         n_held_out=_setting(args, defaults, "held_out_stories", 500),
         vocab_size=_setting(args, defaults, "vocab_size", 4096),
@@ -197,17 +211,17 @@ def build_data_spec(args: argparse.Namespace) -> Any:
         hf_split=args.hf_split,
         hf_limit=args.hf_limit,
         held_out_fraction=args.held_out_fraction,
+        validation_fraction=args.validation_fraction,
+        n_validation=_setting(args, defaults, "validation_stories", 200),
+        streaming=args.streaming,
+        workers=args.workers,
+        shard_documents=args.shard_documents,
         split_seed=args.seed,
         text_split=args.text_split,
         window_chars=args.window_chars,
         natural_dir=args.natural,
         natural_upsample=args.natural_upsample,
     )
-    for source, paths in (("text", args.text), ("jsonl", args.jsonl), ("hf", args.hf_dataset)):
-        if paths:
-            spec.source, spec.paths = source, list(paths)
-    _checked_settings(spec.validate)
-    return spec
 
 
 def build_model_config(args: argparse.Namespace, vocab_size: int | None = None) -> Any:
@@ -225,8 +239,9 @@ def build_model_config(args: argparse.Namespace, vocab_size: int | None = None) 
 
 
 def run_train(args: argparse.Namespace) -> int:
-    from circuitlab.training.distributed import launched_by_torchrun
+    from circuitlab.distributed import launched_by_torchrun
     from circuitlab.training.guard import DivergenceError
+    from circuitlab.training.interrupt import TrainingInterrupted
     from circuitlab.training.run import train
 
     if args.config is not None and not Path(args.config).is_file():
@@ -246,4 +261,8 @@ def run_train(args: argparse.Namespace) -> int:
         if int(os.environ.get("RANK", "0")) == 0:
             print(f"circuitlab train: diverged: {diverged}", file=sys.stderr)
         return EXIT_DIVERGED
+    except TrainingInterrupted as interrupted:
+        if int(os.environ.get("RANK", "0")) == 0:
+            print(f"circuitlab train: {interrupted}; continue with the same command and --resume", file=sys.stderr)
+        return EXIT_INTERRUPTED
     return 0

@@ -29,8 +29,8 @@ from __future__ import annotations
 import functools
 import re
 
-from circuitlab.data import lexicon_words as words
-from circuitlab.data import vocabulary as vocab
+import circuitlab.data.lexicon_words as words
+import circuitlab.data.vocabulary as vocab
 from circuitlab.data.facts import FACTS
 from circuitlab.data.morphology import adverb, inflections
 

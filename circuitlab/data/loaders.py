@@ -1,4 +1,5 @@
-"""Read corpora (text files, JSON lines, Hugging Face datasets), tokenize them with a cache, pack into rows.
+"""Read corpora (text files, JSON lines; Hugging Face datasets are circuitlab.data.hf), tokenize them with a
+cache, pack into rows.
 
 Every loader returns a list of documents (str). Packing concatenates token ids as
     [sep] doc_0 [sep] doc_1 [sep] doc_2 ...
@@ -24,6 +25,7 @@ from jaxtyping import Int
 from torch import Tensor
 
 from circuitlab.data._io import DataError, read_utf8
+from circuitlab.data.hf import is_saved_dataset, load_hf_dataset
 
 SPLIT_MODES = ("blank_line", "file", "line", "auto", "eot", "window")
 DOCUMENT_MARKER = "<|endoftext|>"
@@ -146,69 +148,6 @@ def load_jsonl(path: str | os.PathLike, text_field: str = "text") -> list[str]:
     return documents
 
 
-def _is_saved_dataset(path: Path) -> bool:
-    return path.is_dir() and any((path / name).exists() for name in ("dataset_info.json", "state.json", "dataset_dict.json"))
-
-
-_DATA_FILE_BUILDERS = {".json": "json", ".jsonl": "json", ".csv": "csv", ".parquet": "parquet", ".txt": "text", ".arrow": "arrow"}
-
-
-def load_hf_dataset(
-    name_or_path: str | os.PathLike, split: str = "train", text_field: str = "text", limit: int | None = None
-) -> list[str]:
-    """Documents from a Hugging Face dataset: a `save_to_disk` folder, a local data file (.json/.jsonl/.csv/
-    .parquet/.txt), or a hub name such as "roneneldan/TinyStories" (needs internet; with `limit`, streamed so
-    only the first `limit` rows are downloaded)."""
-    try:
-        import datasets
-    except ImportError:
-        raise DataError("reading Hugging Face datasets needs the `datasets` package: pip install 'circuitlab[data]'") from None
-    if limit is not None and limit <= 0:
-        raise DataError(f"limit={limit}; expected a positive number of documents or None")
-    path = Path(name_or_path)
-    if _is_saved_dataset(path):
-        loaded = datasets.load_from_disk(str(path))
-        if isinstance(loaded, datasets.DatasetDict):
-            if split not in loaded:
-                raise DataError(f"{path} has splits {sorted(loaded)}; no split {split!r} (pass split=)")
-            loaded = loaded[split]
-        dataset = loaded
-    elif path.is_file():
-        builder = _DATA_FILE_BUILDERS.get(path.suffix.lower())
-        if builder is None:
-            raise DataError(f"{path}: unknown data file type {path.suffix!r}; expected one of {sorted(_DATA_FILE_BUILDERS)}")
-        dataset = datasets.load_dataset(builder, data_files={split: str(path)}, split=split)
-    elif path.exists():
-        raise DataError(f"{path} is a folder but not a dataset saved with save_to_disk (no dataset_info.json)")
-    else:
-        name = str(name_or_path)
-        # a path-like name or a data-file name is a missing local file, never a question for the hub
-        if path.is_absolute() or name.startswith((".", "~")) or os.sep + os.sep in name or path.suffix.lower() in _DATA_FILE_BUILDERS:
-            raise DataError(f"{name}: no such file or folder")
-        try:
-            dataset = datasets.load_dataset(name, split=split, streaming=limit is not None)
-        except (OSError, ValueError) as error:  # not found, offline or unreachable, bad split
-            raise DataError(
-                f"cannot load the Hugging Face dataset {name!r} (split {split!r}): {error}; check the name and split, "
-                "and that the hub is reachable (or pass a local file or save_to_disk folder)"
-            ) from None
-    columns = list(dataset.column_names or [])
-    if columns and text_field not in columns:
-        raise DataError(f"dataset {name_or_path} has no {text_field!r} column (columns: {columns}); pass text_field=")
-    if limit is not None:
-        dataset = dataset.take(limit) if hasattr(dataset, "take") else dataset.select(range(min(limit, len(dataset))))
-    documents = []
-    for row in dataset:
-        if text_field not in row:
-            raise DataError(f"dataset {name_or_path} has no {text_field!r} column (columns: {sorted(row)}); pass text_field=")
-        text = row[text_field]
-        if isinstance(text, str) and text.strip():
-            documents.append(text)
-    if not documents:
-        raise DataError(f"empty corpus: dataset {name_or_path} (split {split!r}) has no non-empty {text_field!r} texts")
-    return documents
-
-
 def load_documents(sources: str | os.PathLike | Sequence[str | os.PathLike], text_field: str = "text", split: str = "train") -> list[str]:
     """Documents from a mix of sources, each read by its kind: .jsonl (JSON lines, `text_field`), a
     `save_to_disk` folder or .json/.csv/.parquet (Hugging Face datasets), anything else as text files
@@ -220,7 +159,7 @@ def load_documents(sources: str | os.PathLike | Sequence[str | os.PathLike], tex
         path = Path(source)
         if path.suffix.lower() == ".jsonl":
             documents.extend(load_jsonl(path, text_field))
-        elif _is_saved_dataset(path) or path.suffix.lower() in (".json", ".csv", ".parquet", ".arrow"):
+        elif is_saved_dataset(path) or path.suffix.lower() in (".json", ".csv", ".parquet", ".arrow"):
             documents.extend(load_hf_dataset(path, split=split, text_field=text_field))
         else:
             documents.extend(load_text_files(path))

@@ -14,9 +14,10 @@ separate its paragraphs). `load_natural_stories` parses a folder of such files, 
 prompt id and that no id appears twice, and reports (without rejecting anything) the share of stories that
 use their prompt's words in some inflection ("puppies" counts for "puppy", "ran" for "run").
 
-The held-out split is a fixed function of the id (`is_held_out`): a story is held out when the sha256 of
-"natural-story/<id>" falls in the first `HELD_OUT_PERCENT` of a hundred buckets, so adding stories never moves
-an old one across the split.
+The splits are a fixed function of the id (`split_of`): the sha256 of "natural-story/<id>" picks one of a
+hundred buckets; the first `HELD_OUT_PERCENT` are the held-out split (the loss a card reports), the next
+`VALIDATION_PERCENT` the validation split (the loss a run chooses its checkpoint on), the rest the training
+split. Adding stories never moves an old one across a split.
 """
 
 from __future__ import annotations
@@ -33,18 +34,31 @@ from circuitlab.data._io import DataError, read_utf8
 from circuitlab.data.morphology import inflections
 
 HELD_OUT_PERCENT = 10
+VALIDATION_PERCENT = 5
+SPLITS = ("train", "validation", "held_out")
 _HEADER = re.compile(r"^###[ \t]+(\S+)[ \t]*$")
 _WORD = re.compile(r"[a-z]+")
 
 
 def default_folder() -> Path:
-    """data/natural of the source tree (where the stories and prompts are kept)."""
-    return Path(__file__).resolve().parents[2] / "data" / "natural"
+    """The natural stories circuitlab ships (circuitlab.resources.natural_root: the installed package's copy, or
+    data/natural of the source tree)."""
+    from circuitlab.resources import natural_root
+
+    return natural_root()
+
+
+def split_of(story_id: int) -> str:
+    """"held_out", "validation" or "train": the story's split, from its id alone (see the module docstring)."""
+    digest = hashlib.sha256(f"natural-story/{story_id}".encode()).digest()
+    bucket = int.from_bytes(digest[:8], "big") % 100
+    if bucket < HELD_OUT_PERCENT:
+        return "held_out"
+    return "validation" if bucket < HELD_OUT_PERCENT + VALIDATION_PERCENT else "train"
 
 
 def is_held_out(story_id: int) -> bool:
-    digest = hashlib.sha256(f"natural-story/{story_id}".encode()).digest()
-    return int.from_bytes(digest[:8], "big") % 100 < HELD_OUT_PERCENT
+    return split_of(story_id) == "held_out"
 
 
 @dataclass(frozen=True)
@@ -63,10 +77,18 @@ class NaturalCorpus:
     uses_words: dict[int, dict[str, bool]] = field(default_factory=dict)  # id -> {"noun": bool, ...}
 
     def train(self) -> list[NaturalStory]:
-        return [story for story in self.stories if not is_held_out(story.id)]
+        return self.split("train")
+
+    def validation(self) -> list[NaturalStory]:
+        return self.split("validation")
 
     def held_out(self) -> list[NaturalStory]:
-        return [story for story in self.stories if is_held_out(story.id)]
+        return self.split("held_out")
+
+    def split(self, name: str) -> list[NaturalStory]:
+        if name not in SPLITS:
+            raise ValueError(f"no split {name!r}; the splits are {', '.join(SPLITS)}")
+        return [story for story in self.stories if split_of(story.id) == name]
 
     def word_use_share(self) -> dict[str, float]:
         """Share of stories that use the prompt's noun, verb, adjective, and all three."""
@@ -184,9 +206,10 @@ def word_counts(texts: Sequence[str]) -> tuple[int, int]:
 
 def corpus_stats(corpus: NaturalCorpus) -> dict[str, float | int]:
     """Counts of the natural corpus and its split, as data/README.md states them."""
-    train, held = corpus.train(), corpus.held_out()
+    train, validation, held = corpus.train(), corpus.validation(), corpus.held_out()
     words, distinct = word_counts([story.text for story in corpus.stories])
     train_words, _ = word_counts([story.text for story in train])
+    validation_words, _ = word_counts([story.text for story in validation])
     held_words, _ = word_counts([story.text for story in held])
     shares = corpus.word_use_share()
     return {
@@ -196,6 +219,8 @@ def corpus_stats(corpus: NaturalCorpus) -> dict[str, float | int]:
         "distinct_words": distinct,
         "train_stories": len(train),
         "train_words": train_words,
+        "validation_stories": len(validation),
+        "validation_words": validation_words,
         "held_out_stories": len(held),
         "held_out_words": held_words,
         "uses_noun": shares["noun"],

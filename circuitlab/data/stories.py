@@ -15,7 +15,8 @@ has been mentioned, so its antecedent is never ambiguous, except a possessive bo
 clause ("Lily lost her ball"), which English reads as the subject's. Generic pronouns ("everyone", "your mom"
 in a moral, "it was the best day ever") have no referent.
 
-Seeds: training corpora use `TRAIN_SEED` (0), held-out text uses `HELD_OUT_SEED` (1_000_003);
+Seeds: training corpora use `TRAIN_SEED` (0), held-out text uses `HELD_OUT_SEED` (1_000_003), validation
+text `VALIDATION_SEED` (1_000_033);
 `held_out_stories(n)` is `generate_stories(n, seed=HELD_OUT_SEED)`. Story i of a seed depends only on
 (seed, i), so `generate_stories(n, s)[:m] == generate_stories(m, s)`.
 """
@@ -43,10 +44,11 @@ from circuitlab.data.story_text import (  # noqa: F401  (re-exported: the public
     label_tokens,
     token_labels,
 )
-from circuitlab.data.story_writer import _ATTRIBUTIVE_FACT_NOUNS
+from circuitlab.data.story_pools import _ATTRIBUTIVE_FACT_NOUNS
 
 TRAIN_SEED = 0
 HELD_OUT_SEED = 1_000_003
+VALIDATION_SEED = 1_000_033  # the stories a run evaluates as it trains and chooses its checkpoint on
 MIN_SENTENCES = 3
 MAX_SENTENCES = 12
 

@@ -30,7 +30,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from circuitlab.data import vocabulary as vocab
+import circuitlab.data.vocabulary as vocab
 from circuitlab.data.facts import FACT_ADJECTIVES, FACT_BY_NOUN
 from circuitlab.data.story_text import LABELS, _CLOSE_QUOTE, _OPEN_QUOTE, _article, _Piece, _t, _w
 
@@ -255,7 +255,14 @@ _TRANSITIVE = tuple(pair for pair in vocab.TRANSITIVE_VERBS if pair[0] not in ("
 
 
 def _pools():
-    from circuitlab.data.story_writer import _PLAIN_ANIMALS, _PLAIN_OBJECTS, _PLAIN_PLACES, WIDE_ANIMALS, WIDE_OBJECTS, WIDE_PLACES
+    from circuitlab.data.story_pools import (
+        _PLAIN_ANIMALS,
+        _PLAIN_OBJECTS,
+        _PLAIN_PLACES,
+        WIDE_ANIMALS,
+        WIDE_OBJECTS,
+        WIDE_PLACES,
+    )
 
     return {
         "animal": _PLAIN_ANIMALS + WIDE_ANIMALS,

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from circuitlab.data import vocabulary as vocab
+import circuitlab.data.vocabulary as vocab
 from circuitlab.data.facts import Fact
 from circuitlab.data.story_text import (
     _CLOSE_QUOTE,
@@ -13,17 +13,8 @@ from circuitlab.data.story_text import (
     _t,
     _w,
 )
-from circuitlab.data.story_writer import (
-    _LESSONS,
-    _MORALS,
-    _PLAIN_ANIMALS,
-    _PLAIN_OBJECTS,
-    _PLAIN_PLACES,
-    _Character,
-    _StoryWriter,
-    _Utterance,
-    _encounter,
-)
+from circuitlab.data.story_pools import _LESSONS, _MORALS, _PLAIN_ANIMALS, _PLAIN_OBJECTS, _PLAIN_PLACES, _encounter
+from circuitlab.data.story_writer import _Character, _StoryWriter, _Utterance
 
 
 class _PlotWriter(_StoryWriter):

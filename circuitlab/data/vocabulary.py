@@ -11,7 +11,7 @@ learn "The turtle was" -> " slow".
 
 from __future__ import annotations
 
-from circuitlab.data import morphology
+import circuitlab.data.morphology as morphology
 
 FEMALE_NAMES: tuple[str, ...] = (
     "Lily", "Sue", "Anna", "Mia", "Lucy", "Emma", "Sara", "Amy", "Kate", "Jane",

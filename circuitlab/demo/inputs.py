@@ -67,7 +67,7 @@ def _char_limit(tokenizer: Any, text: str, n_tokens: int) -> int:
 
 def single_token(model: Any, word: Any, what: str) -> tuple[int | None, str | None]:
     """The id of a one-token answer word: ' word' (as it follows a space) or, failing that, 'word' as typed."""
-    from circuitlab.pairs import PairFormatError, answer_token
+    from circuitlab.analysis.pairs import PairFormatError, answer_token
 
     if not isinstance(word, str) or not word.strip():
         return None, f"the {what} is empty: type one word"
@@ -82,7 +82,8 @@ def single_token(model: Any, word: Any, what: str) -> tuple[int | None, str | No
 
 
 def lookup_circuits(db: Any, model: Any, text: Any, layer: int, k: int = 10) -> tuple[pandas.DataFrame | None, str | None]:
-    """Nearest stored circuits of every token of `text` at `layer` (seed 000, Table 3), or a message."""
+    """Nearest stored circuits of every token of `text` at `layer` (seed 000, Table 3), or a message. The
+    search runs on a GPU when there is one; `hits.attrs["served_by"]` says where it ran."""
     checked = check_text(model, text)
     if not checked.ok:
         return None, checked.message
@@ -119,10 +120,10 @@ def custom_patch_pair(
 ) -> tuple[Any, list, str | None]:
     """A PatchPair from typed prompts and answers, the positions to patch, or a message.
 
-    The typed pair is read exactly as a text pair of a pairs file (circuitlab.pairs): each prompt gets the
+    The typed pair is read exactly as a text pair of a pairs file (circuitlab.analysis.pairs): each prompt gets the
     end-of-text token in front, which is what precedes a story in training, so position 0 is that token.
     """
-    from circuitlab.pairs import PairFormatError, text_pair
+    from circuitlab.analysis.pairs import PairFormatError, text_pair
 
     checked_clean = check_text(model, clean, "clean prompt", reserve=1)
     if not checked_clean.ok:
@@ -153,9 +154,9 @@ def custom_patch_pair(
 
 def run_custom_patch(model: Any, pair: Any, positions: list) -> tuple[pandas.DataFrame | None, str | None]:
     """NIE of every layer (and all at once) x position for one typed pair, or a message when it is undefined
-    or untrustworthy (the two prompts' logit differences closer than circuitlab.pairs.MIN_LOGIT_DIFFERENCE)."""
+    or untrustworthy (the two prompts' logit differences closer than circuitlab.analysis.pairs.MIN_LOGIT_DIFFERENCE)."""
     from circuitlab.analysis.patching import nie_grid
-    from circuitlab.pairs import MIN_LOGIT_DIFFERENCE
+    from circuitlab.analysis.pairs import MIN_LOGIT_DIFFERENCE
 
     # one pair: its values are shown (with the note below when they are untrustworthy), not left out
     table = nie_grid(model, [pair], positions=positions, progress=False, min_difference=0.0)

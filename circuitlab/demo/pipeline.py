@@ -93,7 +93,7 @@ class DemoInputs:
             if path is not None and not Path(path).exists():
                 raise UserError(f"{option} {path} does not exist")
         if pairs is not None:
-            from circuitlab.pairs import read_pairs
+            from circuitlab.analysis.pairs import read_pairs
 
             read_pairs(pairs)  # a malformed file fails now, not after the circuit database is built
         return cls(corpus=str(Path(corpus).resolve()) if corpus else None, pairs=str(Path(pairs).resolve()) if pairs else None)
@@ -293,29 +293,30 @@ def _make_usage(ctx: PipelineContext) -> tuple[list[str], dict | None]:
 
 
 def _make_nie(ctx: PipelineContext) -> tuple[list[str], dict | None]:
-    from circuitlab.analysis.patching import POSITION_ROLES, nie_grid
+    from circuitlab.analysis.patching import POSITION_ROLES, as_patch_pair, nie_grid, no_counted_pairs, positions_for
     from circuitlab.data.facts import build_fact_pairs, single_token_facts
-    from circuitlab.pairs import load_pairs
+    from circuitlab.analysis.pairs import load_pairs
 
     if ctx.inputs.pairs is not None:
         pairs = load_pairs(ctx.model, ctx.inputs.pairs)
-        # the roles every pair names ("final" always), and "all" when every pair's prompts are equally long
-        shared = set.intersection(*(set(pair.roles) for pair in pairs))
-        positions = [role for role in ("noun", "final") if role in shared] + sorted(shared - {"noun", "final"})
-        if all(len(pair.clean_tokens) == len(pair.patch_tokens) for pair in pairs):
-            positions.append("all")
+        # the roles every pair names beyond the usual ones are patched too
+        shared = set.intersection(*(set(pair.roles) for pair in pairs)) - set(POSITION_ROLES)
+        positions, note = positions_for(pairs, [*POSITION_ROLES, *sorted(shared)])
     else:
         usable = len(single_token_facts(ctx.model.tokenizer))
         n_pairs = min(ctx.sizes.nie_pairs, usable * (usable - 1))
-        pairs = build_fact_pairs(ctx.model.tokenizer, seed=0, n_pairs=n_pairs)
-        positions = list(POSITION_ROLES)
+        pairs = [as_patch_pair(pair, index, model=ctx.model)
+                 for index, pair in enumerate(build_fact_pairs(ctx.model.tokenizer, seed=0, n_pairs=n_pairs))]
+        positions, note = positions_for(pairs)
     table = nie_grid(ctx.model, pairs, positions=positions, progress=ctx.progress)
     write_parquet_atomic(ctx.run.file("nie.parquet"), nie_for_parquet(table))
-    return ["nie.parquet"], {"n_pairs": len(pairs)}
+    notes = [text for text in (note, no_counted_pairs(table)) if text]
+    return ["nie.parquet"], {"n_pairs": len(pairs), "notes": notes}
 
 
 def _make_legibility(ctx: PipelineContext) -> tuple[list[str], dict | None]:
-    from circuitlab.analysis.legibility import legibility_stats, legibility_summary, name_channels
+    from circuitlab.analysis.channel_names import name_channels
+    from circuitlab.analysis.legibility import legibility_stats, legibility_summary
 
     tokens = corpus_windows(ctx.model, ctx.texts(), ctx.sizes.legibility_seq_len)
     stats = legibility_stats(ctx.model, tokens, progress=ctx.progress)
@@ -359,7 +360,10 @@ def corpus_windows(model: Any, texts: Sequence[str], seq_len: int) -> Any:
 
 def pipeline_steps(model_folder: Path, sizes: Sizes, inputs: DemoInputs | None = None) -> list[Step]:
     """The demo's artifacts in the order they are made."""
+    from circuitlab.analysis.embedding import INIT, MIN_DIST, N_EPOCHS, N_NEIGHBORS
+
     inputs = inputs or DemoInputs()
+    umap_layout = {"n_neighbors": N_NEIGHBORS, "min_dist": MIN_DIST, "init": INIT, "n_epochs": N_EPOCHS}
     return [
         Step("card", "model card and training log", _card_params(model_folder), (), _make_card),
         Step("corpus", "held-out corpus", inputs.corpus_params(sizes), (), _make_corpus),
@@ -367,7 +371,7 @@ def pipeline_steps(model_folder: Path, sizes: Sizes, inputs: DemoInputs | None =
              ("corpus",), _make_circuitdb, _needs_tokenizer),
         Step("semantic", "semantic neighbour score", {"queries": sizes.semantic_queries, "shuffles": sizes.semantic_shuffles, "k": 10},
              ("circuitdb",), _make_semantic, lambda model: _needs_tokenizer(model) or _labels_apply(inputs)),
-        Step("umap", "UMAP maps per layer", {"tokens": sizes.umap_tokens, "points": sizes.umap_points, "n_neighbors": 15, "seed": 0},
+        Step("umap", "UMAP maps per layer", {"tokens": sizes.umap_tokens, "points": sizes.umap_points, "layout": umap_layout, "seed": 0},
              ("circuitdb",), _make_umap, _needs_tokenizer),
         Step("usage", "neuron usage, Gini, co-activation", {"n_coactivation": 128}, ("circuitdb",), _make_usage,
              lambda model: _needs_tokenizer(model) or _usage_applies(model)),
@@ -387,6 +391,7 @@ class PipelineReport:
     actions: dict[str, str] = field(default_factory=dict)
     seconds: dict[str, float] = field(default_factory=dict)
     total_seconds: float = 0.0
+    notes: list[str] = field(default_factory=list)  # "<artifact>: <what the user should know about it>"
 
     @property
     def computed(self) -> list[str]:
@@ -446,6 +451,9 @@ def run_pipeline(
         report.seconds[step.key] = seconds
         if progress:
             tqdm.write(f"  {step.key}: {step.describe} ({seconds:.1f} s)")
+        for note in (extra or {}).get("notes", ()):  # what the user should know about this artifact, even when quiet
+            report.notes.append(f"{step.key}: {note}")
+            (tqdm.write if progress else log)(f"  {step.key}: {note}")
     report.total_seconds = time.perf_counter() - started
     run.manifest["last_demo_seconds"] = round(report.total_seconds, 2)
     run.save()

@@ -82,7 +82,7 @@ def run_name_for(model_spec: str, model_folder: Path) -> str:
 
 def is_model_folder(path: str | os.PathLike) -> bool:
     """A folder holding a model's config or weights (a run folder must never be one)."""
-    from circuitlab.architectures.checkpoint import CONFIG_FILE, WEIGHTS_FILE
+    from circuitlab.architectures.weights import CONFIG_FILE, WEIGHTS_FILE
 
     path = Path(path)
     return (path / CONFIG_FILE).is_file() or (path / WEIGHTS_FILE).is_file()
@@ -164,7 +164,7 @@ class ModelIdentity:
 
 
 def model_identity(model: Any, spec: str, folder: Path) -> ModelIdentity:
-    from circuitlab.architectures.checkpoint import WEIGHTS_FILE
+    from circuitlab.architectures.weights import WEIGHTS_FILE
 
     weights = Path(folder) / WEIGHTS_FILE
     tokenizer = getattr(model, "tokenizer", None)
@@ -239,7 +239,7 @@ class RunFolder:
 
     def model_folder(self) -> Path:
         """The model folder the run was made with (by recorded path, else by recorded name)."""
-        from circuitlab.architectures.checkpoint import resolve_model_folder
+        from circuitlab.architectures.weights import resolve_model_folder
 
         recorded = self.manifest.get("model_folder")
         if recorded and Path(recorded).is_dir():

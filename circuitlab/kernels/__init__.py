@@ -13,7 +13,9 @@ import torch
 from jaxtyping import Float, Int
 from torch import Tensor
 
-from circuitlab.kernels import cpu, ops, reference
+import circuitlab.kernels.cpu as cpu
+import circuitlab.kernels.ops as ops
+import circuitlab.kernels.reference as reference
 from circuitlab.kernels.dispatch import (
     BACKENDS,
     ENV_VAR,
@@ -25,13 +27,7 @@ from circuitlab.kernels.dispatch import (
     triton_interpreting,
     use_backend,
 )
-from circuitlab.kernels.reference import (
-    existential_loop,
-    index_bits,
-    parity_directions,
-    parity_signs,
-    proportion_loop,
-)
+from circuitlab.kernels.reference import existential_loop, proportion_loop
 
 
 def sgatlin_combine(
@@ -103,41 +99,6 @@ def proportion_scan(
     return reference.proportion_scan(membership_BxTxU, decay_U)
 
 
-def _parity_unsupported(d_model: int, code_DxR: Tensor) -> str | None:
-    if code_DxR.dim() != 2 or code_DxR.shape[0] != d_model:
-        return f"code must be [d_model={d_model}, n_bits], got {tuple(code_DxR.shape)}"
-    if code_DxR.shape[1] > 63:
-        return f"the fast path takes at most 63 index bits, got {code_DxR.shape[1]}"
-    return None
-
-
-def parity_scores(
-    x_BxTxD: Float[Tensor, "batch pos d_model"],
-    candidates_BxTxF: Int[Tensor, "batch pos cand"],
-    code_DxR: Int[Tensor, "d_model n_bits"],
-) -> Float[Tensor, "batch pos cand"]:
-    """<x, phi_i> for each candidate index i of each token; the fast path computes each phi_i's +-1 pattern
-    from the bits of i on chip (no dictionary in memory)."""
-    unsupported = _parity_unsupported(x_BxTxD.shape[-1], code_DxR)
-    if backend_for(x_BxTxD, candidates_BxTxF, code_DxR, unsupported=unsupported) == "triton":
-        if (fast := fast_module("parity_triton")) is not None:
-            return fast.parity_scores(x_BxTxD, candidates_BxTxF, code_DxR)
-    return reference.parity_scores(x_BxTxD, candidates_BxTxF, code_DxR)
-
-
-def parity_decode(
-    indices_BxTxK: Int[Tensor, "batch pos k"],
-    values_BxTxK: Float[Tensor, "batch pos k"],
-    code_DxR: Int[Tensor, "d_model n_bits"],
-) -> Float[Tensor, "batch pos d_model"]:
-    """x_hat = sum_i a_i phi_i, with each phi_i computed from the bits of i (no dictionary in memory)."""
-    unsupported = _parity_unsupported(code_DxR.shape[0], code_DxR)
-    if backend_for(indices_BxTxK, values_BxTxK, code_DxR, unsupported=unsupported) == "triton":
-        if (fast := fast_module("parity_triton")) is not None:
-            return fast.parity_decode(indices_BxTxK, values_BxTxK, code_DxR)
-    return reference.parity_decode(indices_BxTxK, values_BxTxK, code_DxR)
-
-
 def _padded(n: int) -> int:
     return 1 << max(15, n - 1).bit_length()
 
@@ -160,7 +121,7 @@ def parity_beam_top(
     return reference.parity_beam_top(y_NxHxC, signs_PxH, count)
 
 
-FUSED_SELECT_MAX_BEAM = 32  # wider beams: torch.topk chooses the beam, parity_beam_top scores it (BENCHMARKS.md)
+FUSED_SELECT_MAX_BEAM = 32  # wider beams: torch.topk chooses the beam, parity_beam_top scores it
 
 
 def parity_beam_select(
@@ -180,9 +141,16 @@ def parity_beam_select(
         and _padded(col_signs_UxW.shape[0]) * max(_padded(n_rows), _padded(n_cols)) <= 2**14
     )
     if fits and backend_for(x_NxHxW, row_signs_PxH, col_signs_UxW) == "triton":
-        if fast_ready("parity_select_triton"):
+        if fast_ready("parity_select_triton") and _has_topk():
             return ops.parity_beam_select(x_NxHxW, row_signs_PxH, col_signs_UxW, beam, count)
     return reference.parity_beam_select(x_NxHxW, row_signs_PxH, col_signs_UxW, beam, count, beam_top=parity_beam_top)
+
+
+def _has_topk() -> bool:
+    """Whether this Triton has the bitonic top-k the one-kernel beam search needs (read once traced)."""
+    if torch.compiler.is_compiling():
+        return True  # the operator checks when it runs
+    return fast_module("parity_select_triton").HAS_TOPK
 
 
 MAX_SOLVE_FEATURES = 64  # the fused solve keeps a token's system in registers, as at most four 16 x 16 blocks
@@ -244,15 +212,10 @@ __all__ = [
     "backend_for",
     "existential_loop",
     "existential_scan",
-    "index_bits",
     "kernel_backend",
     "parity_beam_top",
-    "parity_decode",
-    "parity_directions",
     "parity_feature_solve",
     "parity_feature_solve_backend",
-    "parity_scores",
-    "parity_signs",
     "proportion_loop",
     "proportion_scan",
     "reference",
@@ -263,3 +226,31 @@ __all__ = [
     "triton_interpreting",
     "use_backend",
 ]
+
+
+def code_scan_top_keys(
+    indices_NxKxB: Int[Tensor, "tiles k tile"],
+    values_NxKxB: Float[Tensor, "tiles k tile"],
+    inverse_norms_R: Float[Tensor, " padded_rows"],
+    dense_queries_SxQ: Float[Tensor, "size queries"],
+    exclude_Q: Int[Tensor, " queries"],
+    n_rows: int,
+    keep: int,
+    n_chunks: int,
+) -> Int[Tensor, "chunks queries keep"]:
+    """Exact circuit search's scan: per row chunk and query, the `keep` best (score, row) keys of tiled codes
+    against a dense block of queries (contract: `search_reference.scan_top_keys`). The fast path keeps the
+    top-k on chip and never writes the [queries, rows] scores (search_triton.py)."""
+    import circuitlab.kernels.search_reference as search_reference
+
+    tile = indices_NxKxB.shape[-1]
+    unsupported = None
+    if keep & (keep - 1) or tile & (tile - 1) or keep > tile:
+        unsupported = f"keep ({keep}) and the tile ({tile} rows) must be powers of two with keep <= tile"
+    tensors = (indices_NxKxB, values_NxKxB, inverse_norms_R, dense_queries_SxQ, exclude_Q)
+    if backend_for(*tensors, unsupported=unsupported) == "triton" and fast_ready("search_triton"):
+        return fast_module("search_triton").scan_top_keys(*tensors, n_rows, keep, n_chunks)
+    return search_reference.scan_top_keys(*tensors, n_rows, keep, n_chunks)
+
+
+__all__ += ["code_scan_top_keys"]

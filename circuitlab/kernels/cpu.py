@@ -154,7 +154,7 @@ def parity_encode(
         return None  # fewer scored features than the pursuit's 2k: the PyTorch encoder says what is wrong
     import numba
 
-    from circuitlab.kernels import _parity_numba as compiled
+    import circuitlab.kernels._parity_numba as compiled
 
     grid = X_NxHxW.detach().to(torch.float32).contiguous().numpy()
     n_chunks = min(grid.shape[0], 8 * numba.get_num_threads())  # chunks of tokens shared out over the threads

@@ -23,24 +23,9 @@ elimination, and solved by block forward and back substitution; then one step of
 for b - G a with the same factors, G rebuilt from the patterns). The decode is one [H, 16] @ [16, W] product per
 block.
 
-Choices, measured once on an H200 (2026-12-01, 65,536 tokens, the shipped shapes; one-off scripts):
-- blocks of 16, not Gauss-Jordan on the whole F x F matrix in registers: that version took 1.47 ms (k = 32) and
-  12.4 ms (64 features) a solve, every step two reductions over the whole tile, and the training step got slower
-  (benchmarks/results/gpu_2026-12-01_parity_gaussjordan.md); by blocks 1.10 and 5.17 ms, against 5.31 and
-  14.8 ms for PyTorch's gathers, matmuls and batched LU without pivoting.
-- one refinement step: inverting the diagonal blocks explicitly rounds more than an LU does, and on the shipped
-  model the pursuit's support (chosen among near-equivalent ones by its 2k solve) then equalled the float64
-  encoder's on only 0.46-0.82 of tokens by layer (PyTorch's float32 LU: 0.995-0.997); with the step 0.965-0.995,
-  at 0.04 ms (k = 32) and 0.4 ms (64 features) more. benchmarks/bench_parity.py reports this agreement.
-- one warp per token for up to 32 features, two for 64 (1, 2 or 4 warps tried; more warps were slower).
-- the backward loads the forward's factors (FACTORS; 2026-12-02): where a gradient will be taken, a launch keeps
-  its factors, the inverses of D's diagonal blocks and L's blocks below them (`factor_tiles`: 1 KB a token at 16
-  features, 3 KB at 32, 10 KB at 64), and its backward, on the same support, loads them instead of factoring
-  again (the same numbers, so the same result). For 16 features ptxas for sm_90 counts 1,368 instead of 2,480
-  instructions a thread in the backward (Triton 3.9, benchmarks/kernel_resources.py), 2,488 in the forward that
-  keeps them; the Gauss-Jordan inversion is about 1,600 of a launch's. In parity-stories' compiled training
-  step on an H200 the kernel's 8 launches took 2.81 ms against 3.19 before (bench_gpu.py --profile;
-  gpu_2026-12-02_parity_rowmax_profile.json and _topk_profile.json).
+Why blocks of 16, one refinement step, one warp per token up to 32 features (two for 64), and the backward
+loading the forward's factors (`factor_tiles`: 1 KB a token at 16 features, 3 KB at 32, 10 KB at 64) instead of
+factoring again: docs/decisions/parity-solver.md.
 """
 
 from __future__ import annotations

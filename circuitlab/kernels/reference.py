@@ -33,7 +33,7 @@ def sgatlin_combine(
 def sgatlin_route(
     subkey_scores_BxTx2xCxn: Float[Tensor, "batch pos 2 channel n_subkeys"], k: int
 ) -> tuple[Int[Tensor, "batch pos channel k"], Float[Tensor, "batch pos channel k"]]:
-    """Product top-k (seed 000, eq. 1; DESIGN section 3): per channel, the top-k of each half of the subkey
+    """Product top-k (seed 000, eq. 1; docs/designs/sgatlin.md): per channel, the top-k of each half of the subkey
     scores, the k*k sums of the two candidate lists, and the top-k of those. Returns neuron indices
     i1 * n + i2 (long) and gate values, the raw summed scores (gradients flow to the subkey scores)."""
     n_subkeys = subkey_scores_BxTx2xCxn.shape[-1]
@@ -50,7 +50,7 @@ def sgatlin_route(
     return first_BxTxCxK * n_subkeys + second_BxTxCxK, gates_BxTxCxK
 
 
-# --- NC-FFN sequence quantifiers (DESIGN section 4) ----------------------------------------------------
+# --- NC-FFN sequence quantifiers (docs/designs/legible.md) ----------------------------------------------------
 # Both recurrences are associative scans over (value a, decay g) pairs, composed left-to-right as
 #   existential: (a1, g1) then (a2, g2) -> (max(a2, g2 * a1), g1 * g2)
 #   proportion:  (a1, g1) then (a2, g2) -> (a2 + g2 * a1,      g1 * g2)
@@ -106,53 +106,7 @@ def proportion_loop(membership_BxTxU: Tensor, decay_U: Tensor) -> Tensor:
     return out
 
 
-# --- parity dictionary (DESIGN section 5) ---------------------------------------------------------------
-# phi_i = e_i for i < d; phi_i = R(M bits(i)) / sqrt(d) for i >= d, R(0) = +1, R(1) = -1.
-
-
-def index_bits(indices: Int[Tensor, "..."], n_bits: int) -> Int[Tensor, "... n_bits"]:
-    shifts = torch.arange(n_bits, device=indices.device)
-    return (indices.long()[..., None] >> shifts) & 1
-
-
-def parity_signs(indices: Int[Tensor, "..."], code_DxR: Int[Tensor, "d_model n_bits"]) -> Float[Tensor, "... d_model"]:
-    """The +-1 pattern R(M bits(i)) of each index (meaningful for i >= d)."""
-    bits = index_bits(indices, code_DxR.shape[1])
-    # parity of the integer product, taken mod 2 entrywise first; counts <= n_bits are exact in float32
-    # (CUDA has no integer matmul)
-    counts = bits.to(torch.float32) @ (code_DxR.T.to(torch.int64) & 1).to(torch.float32)
-    return 1.0 - 2.0 * counts.remainder(2.0)
-
-
-def parity_directions(
-    indices: Int[Tensor, "..."], code_DxR: Int[Tensor, "d_model n_bits"], dtype: torch.dtype = torch.float32
-) -> Float[Tensor, "... d_model"]:
-    """phi_i for arbitrary indices, computed from the index bits (no dictionary is stored)."""
-    d_model = code_DxR.shape[0]
-    pattern = parity_signs(indices, code_DxR) / d_model**0.5
-    basis = torch.nn.functional.one_hot(indices.long().clamp(max=d_model - 1), d_model).to(pattern.dtype)
-    is_basis = (indices < d_model)[..., None]
-    return torch.where(is_basis, basis, pattern).to(dtype)
-
-
-def parity_scores(
-    x_BxTxD: Float[Tensor, "batch pos d_model"],
-    candidates_BxTxF: Int[Tensor, "batch pos cand"],
-    code_DxR: Int[Tensor, "d_model n_bits"],
-) -> Float[Tensor, "batch pos cand"]:
-    """<x, phi_i> for each candidate index i of each token."""
-    directions = parity_directions(candidates_BxTxF, code_DxR, dtype=x_BxTxD.dtype)
-    return torch.einsum("btd,btfd->btf", x_BxTxD, directions)
-
-
-def parity_decode(
-    indices_BxTxK: Int[Tensor, "batch pos k"],
-    values_BxTxK: Float[Tensor, "batch pos k"],
-    code_DxR: Int[Tensor, "d_model n_bits"],
-) -> Float[Tensor, "batch pos d_model"]:
-    """x_hat = sum_i a_i phi_i."""
-    directions = parity_directions(indices_BxTxK, code_DxR, dtype=values_BxTxK.dtype)
-    return torch.einsum("btk,btkd->btd", values_BxTxK, directions)
+# --- the product parity bottleneck (architectures/bottleneck/parity.py) -------------------------------
 
 
 def parity_beam_top(

@@ -1,4 +1,4 @@
-"""Triton fast paths for the NC-FFN sequence quantifiers (DESIGN section 4) as parallel scans.
+"""Triton fast paths for the NC-FFN sequence quantifiers (docs/designs/legible.md) as parallel scans.
 
 Letters: S sequences (all leading dims flattened), T position, U unit.
 
@@ -26,7 +26,7 @@ import torch
 import triton
 import triton.language as tl
 
-from circuitlab.kernels import ops
+import circuitlab.kernels.ops as ops
 from circuitlab.kernels._triton_common import tuning_configs
 
 _SCAN_CONFIGS = [

@@ -12,36 +12,28 @@ neuron_pre * back, dz = sum g * back * w_in, and keeps g * back per assignment; 
 sorted by expert row (c, i) and one program per expert row sums its own assignments' contributions,
 dw_in = sum g * back * z and dw_out = sum g * neuron_pre * dy: every expert-gradient row is written exactly
 once, so duplicate indices need no atomics and the result does not depend on scheduling.
-Combine, backward, one pass ($CIRCUITLAB_SGATLIN_BACKWARD=atomic, opt-in, measured by
-benchmarks/bench_gpu.py): the token pass also adds g * back * z and g * neuron_pre * dy into a float32
-expert gradient with atomic adds, so the rows are gathered twice in all instead of three times and no sort
-is needed; the sums' order, hence their last bits, then depends on scheduling.
 Router: each thread holds one (token, channel) row. It walks the row's n subkey scores of each half,
 inserting each into a descending list of K registers (one comparison per slot with the new score; a slot
 takes the new score or the one above it, so the K slots update independently), then inserts only the pair
 sums that can reach the top K: pair (a, b) of the two ranked lists is beaten by every (a', b') with
 a' <= a and b' <= b, so only (a + 1)(b + 1) <= K can (20 of 64 pairs for K = 8). Ties go to the lower
 subkey, then to the lower neuron i1 * n + i2; -0.0 equals 0.0; with NaN scores the choice is unspecified
-(indices stay in range). For K > ROW_ROUTER_MAX_K the earlier, slower design takes over (BENCHMARKS.md
-compares them): one warp per tile of rows, each selection step an int64 max reduction over keys that pack
+(indices stay in range). For K > ROW_ROUTER_MAX_K a tiled design takes over (docs/decisions/sgatlin-router.md):
+one warp per tile of rows, each selection step an int64 max reduction over keys that pack
 the score's bits above who holds it.
 Backward: the gate gradients scattered onto the two subkeys of each gate.
 """
 
 from __future__ import annotations
 
-import os
-
 import torch
 import triton
 import triton.language as tl
 
-from circuitlab.kernels import ops
+import circuitlab.kernels.ops as ops
 from circuitlab.kernels._triton_common import next_power_of_2, tuning_configs
 
 MAX_D_MODEL = ops.MAX_D_MODEL
-BACKWARD_ENV_VAR = "CIRCUITLAB_SGATLIN_BACKWARD"
-BACKWARDS = ("sorted", "atomic")
 # the one-row-per-thread router unrolls about K^2 log K comparisons and holds three K-lists (values and ids)
 # per thread; beyond this K the tiled router takes over
 ROW_ROUTER_MAX_K = 16
@@ -49,9 +41,8 @@ ROW_ROUTER_MAX_K = 16
 
 def row_tile_candidates(name: str) -> list[triton.Config]:
     """Tiles of `name` rows x BLOCK_D columns in 2, 4 or 8 warps; the first (4 rows, 4 warps) fits any d_model
-    and is the one used without tuning. Pruned per call to tiles of 2K-8K elements, 8 warps only above 4K.
-    At sgatlin-stories' training batch on an H200, 8 rows in two warps were the fastest tile of every combine
-    kernel, 1.63x faster than four warps on the forward (BENCHMARKS.md, 2026-12-02)."""
+    and is the one used without tuning. Pruned per call to tiles of 2K-8K elements, 8 warps only above 4K
+    (docs/decisions/sgatlin-combine-tiles.md)."""
     first = triton.Config({name: 4}, num_warps=4)
     others = [
         triton.Config({name: rows}, num_warps=warps)
@@ -151,46 +142,6 @@ def _combine_bwd_token_kernel(
     tl.store(dz_ptr + token * D + d, dz.to(dz_ptr.dtype.element_ty), mask=d_ok)
 
 
-# --- combine, backward in one pass (expert gradients by atomic adds) ----------------------------------------
-
-
-# the kernel adds into its expert gradient, so timing candidate configs must start each from zeros
-@triton.autotune(configs=_ROW_TILE_CONFIGS, key=["D", "CK"], prune_configs_by={"early_config_prune": prune_row_tiles},
-                 reset_to_zero=["dexperts32_ptr"])
-@triton.jit
-def _combine_bwd_atomic_kernel(
-    dy_ptr, z_ptr, idx_ptr, gate_ptr, pre_ptr, experts_ptr, dz_ptr, dgate_ptr, dexperts32_ptr,
-    D, N, CK, K, OUT_OFFSET,
-    BLOCK_D: tl.constexpr, BLOCK_R: tl.constexpr,
-):
-    token = tl.program_id(0).to(tl.int64)
-    d = tl.arange(0, BLOCK_D)
-    d_ok = d < D
-    dy = tl.load(dy_ptr + token * D + d, mask=d_ok, other=0.0).to(tl.float32)
-    z = tl.load(z_ptr + token * D + d, mask=d_ok, other=0.0).to(tl.float32)
-    acc = tl.zeros([BLOCK_R, BLOCK_D], dtype=tl.float32)
-    for r0 in range(0, CK, BLOCK_R):
-        r = r0 + tl.arange(0, BLOCK_R)
-        r_ok = r < CK
-        neuron = tl.load(idx_ptr + token * CK + r, mask=r_ok, other=0).to(tl.int64)
-        gate = tl.load(gate_ptr + token * CK + r, mask=r_ok, other=0.0).to(tl.float32)
-        neuron_pre = tl.load(pre_ptr + token * CK + r, mask=r_ok, other=0.0)
-        row = ((r // K).to(tl.int64) * N + neuron) * D
-        tile_ok = r_ok[:, None] & d_ok[None, :]
-        w_in = tl.load(experts_ptr + row[:, None] + d[None, :], mask=tile_ok, other=0.0).to(tl.float32)
-        w_out = tl.load(experts_ptr + OUT_OFFSET + row[:, None] + d[None, :], mask=tile_ok, other=0.0).to(tl.float32)
-        back = tl.sum(w_out * dy[None, :], axis=1)
-        tl.store(dgate_ptr + token * CK + r, (neuron_pre * back).to(dgate_ptr.dtype.element_ty), mask=r_ok)
-        gate_back = gate * back
-        acc += gate_back[:, None] * w_in
-        tl.atomic_add(dexperts32_ptr + row[:, None] + d[None, :], gate_back[:, None] * z[None, :], mask=tile_ok,
-                      sem="relaxed")
-        tl.atomic_add(dexperts32_ptr + OUT_OFFSET + row[:, None] + d[None, :], (gate * neuron_pre)[:, None] * dy[None, :],
-                      mask=tile_ok, sem="relaxed")
-    dz = tl.sum(acc, axis=0)
-    tl.store(dz_ptr + token * D + d, dz.to(dz_ptr.dtype.element_ty), mask=d_ok)
-
-
 # --- combine, backward per expert row ---------------------------------------------------------------------
 
 
@@ -260,19 +211,8 @@ def expert_row_segments(indices_MxCK: torch.Tensor, n_channels: int, n_neurons: 
     return order_A, torch.searchsorted(sorted_keys_A, row_ids)
 
 
-def backward_design() -> str:
-    """The combine's backward: "sorted" (default: deterministic, three gathered passes in all) or "atomic"
-    (one pass, expert gradients by float32 atomic adds), from $CIRCUITLAB_SGATLIN_BACKWARD."""
-    design = os.environ.get(BACKWARD_ENV_VAR, "sorted").strip().lower()
-    if design not in BACKWARDS:
-        raise ValueError(f"${BACKWARD_ENV_VAR} = {design!r}; expected one of {', '.join(BACKWARDS)}")
-    return design
-
-
 def combine_backward(dy_MxD, z_MxD, indices_MxCK, gates_MxCK, experts, neuron_pre_MxCK, k, need_dexperts):
     """circuitlab::sgatlin_combine_bwd (see ops.py): dz, dgates, dexperts (empty [0] unless need_dexperts)."""
-    if need_dexperts and backward_design() == "atomic":
-        return _combine_backward_atomic(dy_MxD, z_MxD, indices_MxCK, gates_MxCK, experts, neuron_pre_MxCK, k)
     n_tokens, d_model = z_MxD.shape
     _, n_channels, n_neurons, _ = experts.shape
     ck = indices_MxCK.shape[1]
@@ -301,27 +241,6 @@ def combine_backward(dy_MxD, z_MxD, indices_MxCK, gates_MxCK, experts, neuron_pr
         BLOCK_D=block_d,
     )
     return dz_MxD, dgates_MxCK, dexperts
-
-
-def _combine_backward_atomic(dy_MxD, z_MxD, indices_MxCK, gates_MxCK, experts, neuron_pre_MxCK, k):
-    n_tokens, d_model = z_MxD.shape
-    _, n_channels, n_neurons, _ = experts.shape
-    ck = indices_MxCK.shape[1]
-    z_MxD, indices_MxCK, gates_MxCK = z_MxD.contiguous(), indices_MxCK.contiguous(), gates_MxCK.contiguous()
-    experts, neuron_pre_MxCK, dy_MxD = experts.contiguous(), neuron_pre_MxCK.contiguous(), dy_MxD.contiguous()
-    dz_MxD = torch.empty_like(z_MxD)
-    dgates_MxCK = torch.empty_like(gates_MxCK)
-    dexperts32 = torch.zeros(experts.shape, dtype=torch.float32, device=experts.device)
-    if n_tokens > 0:
-        _combine_bwd_atomic_kernel[(n_tokens,)](
-            dy_MxD, z_MxD, indices_MxCK, gates_MxCK, neuron_pre_MxCK, experts, dz_MxD, dgates_MxCK, dexperts32,
-            d_model, n_neurons, ck, k, n_channels * n_neurons * d_model,
-            BLOCK_D=next_power_of_2(d_model),
-        )
-    return dz_MxD, dgates_MxCK, dexperts32.to(experts.dtype)
-
-
-# --- product top-k router --------------------------------------------------------------------------------
 
 
 @triton.jit

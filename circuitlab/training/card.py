@@ -13,44 +13,14 @@ from pathlib import Path
 from typing import Any
 
 from circuitlab.atomic import atomic_write_text
-from circuitlab.config import ModelConfig, bottleneck_description, ncffn_partition
+from circuitlab.config import ModelConfig
 
 CARD_FILE = "card.md"
 METRICS_FILE = "metrics.json"
 
 
 def _architecture_lines(config: ModelConfig) -> list[str]:
-    attention = config.attention
-    ffn = config.feedforward
-    lines = [
-        f"- skeleton: {config.n_layers} layers, d_model {config.d_model}, {config.n_heads} heads of {config.d_head}, "
-        f"context {config.n_ctx}, vocabulary {config.d_vocab}",
-        f"- {config.positional} positions{f' (base {config.rope_base:g})' if config.positional == 'rope' else ''}, "
-        f"pre-{config.norm} (eps {config.norm_eps:g}), QK-norm {'on' if attention.qk_norm else 'off'}, "
-        f"{'tied' if config.tied_embeddings else 'untied'} embeddings",
-    ]
-    if attention.value_mode == "standard" or attention.n_special == 0:
-        lines.append("- attention: standard softmax heads")
-    else:
-        lines.append(f"- attention: {attention.value_mode} values on {attention.n_special} of {config.n_heads} heads")
-    if ffn.type == "sgatlin":
-        lines.append(
-            f"- FFN: sgatlin, {ffn.n_channels} channels x {ffn.d_ffw} neurons, k {ffn.k} per channel, d_key {ffn.d_key}"
-        )
-    elif ffn.type == "ncffn":
-        n_gelu, n_pairs, n_quant = ncffn_partition(ffn)
-        lines.append(
-            f"- FFN: NC-FFN width {ffn.d_ffw} (rho {ffn.rho:g}): {n_gelu} GELU units, {n_pairs} AND/AND-NOT operator "
-            f"pairs, {n_quant} sequence quantifiers"
-        )
-    else:
-        lines.append(f"- FFN: {ffn.type}, width {ffn.d_ffw}")
-    if config.bottleneck is not None:
-        lines.append(f"- parity bottleneck in every block: {bottleneck_description(config)}")
-    from circuitlab.training.pressure import describe
-
-    lines.append(f"- selectivity pressures: {describe(config.selectivity)}")
-    return lines
+    return [f"- {line}" for line in config.describe()] + [f"- selectivity pressures: {config.selectivity.describe()}"]
 
 
 def _format_seconds(seconds: float) -> str:
@@ -68,6 +38,8 @@ def write_card(
     device: str,
     held_out_ppl: float,
     fact_accuracy: float | None,
+    held_out_sets: dict[str, float] | None = None,
+    held_out_description: str = "held-out text the training never saw",
     config: ModelConfig | None = None,
     design_notes: str = "",
     train_settings: dict[str, Any] | None = None,
@@ -78,6 +50,9 @@ def write_card(
 ) -> Path:
     """Write `folder/card.md` and return its path. `config` defaults to the folder's config.json.
 
+    held_out_sets: {name: perplexity} of each held-out set when there are several (the natural stories and the
+    generated ones): each gets its own column instead of the perplexity of their concatenation.
+    held_out_description: what the held-out perplexity is measured on (DataSpec.held_out_description).
     warnings: training warnings (overfitting) shown right under the results."""
     folder = Path(folder)
     if config is None:
@@ -89,13 +64,16 @@ def write_card(
         "",
         "## Results",
         "",
-        "| held-out perplexity | fact accuracy | tokens seen | wall time | device |",
-        "|---|---|---|---|---|",
-        f"| {held_out_ppl:.3f} | {fact_text} | {tokens_seen:,} | {_format_seconds(wall_seconds)} | {device} |",
+    ]
+    perplexities = held_out_sets or {"held-out": held_out_ppl}
+    lines += [
+        "| " + " | ".join(f"{name} perplexity" for name in perplexities) + " | fact accuracy | tokens seen | wall time | device |",
+        "|" + "---|" * (len(perplexities) + 4),
+        "| " + " | ".join(f"{ppl:.3f}" for ppl in perplexities.values())
+        + f" | {fact_text} | {tokens_seen:,} | {_format_seconds(wall_seconds)} | {device} |",
         "",
-        "Held-out perplexity is measured on stories from a generator seed the training corpus never used; fact "
-        "accuracy is the fraction of single-token noun -> adjective facts for which the model's top next token "
-        'after "The [noun] was" is the adjective.',
+        f"Perplexity is measured on {held_out_description}; fact accuracy is the fraction of single-token noun -> "
+        'adjective facts for which the model\'s top next token after "The [noun] was" is the adjective.',
         "",
     ]
     if warnings:
@@ -147,6 +125,8 @@ def write_card_from_metrics(folder: str | os.PathLike, design_notes: str = "", t
         device=metrics["device"],
         held_out_ppl=metrics["held_out_ppl"],
         fact_accuracy=metrics.get("fact_accuracy"),
+        held_out_sets={name: values["ppl"] for name, values in (metrics.get("held_out_sets") or {}).items()} or None,
+        held_out_description=metrics.get("held_out", "held-out text the training never saw"),
         design_notes=design_notes,
         train_settings=metrics.get("train_settings"),
         parameter_count=metrics.get("parameters"),

@@ -1,13 +1,19 @@
 """Training data for `circuitlab train`: documents -> tokenizer -> packed windows, cached in a data folder.
 
+Every source gives three disjoint splits: training documents, validation documents (the loss a run
+evaluates as it trains and chooses its checkpoint on) and held-out documents (the loss its card reports).
+
 Sources (one per run):
-    stories (default)   `n_stories` generated stories with the training seed; the held-out set is
-                        `n_held_out` stories of the held-out generator seed, so no held-out story was trained on.
+    stories (default)   `n_stories` generated stories with the training seed; `n_validation` stories of the
+                        validation seed and `n_held_out` of the held-out seed, so no evaluated story was trained on.
                         With `natural_dir`, the mixture: the natural stories' training split, repeated
-                        `natural_upsample` times, joins the generated stories, and there are two held-out sets,
-                        "natural" (the natural held-out split) and "generated" (the held-out seed's stories)
+                        `natural_upsample` times, joins the generated stories, and each evaluation split has two
+                        sets, "natural" (the natural stories' validation or held-out split) and "generated"
     text / jsonl / hf   documents from circuitlab.data.loaders (text files split by `text_split`, see
-                        load_text_files); a seeded `held_out_fraction` of the documents is held out
+                        load_text_files); a seeded `held_out_fraction` of the documents is held out and a
+                        `validation_fraction` set aside for validation
+    (streamed)          `streaming` reads an hf source document by document into token shards on disk
+                        (circuitlab.training.streamed)
 
 The tokenizer is loaded from `tokenizer_path`, or trained on the training documents (`vocab_size`). Token
 streams are packed with circuitlab.data.pack_sequences into windows of seq_len + 1 tokens (each document
@@ -15,7 +21,7 @@ preceded by the separator), so a window gives seq_len inputs and seq_len next-to
 
 Everything lands in `data_dir` under a key made of the source, the tokenizer's hash and the window length:
     tokenizer-<key>.json           a tokenizer trained here
-    windows-<key>.safetensors      int32 `train` and `held_out` windows (never pickled)
+    windows-<key>.safetensors      int32 `train`, `validation` and `held_out` windows (never pickled)
     windows-<key>.json             what they were made from
 A second run with the same settings (a resumed one, or another model on the same corpus) reads them back.
 Writes are atomic, so concurrent runs sharing a data folder cannot read a half-written file.
@@ -29,7 +35,8 @@ import hashlib
 import json
 import os
 import random
-from dataclasses import asdict, dataclass, field
+from collections.abc import Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -38,23 +45,30 @@ import torch
 from jaxtyping import Int
 from torch import Tensor
 
+from pydantic import model_validator
+
 from circuitlab.atomic import atomic_write, atomic_write_text
 from circuitlab.errors import UserError
+from circuitlab.settings import Settings
 
 
-@dataclass
-class DataSpec:
-    """Where the documents come from and how they are split and tokenized."""
+class DataSpec(Settings):
+    """Where the documents come from and how they are split and tokenized (checked when built)."""
 
     source: str = "stories"  # stories | text | jsonl | hf
-    paths: list[str] = field(default_factory=list)  # text/jsonl files, or the HF dataset name/path
+    paths: tuple[str, ...] = ()  # text/jsonl files, or the HF dataset name/path
     n_stories: int = 20000
     story_seed: int = 0  # circuitlab.data.TRAIN_SEED
     n_held_out: int = 500
+    n_validation: int = 200
     text_field: str = "text"
     hf_split: str = "train"
     hf_limit: int | None = None
     held_out_fraction: float = 0.02
+    validation_fraction: float = 0.02
+    streaming: bool = False  # hf source only: tokenize into shards on disk (circuitlab.training.streamed)
+    workers: int = 0  # processes tokenizing a streamed source (0: one per core, at most 8)
+    shard_documents: int = 20000  # documents per shard group of a streamed source
     split_seed: int = 0
     vocab_size: int = 4096
     tokenizer_path: str | None = None
@@ -63,58 +77,84 @@ class DataSpec:
     natural_dir: str | None = None  # a folder with prompts.jsonl and stories/ (data/natural)
     natural_upsample: int = 1
 
-    def validate(self) -> None:
+    @model_validator(mode="after")
+    def _consistent(self) -> DataSpec:
         from circuitlab.data.loaders import SPLIT_MODES
 
         if self.source not in ("stories", "text", "jsonl", "hf"):
-            raise UserError(f"unknown data source {self.source!r}; expected stories, text, jsonl or hf")
+            raise ValueError(f"unknown data source {self.source!r}; expected stories, text, jsonl or hf")
         if self.text_split not in SPLIT_MODES:
-            raise UserError(f"--text-split {self.text_split!r}; expected one of {', '.join(SPLIT_MODES)}")
+            raise ValueError(f"--text-split {self.text_split!r}; expected one of {', '.join(SPLIT_MODES)}")
         if self.window_chars < 1:
-            raise UserError(f"--window-chars must be positive, got {self.window_chars}")
+            raise ValueError(f"--window-chars must be positive, got {self.window_chars}")
         if self.natural_dir is not None and self.source != "stories":
-            raise UserError("--natural mixes the natural stories into the generated ones; it cannot go with "
+            raise ValueError("--natural mixes the natural stories into the generated ones; it cannot go with "
                              "--text, --jsonl or --hf-dataset (pass the story files to --text instead)")
         if self.natural_upsample < 1:
-            raise UserError(f"--natural-upsample must be a positive whole number of copies, got {self.natural_upsample}")
+            raise ValueError(f"--natural-upsample must be a positive whole number of copies, got {self.natural_upsample}")
         if self.source == "stories":
             if self.n_stories < 0 or self.n_held_out <= 0 or (self.n_stories == 0 and self.natural_dir is None):
-                raise UserError(
+                raise ValueError(
                     f"--n-stories ({self.n_stories}) and --held-out-stories ({self.n_held_out}) must be positive"
                 )
         else:
             if not self.paths:
-                raise UserError(f"data source {self.source!r} needs at least one path")
+                raise ValueError(f"data source {self.source!r} needs at least one path")
             if not 0.0 < self.held_out_fraction < 1.0:
-                raise UserError(f"--held-out-fraction must lie in (0, 1), got {self.held_out_fraction}")
+                raise ValueError(f"--held-out-fraction must lie in (0, 1), got {self.held_out_fraction}")
+            if not 0.0 < self.validation_fraction < 1.0 - self.held_out_fraction:
+                raise ValueError(f"--validation-fraction must lie in (0, 1 - held-out fraction), got {self.validation_fraction}")
+        if self.streaming and self.source != "hf":
+            raise ValueError("--streaming reads a dataset document by document; it goes with --hf-dataset")
+        if self.source == "stories" and self.n_validation <= 0:
+            raise ValueError(f"--validation-stories must be positive, got {self.n_validation}")
+        return self
+
+    def held_out_description(self) -> str:
+        """What the held-out loss is measured on, in a few words (the card's sentence)."""
+        return self.describe().split("held out: ", 1)[1]
 
     def describe(self) -> str:
         if self.source == "stories" and self.natural_dir is not None:
             return (f"natural stories' training split x {self.natural_upsample} + {self.n_stories} generated stories "
-                    f"(seed {self.story_seed}); held out: the natural held-out split and {self.n_held_out} stories "
-                    "of the held-out seed")
-        if self.source == "stories":
-            return (f"{self.n_stories} generated stories (seed {self.story_seed}); held out: {self.n_held_out} "
+                    f"(seed {self.story_seed}); validation: the natural validation split and {self.n_validation} "
+                    f"stories of the validation seed; held out: the natural held-out split and {self.n_held_out} "
                     "stories of the held-out seed")
-        return f"{self.source} {', '.join(self.paths)}; held out: {self.held_out_fraction:g} of the documents"
+        if self.source == "stories":
+            return (f"{self.n_stories} generated stories (seed {self.story_seed}); validation: {self.n_validation} "
+                    f"stories of the validation seed; held out: {self.n_held_out} stories of the held-out seed")
+        return (f"{self.source} {', '.join(self.paths)}{' (streamed)' if self.streaming else ''}; validation: "
+                f"{self.validation_fraction:g} of the documents; held out: {self.held_out_fraction:g} of the documents")
 
 
 @dataclass
 class PreparedData:
-    train_windows: Int[Tensor, "n W"]
+    train_windows: Int[Tensor, "n W"]  # or circuitlab.training.streamed.ShardWindows, read from disk on demand
     held_out_windows: Int[Tensor, "n_held W"]
     tokenizer: Any
     manifest: dict[str, Any]
     # named held-out sets evaluated separately at the end ("natural", "generated"); empty for one-set sources
     held_out_sets: dict[str, Tensor] = field(default_factory=dict)
+    validation_windows: Int[Tensor, "n_val W"] | None = None
+    validation_sets: dict[str, Tensor] = field(default_factory=dict)
 
 
-def _key(payload: dict[str, Any]) -> str:
+@dataclass
+class DocumentSets:
+    """Training documents and the named validation and held-out sets (one set is named "held_out" /
+    "validation" for sources without named sets)."""
+
+    train: list[str]
+    validation: dict[str, list[str]]
+    held_out: dict[str, list[str]]
+
+
+def content_key(payload: dict[str, Any]) -> str:
     return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:16]
 
 
-def _source_payload(spec: DataSpec) -> dict[str, Any]:
-    payload = asdict(spec)
+def source_payload(spec: DataSpec) -> dict[str, Any]:
+    payload = spec.model_dump(mode="json")
     payload.pop("tokenizer_path")
     if spec.source in ("text", "jsonl"):
         payload["paths"] = [_shown_path(Path(p)) for p in spec.paths]
@@ -146,29 +186,29 @@ def _file_signature(path: Path) -> Any:
     return _shown_path(path)
 
 
-def load_document_sets(spec: DataSpec, show_progress: bool = True) -> tuple[list[str], dict[str, list[str]]]:
-    """(training documents, {held-out set name: documents}); a single held-out set is named "held_out"."""
-    from circuitlab.data import HELD_OUT_SEED, iter_stories, load_hf_dataset, load_jsonl, load_text_files
+def load_document_sets(spec: DataSpec, show_progress: bool = True) -> DocumentSets:
+    """The training documents and the named validation and held-out sets of `spec`."""
+    from circuitlab.data import HELD_OUT_SEED, VALIDATION_SEED, iter_stories, load_hf_dataset, load_jsonl, load_text_files
 
-    spec.validate()
     if spec.source == "stories":
-        if spec.story_seed == HELD_OUT_SEED:
-            raise UserError(f"story seed {HELD_OUT_SEED} is the held-out seed; train on another seed")
+        if spec.story_seed in (HELD_OUT_SEED, VALIDATION_SEED):
+            raise UserError(f"story seed {spec.story_seed} is an evaluation seed; train on another seed")
         train = [s.text for s in iter_stories(spec.n_stories, spec.story_seed, show_progress=show_progress)]
-        held_out = [s.text for s in iter_stories(spec.n_held_out, HELD_OUT_SEED, show_progress=False)]
+        validation = [s.text for s in iter_stories(spec.n_validation, VALIDATION_SEED)]
+        held_out = [s.text for s in iter_stories(spec.n_held_out, HELD_OUT_SEED)]
         if spec.natural_dir is None:
-            return train, {"held_out": held_out}
+            return DocumentSets(train, {"validation": validation}, {"held_out": held_out})
         from circuitlab.data.natural import load_natural_stories
 
         natural = load_natural_stories(spec.natural_dir)
-        natural_train = [story.text for story in natural.train()]
-        natural_held = [story.text for story in natural.held_out()]
-        if not natural_train or not natural_held:
+        splits = {name: [story.text for story in natural.split(name)] for name in ("train", "validation", "held_out")}
+        if not all(splits.values()):
             raise UserError(f"{spec.natural_dir}: {len(natural.stories)} natural stories are too few to split "
-                             f"({len(natural_train)} training, {len(natural_held)} held out)")
-        train = train + natural_train * spec.natural_upsample
+                             f"({', '.join(f'{len(texts)} {name}' for name, texts in splits.items())})")
+        train = train + splits["train"] * spec.natural_upsample
         random.Random(spec.split_seed).shuffle(train)  # copies of a story land far apart in the packed stream
-        return train, {"natural": natural_held, "generated": held_out}
+        return DocumentSets(train, {"natural": splits["validation"], "generated": validation},
+                            {"natural": splits["held_out"], "generated": held_out})
     if spec.source == "text":
         documents = load_text_files(spec.paths, split_documents=spec.text_split, window_chars=spec.window_chars)
     elif spec.source == "jsonl":
@@ -181,14 +221,19 @@ def load_document_sets(spec: DataSpec, show_progress: bool = True) -> tuple[list
     order = list(range(len(documents)))
     random.Random(spec.split_seed).shuffle(order)
     n_held = max(1, int(round(spec.held_out_fraction * len(documents))))
-    if n_held >= len(documents):
+    n_validation = max(1, int(round(spec.validation_fraction * len(documents))))
+    if n_held + n_validation >= len(documents):
         hint = " or a smaller --window-chars" if spec.source == "text" else ""
         raise UserError(
-            f"the corpus has {len(documents)} documents: too few to hold out {spec.held_out_fraction:g} of them "
-            f"and still train; give more text{hint}"
+            f"the corpus has {len(documents)} documents: too few to hold out {spec.held_out_fraction:g} and "
+            f"{spec.validation_fraction:g} of them for validation and still train; give more text{hint}"
         )
-    held = set(order[:n_held])
-    return [d for i, d in enumerate(documents) if i not in held], {"held_out": [documents[i] for i in sorted(held)]}
+    held, validation = set(order[:n_held]), set(order[n_held:n_held + n_validation])
+    return DocumentSets(
+        [d for i, d in enumerate(documents) if i not in held and i not in validation],
+        {"validation": [documents[i] for i in sorted(validation)]},
+        {"held_out": [documents[i] for i in sorted(held)]},
+    )
 
 
 def _pack(documents: list[str], tokenizer: Any, window: int, what: str, show_progress: bool) -> Tensor:
@@ -205,75 +250,152 @@ def prepare_data(
     spec: DataSpec, seq_len: int, data_dir: str | os.PathLike, show_progress: bool = True
 ) -> PreparedData:
     """Load or build the tokenizer and the packed windows of `spec` (see the module docstring)."""
-    from circuitlab.architectures.checkpoint import CheckpointError, load_tensors, save_tensors
-    from circuitlab.data import CircuitTokenizer, train_tokenizer
+    from circuitlab.architectures.weights import CheckpointError, load_tensors, save_tensors
+    from circuitlab.data import train_tokenizer
 
-    spec.validate()
     data_dir = Path(data_dir)
     data_dir.mkdir(parents=True, exist_ok=True)
-    source_key = _key(_source_payload(spec))
-    documents: tuple[list[str], dict[str, list[str]]] | None = None
+    if spec.streaming:
+        return prepare_streamed(spec, seq_len, data_dir, show_progress)
+    source_key = content_key(source_payload(spec))
+    documents: DocumentSets | None = None
+    tokenizer, path = read_tokenizer(spec, data_dir / f"tokenizer-{source_key}.json")
+    if tokenizer is None:
+        documents = load_document_sets(spec, show_progress)
+        tokenizer = train_tokenizer(documents.train, vocab_size=spec.vocab_size, show_progress=False)
+        atomic_write(path, tokenizer.save)
+
+    window = seq_len + 1
+    windows_key = content_key({"source": source_key, "tokenizer": tokenizer.hash(), "window": window})
+    windows_path = data_dir / f"windows-{windows_key}.safetensors"
+    manifest_path = data_dir / f"windows-{windows_key}.json"
+    if windows_path.exists() and manifest_path.exists():
+        try:
+            stored = load_tensors(windows_path)[0]  # checks the sha256 recorded when the cache was written
+            named = {split: {name.split("/", 1)[1]: windows for name, windows in stored.items() if name.startswith(f"{split}/")}
+                     for split in ("held_out", "validation")}
+            return PreparedData(stored["train"], stored["held_out"], tokenizer, json.loads(manifest_path.read_text()),
+                                named["held_out"], stored["validation"], named["validation"])
+        except (CheckpointError, OSError, ValueError, KeyError):
+            pass  # damaged cache: rebuild it below
+    if documents is None:
+        documents = load_document_sets(spec, show_progress)
+    train_windows = _pack(documents.train, tokenizer, window, "training", show_progress)
+    tensors = {"train": train_windows}
+    counts: dict[str, Any] = {}
+    for split, sets in (("validation", documents.validation), ("held_out", documents.held_out)):
+        docs = [doc for texts in sets.values() for doc in texts]
+        tensors[split] = _pack(docs, tokenizer, window, split.replace("_", "-"), show_progress=False)
+        counts[f"{split}_documents"] = len(docs)
+        counts[f"{split}_windows"] = int(tensors[split].shape[0])
+        counts[f"{split}_tokens"] = int(tensors[split].numel())
+        if len(sets) > 1:
+            for name, texts in sets.items():
+                tensors[f"{split}/{name}"] = _pack(texts, tokenizer, window, f"{name} {split}", show_progress=False)
+            counts[f"{split}_sets"] = {name: {"documents": len(sets[name]), "windows": int(tensors[f"{split}/{name}"].shape[0]),
+                                              "tokens": int(tensors[f"{split}/{name}"].numel())} for name in sets}
+        else:
+            counts[f"{split}_sets"] = {}
+    manifest = {
+        "source": spec.describe(),
+        "spec": source_payload(spec),
+        "tokenizer_hash": tokenizer.hash(),
+        "vocab_size": tokenizer.vocab_size,
+        "window": window,
+        "train_documents": len(documents.train),
+        "train_windows": int(train_windows.shape[0]),
+        "train_tokens": int(train_windows.numel()),
+        **counts,
+    }
+    save_tensors({name: tensor.contiguous() for name, tensor in tensors.items()}, windows_path)
+    atomic_write_text(manifest_path, json.dumps(manifest, indent=1) + "\n")
+    named = {split: {name.split("/", 1)[1]: windows for name, windows in tensors.items() if name.startswith(f"{split}/")}
+             for split in ("held_out", "validation")}
+    return PreparedData(train_windows, tensors["held_out"], tokenizer, manifest, named["held_out"],
+                        tensors["validation"], named["validation"])
+
+
+def read_tokenizer(spec: DataSpec, cached: Path) -> tuple[Any, Path]:
+    """(the tokenizer of --tokenizer, or the one cached at `cached`, or None when it must be trained; the path
+    a trained one is saved to)."""
+    from circuitlab.data import CircuitTokenizer
 
     if spec.tokenizer_path is not None:
         path = Path(spec.tokenizer_path)
         if not path.is_file():
             raise UserError(f"--tokenizer {path}: no such file (train one with `circuitlab tokenizer`)")
         try:
-            tokenizer = CircuitTokenizer.from_file(path)
+            return CircuitTokenizer.from_file(path), path
         except Exception as error:  # the tokenizers library raises its own exception types
             raise UserError(f"--tokenizer {path} cannot be read as a tokenizer.json ({error})") from None
-    else:
-        path = data_dir / f"tokenizer-{source_key}.json"
-        tokenizer = None
-        if path.exists():
-            try:
-                tokenizer = CircuitTokenizer.from_file(path)
-            except ValueError:
-                tokenizer = None  # a damaged cache file: train the tokenizer again below
-        if tokenizer is None:
-            documents = load_document_sets(spec, show_progress)
-            tokenizer = train_tokenizer(documents[0], vocab_size=spec.vocab_size, show_progress=False)
-            atomic_write(path, tokenizer.save)
-
-    window = seq_len + 1
-    windows_key = _key({"source": source_key, "tokenizer": tokenizer.hash(), "window": window})
-    windows_path = data_dir / f"windows-{windows_key}.safetensors"
-    manifest_path = data_dir / f"windows-{windows_key}.json"
-    if windows_path.exists() and manifest_path.exists():
+    if cached.exists():
         try:
-            stored = load_tensors(windows_path)[0]  # checks the sha256 recorded when the cache was written
-            sets = {name.removeprefix("held_out/"): windows for name, windows in stored.items() if name.startswith("held_out/")}
-            return PreparedData(stored["train"], stored["held_out"], tokenizer, json.loads(manifest_path.read_text()), sets)
-        except (CheckpointError, OSError, ValueError, KeyError):
-            pass  # damaged cache: rebuild it below
-    if documents is None:
-        documents = load_document_sets(spec, show_progress)
-    train_docs, held_sets = documents
-    held_docs = [doc for docs in held_sets.values() for doc in docs]
-    train_windows = _pack(train_docs, tokenizer, window, "training", show_progress)
-    held_out_windows = _pack(held_docs, tokenizer, window, "held-out", show_progress=False)
-    named_sets = {} if len(held_sets) == 1 else {
-        name: _pack(docs, tokenizer, window, f"{name} held-out", show_progress=False) for name, docs in held_sets.items()}
-    manifest = {
+            return CircuitTokenizer.from_file(cached), cached
+        except ValueError:
+            pass  # a damaged cache file: trained again
+    return None, cached
+
+
+def prepare_streamed(spec: DataSpec, seq_len: int, data_dir: Path, show_progress: bool = True) -> PreparedData:
+    """PreparedData of a streamed hf source (circuitlab.training.streamed): tokenizer, shards, windows."""
+    from circuitlab.data import train_tokenizer
+    from circuitlab.data.hf import iter_documents
+    from circuitlab.training.streamed import (
+        SPLITS, TOKENIZER_DOCUMENTS, ShardWindows, iter_training_documents, write_shards,
+    )
+
+    if len(spec.paths) != 1:
+        raise UserError("--streaming reads one dataset; give one --hf-dataset")
+    payload = source_payload(spec)
+    for name in ("workers", "shard_documents"):  # how the shards are made, not what they hold
+        payload.pop(name, None)
+    source_key = content_key(payload)
+
+    def documents() -> Iterator[str]:  # the stream, from its start
+        return iter_documents(spec.paths[0], split=spec.hf_split, text_field=spec.text_field, limit=spec.hf_limit)
+
+    tokenizer, path = read_tokenizer(spec, data_dir / f"tokenizer-{source_key}.json")
+    if tokenizer is None:
+        texts = iter_training_documents(documents(), spec.held_out_fraction, spec.validation_fraction, TOKENIZER_DOCUMENTS)
+        if not texts:
+            raise UserError(f"{spec.paths[0]}: no training documents to train a tokenizer on")
+        tokenizer = train_tokenizer(texts, vocab_size=spec.vocab_size, show_progress=False)
+        from circuitlab.atomic import atomic_write
+
+        atomic_write(path, tokenizer.save)
+    key = content_key({"source": source_key, "tokenizer": tokenizer.hash()})
+    folder = data_dir / f"shards-{key}"
+    manifest = write_shards(
+        documents(), tokenizer, folder, key=key, held_out_fraction=spec.held_out_fraction,
+        validation_fraction=spec.validation_fraction, shard_documents=spec.shard_documents, workers=spec.workers,
+        show_progress=show_progress, description=spec.describe(),
+    )
+    window = seq_len + 1
+    train = ShardWindows(folder, manifest, "train", window)
+    validation = ShardWindows(folder, manifest, "validation", window).load()
+    held_out = ShardWindows(folder, manifest, "held_out", window).load()
+    for name, windows in (("training", train), ("validation", validation), ("held-out", held_out)):
+        if windows.shape[0] == 0:
+            raise UserError(f"the streamed corpus gives no {name} windows of {window} tokens; give more documents "
+                            "or a larger --held-out-fraction / --validation-fraction")
+    counts = {split: sum(group["files"][split]["documents"] for group in manifest["groups"]) for split in SPLITS}
+    summary = {
         "source": spec.describe(),
-        "spec": _source_payload(spec),
+        "spec": payload,
         "tokenizer_hash": tokenizer.hash(),
         "vocab_size": tokenizer.vocab_size,
         "window": window,
-        "train_documents": len(train_docs),
-        "held_out_documents": len(held_docs),
-        "train_windows": int(train_windows.shape[0]),
-        "held_out_windows": int(held_out_windows.shape[0]),
-        "train_tokens": int(train_windows.numel()),
-        "held_out_tokens": int(held_out_windows.numel()),
-        "held_out_sets": {name: {"documents": len(held_sets[name]), "windows": int(windows.shape[0]),
-                                 "tokens": int(windows.numel())} for name, windows in named_sets.items()},
+        "shards": folder.name,
+        "train_documents": counts["train"],
+        "train_windows": train.shape[0],
+        "train_tokens": train.numel(),
+        **{f"{split}_{what}": value for split, windows in (("validation", validation), ("held_out", held_out))
+           for what, value in (("documents", counts[split]), ("windows", int(windows.shape[0])),
+                               ("tokens", int(windows.numel())))},
+        "validation_sets": {},
+        "held_out_sets": {},
     }
-    tensors = {"train": train_windows.contiguous(), "held_out": held_out_windows.contiguous()}
-    tensors.update({f"held_out/{name}": windows.contiguous() for name, windows in named_sets.items()})
-    save_tensors(tensors, windows_path)
-    atomic_write_text(manifest_path, json.dumps(manifest, indent=1) + "\n")
-    return PreparedData(train_windows, held_out_windows, tokenizer, manifest, named_sets)
+    return PreparedData(train, held_out, tokenizer, summary, {}, validation, {})
 
 
 def unigram_entropy(windows: Int[Tensor, "n W"], vocab_size: int) -> float:
@@ -284,19 +406,19 @@ def unigram_entropy(windows: Int[Tensor, "n W"], vocab_size: int) -> float:
     return float(-(probs * np.log(probs)).sum())
 
 
-def evaluate_held_out_sets(trainer: Any, sets: dict[str, Tensor], vocab_size: int) -> dict[str, dict[str, float]]:
-    """Loss (nats/token), perplexity, unigram entropy and token count of each named held-out set, with the
+def evaluate_sets(trainer: Any, sets: dict[str, Tensor], vocab_size: int) -> dict[str, dict[str, float]]:
+    """Loss (nats/token), perplexity, unigram entropy and token count of each named set of windows, with the
     trainer's own evaluation (so every rank of a distributed run must call it)."""
     import math
 
     results = {}
-    default = trainer.held_out_windows
+    default = trainer.eval_windows
     try:
         for name, windows in sets.items():
-            trainer.held_out_windows = windows
+            trainer.eval_windows = windows
             loss = trainer.evaluate()
             results[name] = {"loss": loss, "ppl": math.exp(loss), "unigram_entropy": unigram_entropy(windows, vocab_size),
                              "tokens": int(windows[:, 1:].numel())}
     finally:
-        trainer.held_out_windows = default
+        trainer.eval_windows = default
     return results

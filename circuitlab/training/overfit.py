@@ -2,14 +2,15 @@
 its training loss alone (3.3 KB of text trains to loss 0.001 at held-out perplexity 668,908).
 
 Two signs, each reported once with the numbers behind it:
-- memorising: the held-out loss rose by more than `rise` nats above its best evaluation while the
+- memorising: the validation loss rose by more than `rise` nats above its best evaluation while the
   training loss (its running median) kept falling since that evaluation;
 - many passes: the run trained on more than `max_passes` times the corpus' training tokens.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import sys
+from collections.abc import Callable, Sequence
 from typing import Any
 
 RISE_NATS = 0.1  # perplexity up ~10% from its best: beyond the evaluation noise of the shipped runs
@@ -34,14 +35,15 @@ def overfitting_warnings(
     if len(evaluations) >= 2:
         best = min(evaluations, key=lambda record: record["eval_loss"])
         last = evaluations[-1]
-        train_then = best.get("running_loss", best["loss"])
-        train_now = last.get("running_loss", last["loss"])
+        # the running (median) loss once the guard's window is full, the step's own loss before
+        train_then = best.get("running_loss") if best.get("running_loss") is not None else best["loss"]
+        train_now = last.get("running_loss") if last.get("running_loss") is not None else last["loss"]
         if last["step"] > best["step"] and last["eval_loss"] - best["eval_loss"] > rise and train_now < train_then:
             warnings.append(
-                f"overfitting: the held-out loss rose from {best['eval_loss']:.3f} at step {best['step']} to "
+                f"overfitting: the validation loss rose from {best['eval_loss']:.3f} at step {best['step']} to "
                 f"{last['eval_loss']:.3f} at step {last['step']} while the training loss fell from {train_then:.3f} "
-                f"to {train_now:.3f}; the model is memorising its training text. Train on more text, or stop near "
-                f"step {best['step']} (--steps)"
+                f"to {train_now:.3f}; the model is memorising its training text. The run keeps the weights of its "
+                "lowest validation loss (unless --keep-last); train on more text to do better"
             )
     if train_tokens > 0 and tokens_seen > max_passes * train_tokens:
         warnings.append(
@@ -50,3 +52,13 @@ def overfitting_warnings(
             "loss says little about text it has not seen. Use a larger corpus or fewer --steps"
         )
     return warnings
+
+
+def report_warnings(warnings: list[str], history: Sequence[dict[str, Any]], log: Callable[[str], None], printed: bool) -> None:
+    """Log each warning the history does not hold yet (a resumed run logged it before) and print it."""
+    logged = {record.get("warning") for record in history}
+    for message in warnings:
+        if message not in logged:
+            log(message)
+        if printed:
+            print(f"warning: {message}", file=sys.stderr)

@@ -9,13 +9,13 @@ off) for more than 99% of tokens: the pressure, not the task, decided the operan
 The rule (SelectivityConfig normalization "mean", the *-stories legible presets):
 1. Normalise each term to a mean over tokens, operand channels and layers, so a term lies in [0, lambda]
    (sparsity) or [0, lambda / 4] (crispness) nats/token whatever the width and depth.
-2. lambda_c = CRISPNESS_LAMBDA on each surface, so that crispness costs at most lambda_c / 4 = 0.05
+2. lambda_c = presets.CALIBRATED_CRISPNESS on each surface, so that crispness costs at most lambda_c / 4 = 0.05
    nats/token per surface (0.1 for both, its value at initialisation, where operands sit near 1/2): about
    a tenth of the final LM loss of these models (~1.1 nats/token) and 1% of the loss at initialisation.
    lambda_s = lambda_c / 3, seed 002's ratio (1e-3 : 3e-3).
-3. Ramp the pressures in linearly over the first RAMP_STEPS steps, so the operands first learn what to
+3. Ramp the pressures in linearly over the first presets.CALIBRATED_RAMP_STEPS steps, so the operands first learn what to
    detect from the task, then are pushed to the rails.
-4. Cap the pressure added to the loss at CAP x the batch's LM loss (a guard for larger lambdas: with the
+4. Cap the pressure added to the loss at presets.CALIBRATED_CAP x the batch's LM loss (a guard for larger lambdas: with the
    defaults it never binds after step 1).
 The trainer logs every term in nats/token beside the LM loss (train_log.jsonl: pressure_<surface>_<kind>),
 and metrics.json and the card report them at the first and the last steps (pressure_summary).
@@ -31,32 +31,10 @@ import torch
 from torch import Tensor
 
 from circuitlab.config import SelectivityConfig
-from circuitlab.presets import CALIBRATED_CAP, CALIBRATED_CRISPNESS, CALIBRATED_RAMP_STEPS, calibrated_selectivity
 
-# calibrated_selectivity(sparsity, crispness, crispness_lambda): a regime's SelectivityConfig fields
-CRISPNESS_LAMBDA = CALIBRATED_CRISPNESS
-SPARSITY_LAMBDA = CALIBRATED_CRISPNESS / 3
-RAMP_STEPS = CALIBRATED_RAMP_STEPS
-CAP = CALIBRATED_CAP
+# the calibrated lambdas, ramp and cap of each regime: circuitlab.presets.calibrated_selectivity
 TERMS = ("attn_sparsity", "attn_crispness", "ffn_sparsity", "ffn_crispness")
 LOG_PREFIX = "pressure_"
-
-
-def describe(selectivity: SelectivityConfig) -> str:
-    """One line for a card: the regime, the lambdas and how they are normalised and scheduled."""
-    if not selectivity.active:
-        return "none"
-    lambdas = ", ".join(f"{name} {value:g}" for name, value in selectivity.lambdas.items() if value)
-    if selectivity.normalization == "sum":
-        form = "summed over operand channels and layers, averaged over tokens (seed 002's form)"
-    else:
-        form = "averaged over tokens, operand channels and layers (the calibrated form)"
-    schedule = []
-    if selectivity.ramp_steps:
-        schedule.append(f"ramped in over {selectivity.ramp_steps} steps")
-    if selectivity.cap:
-        schedule.append(f"capped at {selectivity.cap:g} x the LM loss")
-    return f"{selectivity.regime}: {lambdas}; {form}" + (f"; {', '.join(schedule)}" if schedule else "")
 
 
 def pressure_scale(step: int, lm_loss: Tensor, pressure: Tensor, selectivity: SelectivityConfig) -> Tensor:

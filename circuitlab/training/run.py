@@ -5,7 +5,7 @@
 
     outcome = train("runs/tiny", ModelConfig.preset("tiny-sgatlin"), TrainConfig(steps=300, seq_len=128),
                     DataSpec(n_stories=3000, vocab_size=2048))
-    outcome.result.held_out_ppl, outcome.warnings, outcome.out / "card.md"
+    outcome.metrics["held_out_ppl"], outcome.warnings, outcome.out / "card.md"
 
 It prepares (or reuses) the tokenized corpus, trains (resumably, under torchrun when launched so), saves the
 model folder, measures fact accuracy on the generated stories, and writes metrics.json and card.md.
@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import sys
 import time
 from dataclasses import dataclass, field
@@ -25,7 +26,8 @@ from typing import Any
 from circuitlab.errors import UserError
 from circuitlab.atomic import atomic_write_text
 from circuitlab.training.corpus import DataSpec
-from circuitlab.training.trainer import LOG_FILE, TrainConfig, TrainResult
+from circuitlab.training.settings import TrainConfig
+from circuitlab.training.trainer import LOG_FILE, TrainResult
 
 
 @dataclass
@@ -136,19 +138,18 @@ def train(
     cpu_started = time.process_time()
     import torch
 
-    from circuitlab.training.distributed import (
+    from circuitlab.distributed import (
         barrier,
         broadcast_object,
         device_for,
         launched_by_torchrun,
         setup_distributed,
         teardown_distributed,
-        unwrap_model,
     )
+    from circuitlab.training.ddp import unwrap_model
 
     train_config = train_config or TrainConfig()
     data = data or DataSpec()
-    data.validate()
     out = Path(out)
     if threads is not None:
         if threads <= 0:
@@ -158,6 +159,7 @@ def train(
         raise UserError("--fsdp shards a model across processes: launch with torchrun --nproc_per_node=N")
     if train_config.seq_len > model_config.n_ctx:
         raise UserError(f"--seq-len {train_config.seq_len} exceeds the model's context n_ctx={model_config.n_ctx}")
+    out_existed = out.exists()
     context = setup_distributed(device)
     try:
         train_config.validate(context.world_size)
@@ -169,7 +171,7 @@ def train(
             torch.backends.cudnn.allow_tf32 = True
         data_dir = Path(data_dir) if data_dir else out / "data"
 
-        from circuitlab.training.corpus import prepare_data, unigram_entropy
+        from circuitlab.training.corpus import prepare_data
 
         error = None
         if context.is_main:  # rank 0 builds the cache, the others read it
@@ -198,20 +200,23 @@ def train(
 
         model_config = model_config.replace(d_vocab=prepared.tokenizer.vocab_size)
         from circuitlab.architectures.transformer import CircuitTransformer
-        from circuitlab.training.trainer import Trainer, find_checkpoint
+        from circuitlab.training.resume import find_checkpoint
+        from circuitlab.training.trainer import Trainer
 
         model = CircuitTransformer(model_config, tokenizer=prepared.tokenizer)
         model.reset_parameters(seed=train_config.seed)
         if resume and context.is_main and find_checkpoint(out) is None:
             print(f"note: no checkpoint in {out}; starting from scratch", file=sys.stderr)
         trainer = Trainer(
-            model, train_config, prepared.train_windows, prepared.held_out_windows, out, device=torch_device,
+            model, train_config, prepared.train_windows, prepared.validation_windows, out, device=torch_device,
             context=context, tokenizer=prepared.tokenizer, progress=progress, clock_start=started,
         )
         result = trainer.fit(resume=resume)
-        from circuitlab.training.corpus import evaluate_held_out_sets
+        from circuitlab.training.corpus import evaluate_sets
 
-        set_metrics = evaluate_held_out_sets(trainer, prepared.held_out_sets, prepared.tokenizer.vocab_size)
+        vocab = prepared.tokenizer.vocab_size
+        held_out = evaluate_sets(trainer, {"held_out": prepared.held_out_windows}, vocab)["held_out"]
+        set_metrics = evaluate_sets(trainer, prepared.held_out_sets, vocab)
         full_state = trainer.full_model_state() if train_config.fsdp else None
         outcome = TrainOutcome(out=out, result=result)
         if context.is_main:
@@ -227,13 +232,25 @@ def train(
             outcome.model = final_model
             outcome.metrics = _finish(
                 out, final_model, result, train_config, data, prepared, torch_device, context.world_size,
-                (started, cpu_started), unigram_entropy(prepared.held_out_windows, prepared.tokenizer.vocab_size),
-                command=command, save_dtype=save_dtype, card_notes=card_notes, set_metrics=set_metrics,
+                (started, cpu_started), held_out, command=command, save_dtype=save_dtype, card_notes=card_notes,
+                set_metrics=set_metrics,
             )
         barrier(context)
         return outcome
+    except BaseException:
+        if context.is_main and not out_existed:
+            remove_if_empty(out)  # a run that failed before writing anything leaves no folder behind
+        raise
     finally:
         teardown_distributed(context)
+
+
+def remove_if_empty(folder: Path) -> bool:
+    """Delete `folder` when it holds no files (empty subfolders only); whether it did."""
+    if not folder.is_dir() or any(path.is_file() or path.is_symlink() for path in folder.rglob("*")):
+        return False
+    shutil.rmtree(folder, ignore_errors=True)
+    return True
 
 
 def _pressure_rows(pressures: dict[str, Any]) -> dict[str, str]:
@@ -250,22 +267,41 @@ def _pressure_rows(pressures: dict[str, Any]) -> dict[str, str]:
     return rows
 
 
+def natural_story_losses(model: Any, data: Any, tokenizer: Any, out: Path) -> dict[str, Any]:
+    """The natural held-out stories' loss read one story at a time (circuitlab.training.evaluation), with its
+    bootstrap 95% interval over stories; the per-story numbers go to <out>/held_out_stories.npz (story ids,
+    summed negative log-likelihood, tokens), which the baselines and the seed table pair with theirs."""
+    import numpy as np
+
+    from circuitlab.stats import bootstrap_ratio
+    from circuitlab.training.evaluation import document_losses
+    from circuitlab.data.natural import load_natural_stories
+
+    stories = load_natural_stories(data.natural_dir).held_out()
+    documents = tokenizer.encode_batch([story.text for story in stories])
+    nll, counts = document_losses(model, documents, tokenizer.eos_id)
+    np.savez(out / "held_out_stories.npz", ids=np.array([story.id for story in stories]), nll=nll, tokens=counts)
+    estimate = bootstrap_ratio(nll, counts)
+    return {"loss": estimate.value, "ci95": estimate.ci95, "stories": len(stories), "tokens": int(counts.sum())}
+
+
 def _finish(
-    out, model, result, train_config, data, prepared, device, world_size, started, entropy, *, command, save_dtype,
+    out, model, result, train_config, data, prepared, device, world_size, started, held_out, *, command, save_dtype,
     card_notes, set_metrics=None,
 ) -> dict[str, Any]:
     """Save the model folder, measure fact accuracy, write metrics.json and card.md (rank 0).
 
-    started: (time.monotonic(), time.process_time()) at the start of the run."""
+    started: (time.monotonic(), time.process_time()) at the start of the run. held_out: evaluate_sets' entry
+    for all held-out windows (loss, ppl, unigram_entropy, tokens)."""
     import torch
 
-    from circuitlab.architectures.checkpoint import save_model
+    from circuitlab.architectures.weights import save_model
     from circuitlab.training.card import write_card
-    from circuitlab.training.pressure import describe as describe_pressures
     from circuitlab.training.pressure import pressure_summary
 
     model.eval()
     save_model(model, out, dtype=torch.bfloat16 if save_dtype == "bf16" else None)
+    per_story = natural_story_losses(model, data, prepared.tokenizer, out) if data.natural_dir is not None else None
     fact_accuracy, fact_note, distant_accuracy = None, None, None
     if data.source == "stories":  # the facts are stated in the generated stories only
         from circuitlab.data import distant_fact_accuracy
@@ -285,14 +321,22 @@ def _finish(
     reconstruction = sum(recent) / len(recent) if recent else None
     # earlier sessions' training time plus all of this run (data, training, evaluation, saving)
     wall_seconds = result.train_seconds - result.session_seconds + (time.monotonic() - started[0])
+    entropy = held_out["unigram_entropy"]
+    epochs = result.tokens_seen / max(1, int(prepared.manifest["train_tokens"]))
     metrics = {
         "name": model.config.name or out.name,
-        "held_out_loss": result.held_out_loss,
-        "held_out_ppl": result.held_out_ppl,
+        "held_out_loss": held_out["loss"],
+        "held_out_ppl": held_out["ppl"],
         "held_out_unigram_entropy": entropy,
+        "validation_loss": result.eval_loss,
+        **({"natural_held_out_per_story": per_story} if per_story is not None else {}),
+        "selected_step": result.selected_step if result.selected_step is not None else result.step,
+        "epochs": epochs,  # passes over the training windows
+        **({"natural_story_passes": epochs * data.natural_upsample} if data.natural_dir is not None else {}),
         **{f"{name}_held_out_{key}": value for name, values in (set_metrics or {}).items()
            for key, value in values.items() if key in ("loss", "unigram_entropy")},
         "held_out_sets": set_metrics or {},
+        "held_out": data.held_out_description(),
         "fact_accuracy": fact_accuracy,
         "fact_accuracy_distant": distant_accuracy,
         "fact_accuracy_detail": fact_note,
@@ -313,16 +357,26 @@ def _finish(
         "data": prepared.manifest,
         "train_settings": train_config.to_dict(),
         "warnings": list(result.warnings),
-        "pressures": {"rule": describe_pressures(model.config.selectivity), **pressure_summary(result.history)},
+        "pressures": {"rule": model.config.selectivity.describe(), **pressure_summary(result.history)},
     }
     atomic_write_text(out / "metrics.json", json.dumps(metrics, indent=1) + "\n")
     write_card(
         out, command=command, seed=train_config.seed, tokens_seen=result.tokens_seen, wall_seconds=wall_seconds,
-        device=metrics["device"], held_out_ppl=result.held_out_ppl, fact_accuracy=fact_accuracy,
+        device=metrics["device"], held_out_ppl=held_out["ppl"], fact_accuracy=fact_accuracy,
+        held_out_sets={name: values["ppl"] for name, values in (set_metrics or {}).items()} or None,
+        held_out_description=data.held_out_description(),
         config=model.config, design_notes=card_notes, parameter_count=parameters,
         train_settings={k: v for k, v in train_config.to_dict().items() if v not in (None, False)},
         extra_metrics={
-            "held-out loss (nats/token)": f"{result.held_out_loss:.4f}",
+            "held-out loss (nats/token)": f"{held_out['loss']:.4f}",
+            **({"natural held-out loss, each story read alone (nats/token, 95% interval over stories)":
+                f"{per_story['loss']:.4f} [{per_story['ci95'][0]:.4f}, {per_story['ci95'][1]:.4f}] "
+                f"({per_story['stories']:,} stories, {per_story['tokens']:,} tokens)"} if per_story else {}),
+            "validation loss of the kept weights (nats/token)":
+                f"{result.eval_loss:.4f} (step {metrics['selected_step']} of {result.step})",
+            "passes over the training data": (
+                f"{epochs:.2f}" + (f" (each natural training story seen about {epochs * data.natural_upsample:.1f} times)"
+                                   if data.natural_dir is not None else "")),
             "held-out unigram entropy (nats/token)": f"{entropy:.4f}",
             **{f"{name} held-out loss / unigram entropy (nats/token)":
                f"{values['loss']:.4f} / {values['unigram_entropy']:.4f} ({values['tokens']:,} tokens)"
@@ -337,8 +391,8 @@ def _finish(
         warnings=result.warnings,
     )
     print(
-        f"done: {result.step} steps, {result.tokens_seen:,} tokens, held-out ppl {result.held_out_ppl:.3f} "
-        f"(loss {result.held_out_loss:.4f}, unigram entropy {entropy:.4f})"
+        f"done: {result.step} steps, {result.tokens_seen:,} tokens, held-out ppl {held_out['ppl']:.3f} "
+        f"(loss {held_out['loss']:.4f}, unigram entropy {entropy:.4f})"
         + "".join(f", {name} held-out loss {values['loss']:.4f}" for name, values in (set_metrics or {}).items())
         + (f", fact accuracy {100 * fact_accuracy:.1f}%" if fact_accuracy is not None else "")
         + f"; model in {out}" + ("" if result.stopped == "completed" else f" (stopped: {result.stopped})"),

@@ -20,8 +20,7 @@ checkpoint is just its step, and a resumed run draws exactly the batches the uni
 Speed: on CUDA the model is compiled with torch.compile unless `compile=False` (CLI --no-compile); the
 circuitlab fast paths are custom operators, so the compiled graph keeps them. On one CUDA device the default
 `compile_mode` is "reduce-overhead": the compiled steps replay as CUDA graphs, so the GPU no longer waits
-while the host launches each kernel. That wait was what held legible-stories back (on one H200 its compiled
-step ran 19.1 ms of kernels in a 32.5 ms step; with CUDA graphs its steps took 20.1-20.5 ms: BENCHMARKS.md). Runs
+while the host launches each kernel (what held legible-stories back: docs/performance.md). Runs
 over several ranks, and models with a layer that cannot be captured (the product parity bottleneck), keep
 torch's default mode (`default_compile_mode`), and so does a run after it first runs out of GPU memory. A step of `batch_size` sequences
 runs as micro-batches of `micro_batch` sequences per rank with gradients accumulated (`micro_batch=0`, the
@@ -29,7 +28,7 @@ default: batch_size / (ranks x grad_accum)); with the default on one CUDA device
 the micro-batch and redoes the step, so the largest micro-batch that fits is found while the effective batch
 stays the one asked for.
 
-Checkpoints are written every `ckpt_every` steps by `circuitlab.training.checkpoints` (atomic folders,
+Checkpoints are written every `ckpt_every` steps by `circuitlab.training.resume` (atomic folders,
 safetensors + JSON, never pickled). On CPU a resumed run logs losses bitwise equal to an uninterrupted run's.
 
 Letters: B batch (sequences), T positions, V vocabulary, W window (seq_len + 1).
@@ -38,8 +37,6 @@ Letters: B batch (sequences), T positions, V vocabulary, W window (seq_len + 1).
 from __future__ import annotations
 
 import contextlib
-import dataclasses
-import hashlib
 import json
 import math
 import os
@@ -55,122 +52,32 @@ from jaxtyping import Int
 from torch import Tensor, nn
 
 from circuitlab.atomic import atomic_write_text
-from circuitlab.errors import UserError
-from circuitlab.training.checkpoints import (  # noqa: F401  (CheckpointMismatchError, find_checkpoint: public here too)
-    CHECKPOINT_FORMAT,
-    CHECKPOINT_VERSION,
-    CheckpointMismatchError,
+from circuitlab.training.resume import (
     StateHolder,
     check_compatible,
     find_checkpoint,
     optimizer_state,
     point_latest_at,
     read_checkpoint,
+    truncate_log,
     remove_temporaries,
     restore_rng,
     write_checkpoint,
 )
-from circuitlab.training.distributed import (
-    DistributedContext,
-    all_reduce_mean,
-    all_reduce_sum,
-    barrier,
-    unwrap_model,
-    wrap_model,
-)
+from circuitlab.distributed import DistributedContext, all_reduce_mean, autocast_for, barrier
+from circuitlab.training.batches import WindowSampler, data_fingerprint, parameter_groups
+from circuitlab.training.compile import compile_model, default_compile_mode
+from circuitlab.training.ddp import unwrap_model, wrap_model
+from circuitlab.training.evaluation import held_out_loss
+from circuitlab.training.interrupt import InterruptFlag, TrainingInterrupted
 from circuitlab.training.guard import DivergenceError, DivergenceGuard
-from circuitlab.training.overfit import overfitting_warnings
+from circuitlab.training.overfit import overfitting_warnings, report_warnings
 from circuitlab.training.pressure import LOG_PREFIX, TERMS, pressure_scale
 from circuitlab.training.schedule import wsd_lr
+from circuitlab.training.selection import BestWeights
+from circuitlab.training.settings import RESUMABLE_CHANGES, TrainConfig
 
 LOG_FILE = "train_log.jsonl"
-
-
-# torch.compile modes a run may ask for ("reduce-overhead": CUDA graphs)
-COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
-
-
-def default_compile_mode(model: nn.Module, device: torch.device | str, distributed: bool = False) -> str:
-    """"reduce-overhead" (CUDA graphs) on one CUDA device when every layer can be captured (CodeLayer.cuda_graphs),
-    else torch's "default"."""
-    capturable = all(getattr(module, "cuda_graphs", True) for module in model.modules())
-    return "reduce-overhead" if torch.device(device).type == "cuda" and not distributed and capturable else "default"
-
-
-@dataclass
-class TrainConfig:
-    """Everything that determines the sequence of updates (plus a few knobs that do not, see RESUMABLE_CHANGES)."""
-
-    steps: int = 1000
-    batch_size: int = 32  # sequences per optimizer step, over all ranks and micro-batches
-    seq_len: int = 256
-    lr: float = 1e-3
-    warmup: int = 100
-    decay_fraction: float = 0.2  # seed 000: square-root decay over the last 20% of steps
-    weight_decay: float = 0.1
-    decay_embeddings: bool = True
-    beta1: float = 0.9
-    beta2: float = 0.95
-    adam_eps: float = 1e-8
-    grad_clip: float = 1.0  # 0 disables clipping (the norm is still logged)
-    grad_accum: int = 1
-    seed: int = 0
-    eval_every: int = 200
-    eval_sequences: int = 256  # held-out windows per periodic evaluation (the final one uses all)
-    eval_batch_size: int = 32
-    ckpt_every: int = 500
-    keep_checkpoints: int = 2
-    guard_window: int = 50
-    guard_factor: float = 2.0
-    max_minutes: float | None = None
-    compile: bool | None = None  # torch.compile the model; None: on CUDA yes, on the CPU no
-    compile_mode: str | None = None  # torch.compile mode; None: "reduce-overhead" on one CUDA device, else "default"
-    micro_batch: int = 0  # sequences per forward/backward on each rank; 0: picked (see Trainer.micro_batch)
-    fsdp: bool = False
-
-    def validate(self, world_size: int = 1) -> None:
-        def need(ok: bool, message: str) -> None:
-            if not ok:
-                raise UserError(f"invalid training settings: {message}")
-
-        for key in ("steps", "batch_size", "seq_len", "grad_accum", "eval_batch_size", "keep_checkpoints"):
-            need(int(getattr(self, key)) > 0, f"{key} must be a positive integer, got {getattr(self, key)}")
-        need(self.lr > 0, f"lr must be positive, got {self.lr}")
-        need(self.warmup >= 0, f"warmup must be >= 0, got {self.warmup}")
-        need(self.weight_decay >= 0, f"weight_decay must be >= 0, got {self.weight_decay}")
-        need(self.grad_clip >= 0, f"grad_clip must be >= 0 (0 disables clipping), got {self.grad_clip}")
-        need(self.eval_every >= 0 and self.ckpt_every >= 0, "eval_every and ckpt_every must be >= 0 (0 = never)")
-        need(self.max_minutes is None or self.max_minutes > 0, f"max_minutes must be positive, got {self.max_minutes}")
-        need(self.compile_mode is None or self.compile_mode in COMPILE_MODES,
-             f"compile_mode must be one of {', '.join(COMPILE_MODES)}, got {self.compile_mode!r}")
-        need(self.micro_batch >= 0, f"micro_batch must be >= 0 (0 = picked for the device), got {self.micro_batch}")
-        per_rank = self.batch_size // max(1, world_size)
-        need(
-            self.micro_batch == 0 or per_rank % self.micro_batch == 0,
-            f"micro_batch {self.micro_batch} must divide the {per_rank} sequences each rank takes per step",
-        )
-        need(
-            self.batch_size % (world_size * self.grad_accum) == 0,
-            f"batch_size {self.batch_size} must be divisible by ranks x grad_accum = {world_size} x "
-            f"{self.grad_accum}, so every micro-batch has the same number of sequences",
-        )
-
-    def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> TrainConfig:
-        known = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(set(data) - known)
-        if unknown:
-            raise ValueError(f"unknown training settings {unknown}; expected a subset of {sorted(known)}")
-        return cls(**data)
-
-
-# settings that may differ between a checkpoint and the run resuming it without changing any update
-# (how a step is split into micro-batches changes float rounding only, not the update)
-RESUMABLE_CHANGES = frozenset({"eval_every", "eval_sequences", "eval_batch_size", "ckpt_every", "keep_checkpoints",
-                               "max_minutes", "compile", "compile_mode", "micro_batch"})
 
 
 @dataclass
@@ -179,79 +86,18 @@ class TrainResult:
     tokens_seen: int
     train_seconds: float  # wall time spent training, summed over resumed sessions
     session_seconds: float  # of which this session
-    held_out_loss: float
-    held_out_ppl: float
+    eval_loss: float  # on all evaluation windows, of the model returned (the best evaluation's, with select_best)
+    eval_ppl: float
     stopped: str  # "completed", "time limit", or "stopped" (at fit's stop_at)
     log_path: Path
     history: list[dict[str, Any]] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)  # overfitting signs (circuitlab.training.overfit)
-
-
-def parameter_groups(model: nn.Module, weight_decay: float, decay_embeddings: bool = True) -> list[dict[str, Any]]:
-    """AdamW groups: matrices decayed, vectors and scalars (norm scales, biases, decay logits) not; the
-    token/position embeddings follow `decay_embeddings` (see the module docstring for why they default on)."""
-    decayed, undecayed = [], []
-    for name, param in model.named_parameters():
-        if not param.requires_grad or param.numel() == 0:  # zero-size (e.g. W_V when every head is Boolean)
-            continue
-        is_embedding = name.split(".")[-1] in ("W_E", "W_pos")
-        if param.dim() < 2 or (is_embedding and not decay_embeddings):
-            undecayed.append(param)
-        else:
-            decayed.append(param)
-    return [
-        {"params": decayed, "weight_decay": weight_decay},
-        {"params": undecayed, "weight_decay": 0.0},
-    ]
-
-
-def epoch_permutation(n_windows: int, seed: int, epoch: int) -> Tensor:
-    generator = torch.Generator().manual_seed(int(seed) * 1_000_003 + int(epoch))
-    return torch.randperm(n_windows, generator=generator)
-
-
-class WindowSampler:
-    """Global batch of optimizer step `step`: a pure function of (seed, step, n_windows)."""
-
-    def __init__(self, n_windows: int, batch_size: int, seed: int):
-        if n_windows <= 0:
-            raise ValueError("the training data holds no windows: give more text or a shorter --seq-len")
-        self.n_windows, self.batch_size, self.seed = n_windows, batch_size, seed
-        self._cache: dict[int, Tensor] = {}
-
-    def _perm(self, epoch: int) -> Tensor:
-        if epoch not in self._cache:
-            self._cache = {e: p for e, p in self._cache.items() if e >= epoch - 1}
-            self._cache[epoch] = epoch_permutation(self.n_windows, self.seed, epoch)
-        return self._cache[epoch]
-
-    def batch_indices(self, step: int) -> Int[Tensor, "batch"]:
-        positions = torch.arange(step * self.batch_size, (step + 1) * self.batch_size)
-        epochs, offsets = positions // self.n_windows, positions % self.n_windows
-        out = torch.empty(self.batch_size, dtype=torch.long)
-        for epoch in epochs.unique().tolist():
-            mask = epochs == epoch
-            out[mask] = self._perm(int(epoch))[offsets[mask]]
-        return out
-
-
-def data_fingerprint(windows: Tensor) -> str:
-    array = windows.contiguous().cpu().numpy()
-    digest = hashlib.sha256()
-    digest.update(str((array.shape, str(array.dtype))).encode())
-    digest.update(array.tobytes())
-    return digest.hexdigest()
-
-
-def autocast_for(device: torch.device) -> contextlib.AbstractContextManager:
-    """bf16 autocast on CUDA (weights and optimizer stay float32); plain float32 elsewhere."""
-    if device.type == "cuda":
-        return torch.autocast("cuda", dtype=torch.bfloat16)
-    return contextlib.nullcontext()
+    selected_step: int | None = None  # the step whose weights were kept (select_best), else None: the last
 
 
 class Trainer:
-    """Trains `model` on `train_windows`, evaluating on `held_out_windows`, writing into `out_dir`.
+    """Trains `model` on `train_windows`, evaluating on `eval_windows` (the validation split, when run by
+    circuitlab.training.train), writing into `out_dir`.
 
     Under torchrun every rank builds the same Trainer (same data, same model init); rank 0 writes files.
     """
@@ -261,7 +107,7 @@ class Trainer:
         model: nn.Module,
         config: TrainConfig,
         train_windows: Int[Tensor, "n_windows window"],
-        held_out_windows: Int[Tensor, "n_held_out window"],
+        eval_windows: Int[Tensor, "n_eval window"],
         out_dir: str | os.PathLike,
         device: torch.device | str = "cpu",
         context: DistributedContext | None = None,
@@ -274,13 +120,13 @@ class Trainer:
         self.clock_start = time.monotonic() if clock_start is None else clock_start
         config.validate(self.context.world_size)
         window = config.seq_len + 1
-        for name, windows in (("training", train_windows), ("held-out", held_out_windows)):
+        for name, windows in (("training", train_windows), ("evaluation", eval_windows)):
             if windows.dim() != 2 or windows.shape[1] != window:
                 raise ValueError(
                     f"{name} windows must have shape [n, seq_len + 1 = {window}], got {tuple(windows.shape)}"
                 )
-        if held_out_windows.shape[0] < self.context.world_size:
-            raise ValueError(f"need at least {self.context.world_size} held-out windows, got {held_out_windows.shape[0]}")
+        if eval_windows.shape[0] < self.context.world_size:
+            raise ValueError(f"need at least {self.context.world_size} evaluation windows, got {eval_windows.shape[0]}")
         model_config = unwrap_model(model).config
         if config.seq_len > model_config.n_ctx:
             raise ValueError(f"seq_len {config.seq_len} exceeds the model's context n_ctx={model_config.n_ctx}")
@@ -290,7 +136,7 @@ class Trainer:
         self.tokenizer = tokenizer
         self.progress = progress and self.context.is_main
         self.train_windows = train_windows
-        self.held_out_windows = held_out_windows
+        self.eval_windows = eval_windows
         self.data_hash = data_fingerprint(train_windows)
         self.base_model = model.to(self.device)
         self.model = wrap_model(self.base_model, self.context, fsdp=config.fsdp)
@@ -310,14 +156,18 @@ class Trainer:
             fused=self.device.type == "cuda" and not config.fsdp,
         )
         self.guard = DivergenceGuard(config.guard_window, config.guard_factor)
+        self.best = BestWeights(self.out_dir, config.select_best)
         self.sampler = WindowSampler(train_windows.shape[0], config.batch_size, config.seed)
         self.step = 0
         self.train_seconds_before = 0.0
         self._session_start = time.monotonic()  # reset when fit() starts
         self.history: list[dict[str, Any]] = []
+        # the parity bottleneck's reconstruction and usage-balance terms (architectures/bottleneck/); no bottleneck:
+        # lambda_recon None
         bottleneck = unwrap_model(model).config.bottleneck
-        # the parity bottleneck's reconstruction term (architectures/feedforward/parity.py); None: no bottleneck
-        self.lambda_recon = float(bottleneck.lambda_recon) if bottleneck is not None else None
+        self.lambda_recon, self.lambda_balance, self.n_features = (
+            (float(bottleneck.lambda_recon), float(bottleneck.lambda_balance), 2 ** int(bottleneck.n_bits))
+            if bottleneck is not None else (None, 0.0, 0))
         self.pressures = model_config.selectivity
         self._terms_seen: set[str] = set()
 
@@ -329,11 +179,7 @@ class Trainer:
 
     def _full_state(self) -> tuple[dict[str, Tensor], dict[str, Any]]:
         """Unsharded model and optimizer state (collective under FSDP; rank 0 receives them)."""
-        from torch.distributed.checkpoint.state_dict import (
-            StateDictOptions,
-            get_model_state_dict,
-            get_optimizer_state_dict,
-        )
+        from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict, get_optimizer_state_dict
 
         options = StateDictOptions(full_state_dict=True, cpu_offload=True)
         return (
@@ -351,6 +197,7 @@ class Trainer:
                 "tokens_seen": self.step * self.tokens_per_step,
                 "train_seconds": self.train_seconds_before + self._session_seconds(),
                 "guard": self.guard.state_dict(),
+                "best": self.best.state_dict(),
                 "train_config": self.config.to_dict(),
                 "model_config_hash": unwrap_model(self.base_model).config.hash(),
                 "data": {
@@ -369,11 +216,7 @@ class Trainer:
 
     def load_checkpoint(self, folder: str | os.PathLike) -> None:
         """Restore model, optimizer, RNG, guard and step from a checkpoint folder (every rank reads it)."""
-        from torch.distributed.checkpoint.state_dict import (
-            StateDictOptions,
-            set_model_state_dict,
-            set_optimizer_state_dict,
-        )
+        from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict, set_optimizer_state_dict
 
         state, tensors = read_checkpoint(folder)
         check_compatible(
@@ -385,6 +228,7 @@ class Trainer:
         set_optimizer_state_dict(self.model, self.optimizer, optimizer_state(state, tensors), options=options)
         restore_rng(state, tensors["rng.safetensors"], self.device)
         self.guard.load_state_dict(state["guard"])
+        self.best.load_state_dict(state.get("best"))
         self.step = int(state["step"])
         self.train_seconds_before = float(state["train_seconds"])
 
@@ -395,32 +239,19 @@ class Trainer:
 
     @torch.no_grad()
     def evaluate(self, max_windows: int | None = None) -> float:
-        """Mean next-token cross-entropy (nats) over held-out windows, split evenly across ranks."""
-        windows = self.held_out_windows
-        if max_windows is not None and max_windows > 0:
-            windows = windows[:max_windows]
-        usable = (windows.shape[0] // self.context.world_size) * self.context.world_size
-        local = windows[:usable][self.context.rank :: self.context.world_size]
-        totals = torch.zeros(2, dtype=torch.float64, device=self.device)
+        """Mean next-token cross-entropy (nats) over the evaluation windows, split evenly across ranks."""
         self.model.eval()
-        for start in range(0, local.shape[0], self.config.eval_batch_size):
-            batch = local[start : start + self.config.eval_batch_size].to(self.device).long()
-            with autocast_for(self.device):
-                logits_BxTxV = self._forward(batch[:, :-1])
-            loss_sum = F.cross_entropy(
-                logits_BxTxV.float().reshape(-1, logits_BxTxV.shape[-1]), batch[:, 1:].reshape(-1), reduction="sum"
-            )
-            totals += torch.stack([loss_sum.double(), torch.tensor(batch[:, 1:].numel(), device=self.device, dtype=torch.float64)])
-        self.model.train()
-        totals = all_reduce_sum(totals, self.context)
-        return float(totals[0] / totals[1])
+        try:
+            return held_out_loss(self._forward, self.eval_windows, self.context, self.device,
+                                 self.config.eval_batch_size, max_windows)
+        finally:
+            self.model.train()
 
     def _compile(self, mode: str) -> None:
         """Set forward_model: the model compiled in `mode` (when compiling), else the model itself."""
         self.compile_mode = mode
         # CUDA graphs reuse their output buffers: each forward starts a new step (see _forward)
-        self.cuda_graphs = self.compiled and mode == "reduce-overhead" and self.device.type == "cuda"
-        self.forward_model = torch.compile(self.model, mode=mode) if self.compiled else self.model
+        self.forward_model, self.cuda_graphs = compile_model(self.model, self.compiled, mode, self.device)
 
     def _forward(self, tokens_BxT: Tensor, **kwargs):
         """The (compiled) model on one batch. Under CUDA graphs a forward's outputs live in buffers the next
@@ -438,20 +269,8 @@ class Trainer:
 
     def _truncate_log(self) -> None:
         """Drop log lines past the resumed step (a killed run may have logged steps it never checkpointed)."""
-        path = self.out_dir / LOG_FILE
-        if not self.context.is_main or not path.exists():
-            return
-        kept = []
-        for line in path.read_text().splitlines():
-            try:
-                record = json.loads(line)
-            except json.JSONDecodeError:
-                break  # a line cut short by the kill
-            if record.get("step", 0) > self.step:
-                break
-            kept.append(line)
-        atomic_write_text(path, "".join(line + "\n" for line in kept))
-        self.history = [json.loads(line) for line in kept]
+        if self.context.is_main:
+            self.history = truncate_log(self.out_dir / LOG_FILE, self.step)
 
     def _micro_batch_context(self, micro: int) -> contextlib.AbstractContextManager:
         """Skip the gradient all-reduce on all but the last micro-batch of a step."""
@@ -518,6 +337,7 @@ class Trainer:
         lm_total = torch.zeros((), device=self.device)
         selectivity_total = torch.zeros((), device=self.device)
         reconstruction_total = torch.zeros((), device=self.device)
+        balance_total = torch.zeros((), device=self.device)
         scale_total = torch.zeros((), device=self.device)
         pressures = self.pressures
         term_totals = torch.zeros(len(TERMS), device=self.device)
@@ -534,8 +354,9 @@ class Trainer:
                 loss = lm_loss + selectivity
                 if self.lambda_recon is not None:
                     reconstruction = aux["reconstruction"].float()
-                    loss = loss + self.lambda_recon * reconstruction
+                    loss = loss + self.lambda_recon * reconstruction + self.lambda_balance * aux["balance"].float()
                     reconstruction_total += reconstruction.detach()
+                    balance_total += aux["balance"].detach().float()
                 (loss / n_micro).backward()
             if self.cuda_graphs and micro == 0 and n_micro > 1:
                 # the first micro-batch's gradients are outputs of a CUDA graph, which the next micro-batch's
@@ -558,18 +379,20 @@ class Trainer:
         if hasattr(grad_norm, "full_tensor"):
             grad_norm = grad_norm.full_tensor()
         stats = all_reduce_mean(
-            torch.cat([torch.stack([lm_total, selectivity_total, scale_total, reconstruction_total]), term_totals])
+            torch.cat([torch.stack([lm_total, selectivity_total, scale_total, reconstruction_total, balance_total]), term_totals])
             / n_micro,
             self.context,
         ).tolist()
         loss, selectivity_value, norm = stats[0], stats[1], float(grad_norm)
         pressure_log = {}
         if self._terms_seen:  # each pressure in nats/token, as added to the loss (after ramp and cap)
-            pressure_log = {f"{LOG_PREFIX}{name}": value for name, value in zip(TERMS, stats[4:]) if name in self._terms_seen}
+            pressure_log = {f"{LOG_PREFIX}{name}": value for name, value in zip(TERMS, stats[5:]) if name in self._terms_seen}
             pressure_log["pressure_scale"] = stats[2]
         if self.lambda_recon is not None:
             # relative reconstruction error of the FFN writes (mean over layers); loss holds the LM loss only
             pressure_log["reconstruction"] = stats[3]
+            # m / balance: the Simpson effective number of features of the batch's code (bottleneck/usage.py)
+            pressure_log["effective_features"] = self.n_features / stats[4] if stats[4] > 0 else 0.0
         if not (math.isfinite(loss) and math.isfinite(norm)):
             self.optimizer.zero_grad(set_to_none=True)
             raise DivergenceError(
@@ -587,6 +410,8 @@ class Trainer:
         resume: continue from the newest checkpoint in `out_dir` (a fresh start when there is none).
         stop_at: end this session after that step with a checkpoint, as a kill would (tests use it to split
             one run into two sessions); the schedule still runs to `config.steps`.
+        Ctrl-C ends the session after the step in progress with a checkpoint and raises TrainingInterrupted
+        (circuitlab.training.interrupt); `fit(resume=True)` continues from it.
         """
         from tqdm.auto import tqdm
 
@@ -607,7 +432,7 @@ class Trainer:
         bar = tqdm(total=config.steps, initial=self.step, disable=not self.progress, desc="train", unit="step",
                    dynamic_ncols=True, mininterval=0.5 if sys.stderr.isatty() else 10.0)
         self.model.train()
-        try:
+        with InterruptFlag() as interrupts, bar:  # Ctrl-C: stop after this step with a checkpoint
             while self.step < config.steps:
                 try:
                     record = self._train_step(self.step)
@@ -634,44 +459,35 @@ class Trainer:
                 if (config.eval_every and self.step % config.eval_every == 0) or self.step == config.steps:
                     eval_loss = self.evaluate(config.eval_sequences)
                     record.update(eval_loss=eval_loss, eval_ppl=math.exp(eval_loss))
+                    self.best.offer(self.step, eval_loss, self.full_model_state, self.context)
                 self._log(record)
                 bar.update(1)
                 bar.set_postfix(loss=f"{record['loss']:.3f}", lr=f"{record['lr']:.2e}",
                                 **({"recon": f"{record['reconstruction']:.3f}"} if "reconstruction" in record else {}),
                                 **({"ppl": f"{record['eval_ppl']:.2f}"} if "eval_ppl" in record else {}))
+                if interrupts.any_rank(self.context, self.device):
+                    raise TrainingInterrupted(self.step, str(self.save_checkpoint()))
                 if config.ckpt_every and self.step % config.ckpt_every == 0:
                     self.save_checkpoint()
                 if stop_at is not None and self.step >= stop_at and self.step < config.steps:
                     stopped = "stopped"
-                    self.save_checkpoint()
-                    break
-                if config.max_minutes is not None and self.step < config.steps and self._time_is_up():
+                elif config.max_minutes is not None and self.step < config.steps and self._time_is_up():
                     stopped = "time limit"
+                if stopped != "completed":
                     self.save_checkpoint()
                     break
-        finally:
-            bar.close()
-        held_out_loss = self.evaluate()
+        selected_step = self.best.restore(self.model, self.step)  # the lowest evaluation loss's weights
+        eval_loss = self.evaluate()
         warnings = overfitting_warnings(
             self.history, int(self.train_windows.shape[0]) * config.seq_len, self.step * self.tokens_per_step
         )
-        logged = {record.get("warning") for record in self.history}
-        for message in warnings:
-            if message not in logged:
-                self._log({"step": self.step, "warning": message})
-            if self.context.is_main:
-                print(f"warning: {message}", file=sys.stderr)
+        report_warnings(warnings, self.history, lambda message: self._log({"step": self.step, "warning": message}),
+                        self.context.is_main)
         return TrainResult(
-            step=self.step,
-            tokens_seen=self.step * self.tokens_per_step,
-            train_seconds=self.train_seconds_before + self._session_seconds(),
-            session_seconds=self._session_seconds(),
-            held_out_loss=held_out_loss,
-            held_out_ppl=math.exp(held_out_loss),
-            stopped=stopped,
-            log_path=self.out_dir / LOG_FILE,
-            history=self.history,
-            warnings=warnings,
+            step=self.step, tokens_seen=self.step * self.tokens_per_step,
+            train_seconds=self.train_seconds_before + self._session_seconds(), session_seconds=self._session_seconds(),
+            eval_loss=eval_loss, eval_ppl=math.exp(eval_loss), stopped=stopped, selected_step=selected_step,
+            log_path=self.out_dir / LOG_FILE, history=self.history, warnings=warnings,
         )
 
     def _time_is_up(self) -> bool:

@@ -22,6 +22,7 @@ CONFIGS = {
     "tiny-legible": ModelConfig.preset("tiny-legible"),
     "tiny-membership": ModelConfig.preset("tiny-membership"),
     "tiny-parity": ModelConfig.preset("tiny-parity"),
+    "tiny-parity-linear": ModelConfig.preset("tiny-parity-linear"),
     # LayerNorm (mean subtraction and bias), learned positions, untied unembedding
     "layernorm-learned-untied": ModelConfig.preset("tiny-legible", norm="layernorm", positional="learned", tied_embeddings=False),
     "layernorm-sgatlin": ModelConfig.preset("tiny-sgatlin", norm="layernorm"),
@@ -84,7 +85,7 @@ def _frozen_hook(model, name):
     return (name, lambda activation, hook: value)
 
 
-@pytest.mark.parametrize("config_name", ["tiny-legible", "layernorm-learned-untied", "tiny-parity"])
+@pytest.mark.parametrize("config_name", ["tiny-legible", "layernorm-learned-untied", "tiny-parity", "tiny-parity-linear"])
 def test_last_layer_parts_equal_their_ablation_with_the_scale_frozen(config_name):
     """Independent of the decomposition code: removing a last-layer part's write at the attributed position
     (final norm scale frozen, and for heads the FFN write after them frozen too, so only the direct path

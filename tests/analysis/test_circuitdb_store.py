@@ -12,7 +12,7 @@ import pandas as pd
 import pytest
 from filelock import FileLock
 
-import circuitlab.analysis.dbstore as dbstore_module
+import circuitlab.analysis.circuitdb.store as dbstore_module
 from circuitlab.analysis.circuitdb import (
     CircuitDB,
     CircuitDBError,

@@ -82,7 +82,7 @@ def test_saved_database_refuses_another_model_or_tokenizer(built, tmp_path):
     with pytest.warns(UserWarning):
         CircuitDB.load(folder, model=tiny_model("tiny-gelu"), allow_mismatch=True)
     # A model with the same architecture but other weights has the same config hash: codes differ, the
-    # database cannot tell (the hash covers the configuration, as DESIGN's manifest asks).
+    # database cannot tell (the hash covers the configuration).
     CircuitDB.load(folder, model=tiny_model("tiny-sgatlin", seed=1))
 
 

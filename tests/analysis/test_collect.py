@@ -2,6 +2,12 @@
 
 from __future__ import annotations
 
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+
 import numpy as np
 import pytest
 import torch
@@ -161,3 +167,96 @@ def test_batched_metadata_equals_the_per_token_loop(tmp_path):
     plain = metadata["sequence_id"] < 2
     assert metadata["category"][plain].isna().all() and metadata["category"][~plain].notna().all()
     assert str(metadata["position"].dtype) == "int32" and str(metadata["sequence_id"].dtype) == "int64"
+
+
+# ------------------------------------------------------------------------------------- streaming into shards
+
+KILLED_AFTER_COMMITS = textwrap.dedent(
+    """
+    import os, signal, sys
+    import circuitlab.analysis.circuitdb.store as store
+    from circuitlab.cli import main
+
+    real_commit, commits = store.commit, []
+
+    def dying_commit(folder, manifest):
+        real_commit(folder, manifest)
+        commits.append(folder)
+        if len(commits) == {after}:  # this shard is committed: the process dies before the next one
+            os.kill(os.getpid(), signal.SIGKILL)
+
+    store.commit = dying_commit
+    sys.exit(main(sys.argv[1:]))
+    """
+)
+
+
+def same_collection(a: Collection, b: Collection) -> None:
+    first, second = a.metadata(), b.metadata()
+    assert len(first) == len(second)
+    for column in ("circuit_id", "sequence_id", "position", "token_id", "token", "category", "context", "token_start"):
+        assert first[column].tolist() == second[column].tolist(), column
+    for layer in a.layers:
+        np.testing.assert_array_equal(a.codes(layer).indices, b.codes(layer).indices)
+        # windows are batched differently after a restart, so float rounding may differ in the last bits
+        np.testing.assert_allclose(a.codes(layer).values, b.codes(layer).values, rtol=0, atol=1e-5)
+
+
+def test_collect_killed_with_sigkill_resumes_to_the_database_of_one_run(tmp_path, capsys):
+    from circuitlab.analysis.circuitdb import CircuitDB
+    from circuitlab.cli import main
+
+    tiny_model("tiny-sgatlin").save(tmp_path / "model")
+    command = ["collect", "--model", str(tmp_path / "model"), "--stories", "6", "--batch-size", "2",
+               "--shard-rows", "150", "--index", "none", "--quiet"]
+    assert main([*command, "--out", str(tmp_path / "whole")]) == 0
+    whole = Collection.open(tmp_path / "whole")
+    assert len(whole.shards) >= 4 and whole.sources[-1].complete
+
+    script = tmp_path / "killed.py"
+    script.write_text(KILLED_AFTER_COMMITS.format(after=2))
+    victim = subprocess.run([sys.executable, str(script), *command, "--out", str(tmp_path / "db")],
+                            capture_output=True, text=True, timeout=300, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    assert victim.returncode == -signal.SIGKILL, victim.stderr[-2000:]
+    killed = Collection.open(tmp_path / "db")  # the database of the two committed shards
+    assert len(killed.shards) == 2 and not killed.sources[-1].complete and killed.n_rows >= 300
+    progress = killed.sources[-1]
+    assert 0 < progress.texts_done + (progress.position > 0) < 6
+    partial = CircuitDB.open(tmp_path / "db")
+    assert len(partial.search(partial.code(1, [0, 299]), 1, k=3)) == 6  # it answers queries meanwhile
+    capsys.readouterr()
+    assert main([*command, "--out", str(tmp_path / "db")]) == 2  # not over it without --resume or --append
+    assert "already holds a circuit database" in capsys.readouterr().err
+
+    assert main([*command, "--out", str(tmp_path / "db"), "--resume"]) == 0
+    resumed = Collection.open(tmp_path / "db")
+    assert resumed.sources[-1].complete and resumed.stats.n_sequences == whole.stats.n_sequences
+    same_collection(resumed, whole)
+    assert main([*command, "--out", str(tmp_path / "db"), "--resume"]) == 0  # nothing left to do
+    assert Collection.open(tmp_path / "db").n_rows == whole.n_rows
+
+
+def test_resume_refuses_another_corpus_and_append_continues_the_sequence_ids(tmp_path):
+    from circuitlab.analysis.circuitdb import CircuitDBError
+
+    model = tiny_model("tiny-sgatlin")
+    first, second = list(stories(4)), ["A plain text line\nwith no labels.", stories(6)[5]]
+    collect(model, first, out_dir=tmp_path / "a", shard_rows=100, batch_size=2, progress=False)
+    appended = collect(model, second, out_dir=tmp_path / "a", shard_rows=100, batch_size=2, append=True,
+                       description="more", progress=False)
+    together = collect(model, first + second, out_dir=tmp_path / "b", shard_rows=100, batch_size=2, progress=False)
+    same_collection(appended, together)
+    assert [source.first_sequence_id for source in appended.sources] == [0, 4]
+    assert [source.description for source in appended.sources] == ["corpus", "more"]
+
+    with pytest.raises(CircuitDBError, match="another model, tokenizer or layers"):
+        collect(model, second, [1], out_dir=tmp_path / "a", append=True, progress=False)
+    # an interrupted collection of `first`, resumed with other texts, is refused by the corpus digest
+    import json
+
+    manifest = json.loads((tmp_path / "b" / "manifest.json").read_text())
+    manifest["collection"][-1].update(complete=False, texts_done=2, position=0)
+    (tmp_path / "b" / "manifest.json").write_text(json.dumps(manifest))
+    with pytest.raises(CircuitDBError, match="the corpus differs"):
+        collect(model, list(reversed(first)) + second, out_dir=tmp_path / "b", shard_rows=100, batch_size=2,
+                resume=True, progress=False)

@@ -11,7 +11,7 @@ import pytest
 from circuitlab import load_model
 from circuitlab.analysis.circuitdb import CircuitDB
 from circuitlab.analysis.collect import collect
-from circuitlab.analysis.distributed import merge_collections
+from circuitlab.analysis.collect_ranks import merge_collections
 from circuitlab.data import held_out_stories
 
 
@@ -43,7 +43,7 @@ def test_torchrun_two_ranks_build_the_same_database(tiny_trained, tmp_path):
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     launched = subprocess.run(
         [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", f"--master_port={free_port()}",
-         "-m", "circuitlab.analysis.distributed", str(tiny_trained), "--stories", "6", "--out", str(tmp_path / "db"),
+         "-m", "circuitlab.analysis.collect_ranks", str(tiny_trained), "--stories", "6", "--out", str(tmp_path / "db"),
          "--batch-size", "4", "--no-index"],
         capture_output=True, text=True, env=env, timeout=300,
     )

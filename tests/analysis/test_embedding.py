@@ -135,3 +135,23 @@ def test_real_umap_separates_clusters_and_reports_speedup(tmp_path):
     # the speed-up is the ratio of the two timings it reports (a timing is shown by the benchmark, not tested)
     total = timing["database_knn_seconds"] + timing["umap_with_database_knn_seconds"]
     assert timing["speedup"] == pytest.approx(timing["umap_own_knn_seconds"] / total, rel=1e-9)
+
+
+def test_umap_layout_is_repeatable_and_quiet_on_a_graph_in_pieces(tmp_path):
+    import warnings
+
+    from scipy.sparse import csr_matrix
+    from scipy.sparse.csgraph import connected_components
+
+    db = clustered_db(n_per_token=40)
+    ids = frequent_token_circuits(db, 5)
+    neighbours, _ = database_knn(db, 1, ids, 10)
+    rows = np.repeat(np.arange(ids.size), neighbours.shape[1])
+    graph = csr_matrix((np.ones(rows.size), (rows, neighbours.ravel())), shape=(ids.size, ids.size))
+    assert connected_components(graph, directed=False)[0] > 1  # the case where UMAP's spectral start fails
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        first = embed(db, [1], n_tokens=5, n_neighbors=10, use_cache=False)
+    assert not [w for w in caught if "Spectral initialisation failed" in str(w.message)]
+    second = embed(db, [1], n_tokens=5, n_neighbors=10, use_cache=False)
+    assert np.array_equal(first[["x", "y"]].to_numpy(), second[["x", "y"]].to_numpy())  # seeded, repeatable

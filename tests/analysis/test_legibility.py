@@ -12,24 +12,21 @@ import pytest
 import torch
 
 from circuitlab import CircuitTransformer, ModelConfig
+from circuitlab.analysis.channel_names import max_activating_contexts, name_channels, rank_firing_tokens
 from circuitlab.analysis.legibility import (
     ChannelAccumulator,
     NoBoundedChannelsError,
     channel_family,
     channel_statistics,
     classify_regime,
-    head_selectivity_heatmap,
     is_alive,
     legibility_by_head,
     legibility_by_layer,
     legibility_stats,
     legibility_summary,
     legibility_table,
-    max_activating_contexts,
-    name_channels,
-    rank_firing_tokens,
-    regimes_by_layer_figure,
 )
+from circuitlab.analysis.legibility_figures import head_selectivity_heatmap, regimes_by_layer_figure
 from circuitlab.cli import main
 from circuitlab.errors import UserError
 

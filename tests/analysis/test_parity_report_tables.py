@@ -133,7 +133,7 @@ def _with(**changes) -> str:
 @pytest.mark.parametrize(
     "content, message",
     [
-        (None, "does not exist; write it with scripts/parity_report.py"),
+        (None, "does not exist; write it with `circuitlab report parity`"),
         ("{not json", "is not JSON"),
         ("[1, 2]", "is a JSON list, expected an object"),
         (json.dumps({"version": 1, "models": []}), "is not a parity report (model: Field required"),  # a legibility report

@@ -19,7 +19,7 @@ from circuitlab import CircuitTransformer, ModelConfig
 from circuitlab.analysis.patching import PatchPair, as_patch_pair, natural_code_hooks, nie_grid, nie_heatmap, nie_summary, run_interventions
 from circuitlab.cli import main
 
-PRESETS = ("tiny-sgatlin", "tiny-gelu", "tiny-swiglu", "tiny-legible", "tiny-membership", "tiny-parity")
+PRESETS = ("tiny-sgatlin", "tiny-gelu", "tiny-swiglu", "tiny-legible", "tiny-membership", "tiny-parity", "tiny-parity-linear")
 N_POS = 6
 TOL = 1e-5
 
@@ -235,7 +235,7 @@ def test_cli_patch(tmp_path, capsys):
     (tmp_path / "pairs.json").write_text(json.dumps(pairs))
     out = tmp_path / "nie.csv"
     code = main(["patch", "preset:tiny-sgatlin", "--pairs", str(tmp_path / "pairs.json"), "--quiet", "--out", str(out),
-                 "--figure", str(tmp_path / "nie.html")])
+                 "--figure", str(tmp_path / "nie.html"), "--min-difference", "0"])  # a random model's m differ little
     assert code == 0
     written = pd.read_csv(out)
     assert len(written) == 2 * 3 * 3 and (tmp_path / "nie.html").exists()
@@ -275,7 +275,8 @@ def test_fact_pairs_from_the_data_module(story_model, tmp_path, capsys):
     assert (whole["nie"] - 1).abs().max() < TOL
 
     story_model.save(tmp_path / "model")
-    assert main(["patch", str(tmp_path / "model"), "--n-pairs", "3", "--quiet", "--positions", "noun", "final"]) == 0
+    assert main(["patch", str(tmp_path / "model"), "--n-pairs", "3", "--quiet", "--positions", "noun", "final",
+                 "--min-difference", "0"]) == 0  # a random model tells no pair apart by 0.5 nats
     assert "NIE over 3 pairs" in capsys.readouterr().out
     fact = pairs[0]  # the same prompts as text: the pair format puts the end-of-text id in front, as facts do
     text_pairs = [{"clean": fact.clean_prompt, "patch": fact.patch_prompt, "clean_answer": fact.clean_answer,
@@ -283,10 +284,76 @@ def test_fact_pairs_from_the_data_module(story_model, tmp_path, capsys):
     (tmp_path / "text_pairs.json").write_text(json.dumps(text_pairs))
     out = tmp_path / "text_nie.csv"
     assert main(["patch", str(tmp_path / "model"), "--pairs", str(tmp_path / "text_pairs.json"), "--quiet",
-                 "--out", str(out)]) == 0
+                 "--out", str(out), "--min-difference", "0"]) == 0
     # the text pair is the fact pair: same tokens, so the same NIE from the CLI and from nie_grid (text or ids)
     from_text = pd.read_csv(out)
     from_facts = nie_grid(story_model, pairs[:1], progress=False)
     from_python_text = nie_grid(story_model, text_pairs, progress=False)
     assert np.allclose(from_text["nie"], from_facts["nie"], atol=1e-5, equal_nan=True)
     assert np.allclose(from_python_text["nie"], from_facts["nie"], atol=1e-5, equal_nan=True)
+
+
+def test_positions_for_keeps_what_every_pair_can_be_patched_at():
+    from circuitlab.analysis.patching import positions_for
+
+    equal = PatchPair([1, 2, 3, 4], [1, 5, 3, 4], 6, 7, roles={"noun": (1, 1)}, name="equal")
+    longer = PatchPair([1, 2, 3, 4], [1, 9, 5, 3, 4], 6, 7, roles={"noun": (1, 2)}, name="longer")
+    aligned = PatchPair(longer.clean_tokens, longer.patch_tokens, 6, 7, roles=longer.roles,
+                        alignment=[(0, 0), (1, 2), (2, 3), (3, 4)], name="aligned")
+    no_noun = PatchPair([1, 2, 3], [1, 5, 3], 6, 7, name="no noun")
+    assert positions_for([equal, aligned]) == (["noun", "final", "all"], None)
+    positions, note = positions_for([equal, longer, aligned])
+    assert positions == ["noun", "final"]
+    assert "1 of 3 pairs have prompts of different token lengths" in note and "longer, 4 and 5 tokens" in note
+    assert '"alignment"' in note and "(clean_pos" not in note  # said in the pairs file's words, not Python's
+    positions, note = positions_for([equal, no_noun])
+    assert positions == ["final", "all"] and "position 'noun' left out: 1 of 2 pairs" in note
+
+
+def test_cli_patch_says_why_when_no_pair_counts_and_writes_no_empty_figure(tmp_path, capsys):
+    pairs = [dict(clean_tokens=list(p.clean_tokens), patch_tokens=list(p.patch_tokens), clean_answer_id=p.clean_answer_id,
+                  patch_answer_id=p.patch_answer_id, noun_position=2) for p in random_pairs(2)]
+    (tmp_path / "pairs.json").write_text(json.dumps(pairs))
+    out, figure = tmp_path / "nie.csv", tmp_path / "nie.html"
+    code = main(["patch", "preset:tiny-gelu", "--pairs", str(tmp_path / "pairs.json"), "--quiet",
+                 "--min-difference", "1e6", "--out", str(out), "--figure", str(figure)])
+    captured = capsys.readouterr()
+    assert code == 2
+    assert "no NIE to average: on all 2 pairs" in captured.err and "Empty DataFrame" not in captured.out
+    assert not figure.exists()
+    assert len(pd.read_csv(out)) == 2 * 3 * 3  # the per-pair m values are kept for the user to look at
+
+
+def test_cli_patch_and_demo_treat_unequal_pairs_alike(tmp_path, capsys):
+    from circuitlab.demo.pipeline import DemoInputs, PipelineContext, Sizes, _make_nie
+    from circuitlab.demo.runfolder import RunFolder
+
+    model = make_model("tiny-gelu")
+    pairs = [dict(clean_tokens=[7, 20, 30, 40, 50], patch_tokens=[7, 9, 21, 30, 40, 50], clean_answer_id=11,
+                  patch_answer_id=12, noun_position=1, patch_noun_position=2, name="shifted"),
+             dict(clean_tokens=[7, 20, 30, 40], patch_tokens=[7, 21, 30, 40], clean_answer_id=11, patch_answer_id=13,
+                  noun_position=1, name="same length")]
+    path = tmp_path / "pairs.json"
+    path.write_text(json.dumps(pairs))
+    model.save(tmp_path / "model")
+    out = tmp_path / "nie.csv"
+    assert main(["patch", str(tmp_path / "model"), "--pairs", str(path), "--quiet", "--out", str(out),
+                 "--min-difference", "0"]) == 0
+    printed = capsys.readouterr().out
+    assert "position 'all' left out: 1 of 2 pairs" in printed
+    from_cli = pd.read_csv(out)
+    assert set(from_cli["position"]) == {"noun", "final"} and len(from_cli) == 2 * 3 * 2
+    # asking for "all" anyway is refused in the same words, naming the pair and its lengths
+    assert main(["patch", str(tmp_path / "model"), "--pairs", str(path), "--positions", "all"]) == 2
+    err = capsys.readouterr().err
+    assert "shifted: position 'all' needs prompts of equal length, got 5 and 6 tokens" in err and "(clean_pos" not in err
+
+    run = RunFolder(tmp_path / "run")
+    ctx = PipelineContext(model=model, run=run, sizes=Sizes.fast(), progress=False, inputs=DemoInputs(pairs=str(path)))
+    files, extra = _make_nie(ctx)
+    assert any("position 'all' left out: 1 of 2 pairs" in note for note in extra["notes"])
+    from circuitlab.demo.readers import nie_from_parquet
+
+    from_demo = nie_from_parquet(pd.read_parquet(run.file("nie.parquet")))
+    assert set(from_demo["position"]) == {"noun", "final"}
+    assert np.allclose(sorted(from_demo["m_patched"]), sorted(from_cli["m_patched"]), atol=1e-6)

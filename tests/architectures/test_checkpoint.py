@@ -7,7 +7,7 @@ from safetensors.torch import save_file
 from circuitlab import CheckpointError, CircuitTransformer, ModelConfig, load_model
 
 
-@pytest.mark.parametrize("preset", ["tiny-sgatlin", "tiny-legible", "tiny-parity"])
+@pytest.mark.parametrize("preset", ["tiny-sgatlin", "tiny-legible", "tiny-parity", "tiny-parity-linear"])
 def test_save_load_round_trip_is_bit_exact(tmp_path, preset):
     torch.manual_seed(0)
     model = CircuitTransformer(ModelConfig.preset(preset))

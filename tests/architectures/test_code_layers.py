@@ -9,10 +9,10 @@ from circuitlab import CircuitTransformer, ModelConfig
 from circuitlab.analysis.collect import layer_layout
 from circuitlab.analysis.patching import natural_code_hooks
 from circuitlab.architectures.code_layer import CodeLayer
-from circuitlab.architectures.feedforward import FEEDFORWARDS
-from circuitlab.config import FFN_TYPES, FeedForwardConfig
+from circuitlab.architectures.registry import FEEDFORWARDS
+from circuitlab.config import FeedForwardConfig
 
-DESIGNS = ["tiny-gelu", "tiny-swiglu", "tiny-sgatlin", "tiny-legible", "tiny-parity", "tiny-membership", "tiny-peer",
+DESIGNS = ["tiny-gelu", "tiny-swiglu", "tiny-sgatlin", "tiny-legible", "tiny-parity", "tiny-parity-linear", "tiny-membership", "tiny-peer",
            "tiny-moe"]
 
 
@@ -28,8 +28,12 @@ def run(preset: str):
 def test_every_ffn_type_has_one_config_class_and_one_layer_class():
     config_classes = typing.get_args(typing.get_args(FeedForwardConfig)[0])
     tags = [cls.model_fields["type"].default for cls in config_classes]
-    assert sorted(tags) == sorted(FFN_TYPES) == sorted(FEEDFORWARDS)
-    assert all(issubclass(layer, CodeLayer) and layer.kind == tag for tag, layer in FEEDFORWARDS.items())
+    assert sorted(tags) == sorted(FEEDFORWARDS) == ["mlp", "moe", "ncffn", "peer", "sgatlin", "swiglu"]
+    base = ModelConfig.preset("tiny-gelu")
+    for tag, section in FEEDFORWARDS.items():
+        config = base.replace(feedforward=dict(type=tag))
+        layer = config.feedforward.build(config)
+        assert isinstance(layer, CodeLayer) and layer.kind == tag
 
 
 @pytest.mark.parametrize("preset", DESIGNS)
@@ -90,7 +94,7 @@ def test_bounded_channels_are_bounded_and_named_by_their_layer(preset):
 
 
 def test_a_layer_outside_a_model_says_its_hooks_have_no_names():
-    from circuitlab.architectures.feedforward.dense import MLP
+    from circuitlab.architectures.feedforward.mlp import MLP
 
     with pytest.raises(RuntimeError, match="inside a CircuitTransformer"):
         MLP(ModelConfig.preset("tiny-gelu")).code_hooks()

@@ -2,8 +2,9 @@ import json
 
 import pytest
 
-from circuitlab.config import ConfigError, ModelConfig, ncffn_partition
-from circuitlab.presets import PRESETS, ladder_config, scaling_ladder
+from circuitlab.architectures.feedforward.ncffn import ncffn_partition
+from circuitlab.config import ConfigError, ModelConfig, ladder_config, scaling_ladder
+from circuitlab.presets import PRESETS
 
 
 @pytest.mark.parametrize("name", sorted(PRESETS))
@@ -31,9 +32,9 @@ def test_hash_ignores_name_but_not_architecture():
         (dict(feedforward=dict(type="transformer")), "feedforward.type"),
         (dict(feedforward=dict(type="moe", n_experts=4, k=5)), "k=5 must satisfy"),
         (dict(feedforward=dict(type="peer", d_ffw=100, d_key=15)), "d_key=15 must be even"),
-        (dict(d_model=96, bottleneck=dict(n_bits=12, beams=[4, 4])), "power of 2"),
-        (dict(bottleneck=dict(n_bits=16, bits_per_level=3, beams=[4, 4])), "split into levels"),
-        (dict(bottleneck=dict(n_bits=16, bits_per_level=4, beams=[4])), "one beam width per level"),
+        (dict(d_model=96, bottleneck=dict(n_bits=12, grid=[8, 8], k=4, beam=4)), "must hold d_model=96"),
+        (dict(bottleneck=dict(n_bits=16, beam=512)), "beam=512 must lie in"),
+        (dict(bottleneck=dict(design="prefix", n_bits=16)), "bottleneck.design"),
         (dict(n_heads=0), "n_heads must be a positive"),
         (dict(positional="alibi"), "positional"),
     ],
@@ -91,6 +92,10 @@ def first_format(config: ModelConfig) -> dict:
     # its selectivity section held the four lambdas only (normalization, ramp and cap came later)
     data["selectivity"] = {key: data["selectivity"][key]
                            for key in ("attn_sparsity", "attn_crispness", "ffn_sparsity", "ffn_crispness")}
+    if data.get("bottleneck") is not None:  # the parity section held the first parity design's fields, null,
+        # and not the fields added since (the bias path and the usage balance)
+        data["bottleneck"] = {key: value for key, value in dict(data["bottleneck"], bits_per_level=None, beams=None).items()
+                              if key not in ("bias", "lambda_balance")}
     return data
 
 
@@ -108,7 +113,9 @@ def test_first_format_configs_load_with_their_old_hash(name):
 
 
 def test_each_ffn_type_has_its_own_fields():
-    from circuitlab.config import MLPConfig, NCFFNConfig, SgatlinConfig
+    from circuitlab.architectures.feedforward.mlp import MLPConfig
+    from circuitlab.architectures.feedforward.ncffn import NCFFNConfig
+    from circuitlab.architectures.feedforward.sgatlin import SgatlinConfig
 
     assert isinstance(ModelConfig.preset("tiny-sgatlin").feedforward, SgatlinConfig)
     assert isinstance(ModelConfig.preset("tiny-legible").feedforward, NCFFNConfig)

@@ -51,7 +51,7 @@ def greedy_by_hand(model, tokens, n_new, fwd_hooks=()):
 PROMPT = torch.tensor([[5, 17, 99, 3], [42, 42, 7, 300]])
 
 
-@pytest.mark.parametrize("preset", ["tiny-gelu", "tiny-sgatlin", "tiny-legible", "tiny-parity"])
+@pytest.mark.parametrize("preset", ["tiny-gelu", "tiny-sgatlin", "tiny-legible", "tiny-parity", "tiny-parity-linear"])
 def test_greedy_generation_is_the_argmax_loop(preset):
     model = make_model(preset)
     expected = greedy_by_hand(model, PROMPT, 6)

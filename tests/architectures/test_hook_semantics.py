@@ -12,7 +12,7 @@ import torch
 
 from circuitlab import CircuitTransformer, ModelConfig
 
-DESIGNS = ["tiny-gelu", "tiny-sgatlin", "tiny-legible", "tiny-parity"]
+DESIGNS = ["tiny-gelu", "tiny-sgatlin", "tiny-legible", "tiny-parity", "tiny-parity-linear"]
 EXACT = dict(rtol=0, atol=0)
 CLOSE = dict(rtol=1e-5, atol=1e-5)
 

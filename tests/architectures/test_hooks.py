@@ -59,6 +59,7 @@ SPECIFIC = {
         "blocks.{l}.bottleneck.hook_recon": ("B", "T", "D"),
     },
 }
+SPECIFIC["tiny-parity-linear"] = SPECIFIC["tiny-parity"]
 
 
 def sizes(model):

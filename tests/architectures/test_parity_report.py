@@ -1,8 +1,7 @@
-"""scripts/parity_report.py on tiny randomly initialised models: every figure against its definition."""
+"""`circuitlab report parity` on tiny randomly initialised models: every figure against its definition."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import math
 from pathlib import Path
@@ -18,10 +17,14 @@ TOKENIZER = ROOT / "models" / "sgatlin-stories" / "tokenizer.json"
 
 
 def _script():
-    spec = importlib.util.spec_from_file_location("parity_report", ROOT / "scripts" / "parity_report.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    """The measuring module, with `main(argv)` running `circuitlab report parity ARGV` as the command line does."""
+    from types import SimpleNamespace
+
+    import circuitlab.analysis.parity_measure as parity_measure
+    from circuitlab.cli import main
+
+    return SimpleNamespace(main=lambda argv: main(["report", "parity", *argv]), report=parity_measure.report,
+                           natural_windows=parity_measure.natural_windows)
 
 
 @pytest.fixture(scope="module")
@@ -48,7 +51,7 @@ def test_report_figures_follow_their_definitions(tiny_models, tmp_path, capsys):
     assert result["tokens"] == 600  # 6 windows of 100 next-token predictions
 
     # recompute the figures of layer 1 from a cache of the same windows
-    from circuitlab.architectures.checkpoint import load_model
+    from circuitlab.architectures.transformer import load_model
 
     model = load_model(tiny_models["tiny-parity"]).eval()
     windows = report.natural_windows(model, ROOT / "data" / "natural", 600, 100)
@@ -97,7 +100,7 @@ def test_encoder_overrides_run_the_trained_model_with_other_settings(tiny_models
     assert result["natural"] == "data/natural"  # the default folder, recorded relative to the repository
     assert result["design"]["beam"] == 2 and result["design"]["pursuit_rounds"] == 1 and result["design"]["k"] == 4
 
-    from circuitlab.architectures.checkpoint import load_model
+    from circuitlab.architectures.transformer import load_model
 
     model = load_model(tiny_models["tiny-parity"]).eval()
     for block in model.blocks:

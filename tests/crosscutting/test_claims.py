@@ -35,7 +35,7 @@ SHIPPED = ("sgatlin-stories", "gelu-stories", "legible-stories", "parity-stories
 
 
 def shipped_models_present() -> bool:
-    from circuitlab.architectures.checkpoint import models_root
+    from circuitlab.resources import models_root
 
     return all((models_root() / name / "model.safetensors").is_file() for name in SHIPPED)
 
@@ -124,7 +124,7 @@ def test_rows_agree_with_a_direct_call_of_their_measuring_function(fast_run, cla
 
 
 def _copy_models(tmp_path: Path) -> Path:
-    from circuitlab.architectures.checkpoint import models_root
+    from circuitlab.resources import models_root
 
     root = tmp_path / "models"
     for name in SHIPPED:

@@ -19,7 +19,7 @@ import torch
 from safetensors.torch import save_file
 
 from circuitlab import CheckpointError, CircuitTransformer, ModelConfig, load_model
-from circuitlab.architectures.checkpoint import load_tensors, save_tensors, tensors_sha256
+from circuitlab.architectures.weights import load_tensors, save_tensors, tensors_sha256
 
 TESTS = Path(__file__).resolve().parent
 
@@ -139,7 +139,7 @@ def test_folders_without_records_are_checked_against_the_training_metrics(tmp_pa
 
 
 def test_shipped_models_agree_with_their_recorded_hashes():
-    from circuitlab.architectures.checkpoint import models_root
+    from circuitlab.resources import models_root
 
     shipped = [p for p in sorted(models_root().glob("*")) if (p / "model.safetensors").is_file() and (p / "metrics.json").is_file()]
     if not shipped:
@@ -185,7 +185,8 @@ DETERMINISTIC = ("step", "loss", "lr", "grad_norm", "selectivity", "running_loss
 
 def make_trainer(out: Path):
     """A tiny-legible trainer on seeded synthetic windows (the same in every process)."""
-    from circuitlab.training.trainer import TrainConfig, Trainer
+    from circuitlab.training.settings import TrainConfig
+    from circuitlab.training.trainer import Trainer
 
     generator = torch.Generator().manual_seed(0)
     starts = torch.randint(0, 512, (48, 1), generator=generator)
@@ -215,7 +216,7 @@ KILLER = textwrap.dedent(
     import torch
     torch.set_num_threads(1)
     sys.path[:0] = [{tests!r}, {tests!r} + "/.."]
-    import circuitlab.architectures.checkpoint as checkpoint
+    import circuitlab.architectures.weights as checkpoint
     from test_faults_checkpoint import make_trainer
 
     real_save_tensors = checkpoint.save_tensors
@@ -266,7 +267,7 @@ def test_sigkill_while_writing_a_checkpoint_resumes_from_the_previous_one(tmp_pa
     ],
 )
 def test_a_damaged_training_checkpoint_names_the_file(tmp_path, one_thread, file, damage, message):
-    from circuitlab.training.trainer import CheckpointMismatchError
+    from circuitlab.training.resume import CheckpointMismatchError
 
     make_trainer(tmp_path).fit(stop_at=3)
     path = tmp_path / "checkpoints" / "step_00000003" / file

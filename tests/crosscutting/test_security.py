@@ -21,7 +21,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from circuitlab import CircuitTransformer, ModelConfig, load_model
-from circuitlab.architectures.checkpoint import CheckpointError, is_plain_name, resolve_model_folder
+from circuitlab.architectures.weights import CheckpointError, is_plain_name, resolve_model_folder
 
 REPO = Path(__file__).resolve().parents[2]
 SCANNED = [REPO / "circuitlab", REPO / "apps", REPO / "scripts", REPO / "benchmarks"]
@@ -154,7 +154,8 @@ def test_a_database_array_that_is_a_pickle_is_refused_without_running_it(tmp_pat
 
 
 def test_a_training_checkpoint_is_read_without_unpickling(tmp_path):
-    from circuitlab.training.trainer import TrainConfig, Trainer
+    from circuitlab.training.settings import TrainConfig
+    from circuitlab.training.trainer import Trainer
 
     marker = tmp_path / "payload-ran"
     windows = torch.randint(0, 512, (24, 17), generator=torch.Generator().manual_seed(0))
@@ -237,7 +238,7 @@ def test_any_name_accepted_as_plain_is_one_folder_below(tmp_path, name):
 
 
 def test_the_checkpoint_pointer_cannot_lead_out_of_the_run(tmp_path):
-    from circuitlab.training.trainer import CheckpointMismatchError, find_checkpoint
+    from circuitlab.training.resume import CheckpointMismatchError, find_checkpoint
 
     root = tmp_path / "run" / "checkpoints"
     (root / "step_00000002").mkdir(parents=True)

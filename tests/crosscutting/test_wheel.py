@@ -16,7 +16,9 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-TREE = ("circuitlab", "apps", "models", "pyproject.toml", "setup.py", "README.md")
+TREE = ("circuitlab", "apps", "models", "results", "data/natural", "pyproject.toml", "setup.py", "README.md")
+# what the design card names: `pip install circuitlab` brings each (torch is installed first, pinned, by the set-up)
+DEPENDENCIES = ("torch", "transformer-lens", "umap-learn", "scikit-learn", "faiss-cpu", "pandas", "plotly", "streamlit")
 
 
 def _site_packages(prefix: Path) -> Path:
@@ -31,11 +33,19 @@ def installed(tmp_path_factory) -> tuple[Path, dict[str, str]]:
     source = base / "source"  # a copy, so the build leaves nothing in the working tree
     source.mkdir()
     for name in TREE:
+        (source / name).parent.mkdir(parents=True, exist_ok=True)
         (shutil.copytree if (ROOT / name).is_dir() else shutil.copy2)(ROOT / name, source / name)
     wheels = base / "wheels"
     subprocess.run([sys.executable, "-m", "pip", "wheel", str(source), "--no-deps", "--no-build-isolation", "-q",
                     "-w", str(wheels)], check=True, cwd=base, timeout=600)
     [wheel] = wheels.glob("circuitlab-*.whl")
+    import zipfile
+
+    with zipfile.ZipFile(wheel) as archive:
+        metadata = archive.read(next(n for n in archive.namelist() if n.endswith(".dist-info/METADATA"))).decode()
+    requires = {line.split(":", 1)[1].split(";")[0].strip().split(">")[0].split("=")[0].split("<")[0].strip().lower()
+                for line in metadata.splitlines() if line.startswith("Requires-Dist:") and "extra ==" not in line}
+    assert set(DEPENDENCIES) <= requires, sorted(set(DEPENDENCIES) - requires)
     env_dir = base / "env"
     venv.EnvBuilder(system_site_packages=True, with_pip=False).create(env_dir)
     python = env_dir / "bin" / "python"
@@ -108,3 +118,33 @@ def test_the_installed_wheel_works_outside_the_tree(installed, tmp_path):
             print(app.title[0].value)
     """, tmp_path).stdout.split("\n")
     assert pages[:2] == ["Circuit lookup", "Attribution"]
+
+
+@pytest.mark.slow
+def test_the_wheel_carries_the_natural_stories_and_the_reports_its_pages_read(installed, tmp_path):
+    python, env = installed
+    counts = _run(python, env, """
+        from circuitlab.data.natural import load_natural_stories
+        from circuitlab.resources import natural_root, results_root
+        corpus = load_natural_stories()
+        print(len(corpus.stories), "site-packages" in str(natural_root()), (results_root() / "parity" / "parity_report.json").is_file(),
+              (results_root() / "legible-sweep" / "legibility_regimes.json").is_file())
+    """, tmp_path).stdout.split()
+    shipped = sum(1 for path in (ROOT / "data" / "natural" / "stories").glob("*.txt")
+                  for line in path.read_text(encoding="utf-8").splitlines() if line.startswith("### "))
+    assert counts == [str(shipped), "True", "True", "True"]
+    # the own-data path of docs/getting-started.md, outside the tree: train on the user's text (and the shipped
+    # natural stories), then query and patch
+    texts = tmp_path / "my_texts"
+    texts.mkdir()
+    (texts / "a.txt").write_text("\n\n".join(f"The turtle was slow and the rabbit was fast, said Ana {i}." for i in range(400)))
+    script = python.parent / "circuitlab"
+    trained = subprocess.run([str(script), "train", "--preset", "tiny-gelu", "--text", str(texts), "--out",
+                              str(tmp_path / "runs" / "mymodel"), "--steps", "3", "--seq-len", "32",
+                              "--held-out-fraction", "0.1", "--quiet"],
+                             capture_output=True, text=True, env=env, cwd=tmp_path, timeout=600)
+    assert trained.returncode == 0, trained.stderr
+    natural = subprocess.run([str(script), "train", "--preset", "tiny-gelu", "--natural", "--n-stories", "50",
+                              "--out", str(tmp_path / "runs" / "natural"), "--steps", "2", "--seq-len", "32", "--quiet"],
+                             capture_output=True, text=True, env=env, cwd=tmp_path, timeout=600)
+    assert natural.returncode == 0, natural.stderr

@@ -113,7 +113,7 @@ def test_load_hf_dataset_saved_to_disk(tmp_path, hf_cache):
     with pytest.raises(DataError, match=r"no 'text' column \(columns: \['story'\]\)"):
         load_hf_dataset(tmp_path / "splits")
     (tmp_path / "plain").mkdir()
-    with pytest.raises(DataError, match="not a dataset saved with save_to_disk"):
+    with pytest.raises(DataError, match="neither a dataset saved with save_to_disk .* nor a folder of data files"):
         load_hf_dataset(tmp_path / "plain")
     with pytest.raises(DataError, match="limit=0"):
         load_hf_dataset(tmp_path / "single", limit=0)
@@ -133,6 +133,25 @@ def test_load_hf_dataset_from_local_files(tmp_path, hf_cache):
         load_hf_dataset(tmp_path / "x.xyz")
     with pytest.raises(DataError, match="no such file or folder"):
         load_hf_dataset(str(tmp_path / "missing"))
+
+
+def test_a_folder_of_data_files_is_one_dataset_read_in_file_order(tmp_path, hf_cache):
+    import pandas as pd
+
+    from circuitlab.data.hf import iter_documents
+
+    (tmp_path / "parquet" / "sub").mkdir(parents=True)
+    pd.DataFrame({"text": ["a0", "a1", ""]}).to_parquet(tmp_path / "parquet" / "part-000.parquet")
+    pd.DataFrame({"text": ["b0"]}).to_parquet(tmp_path / "parquet" / "sub" / "part-001.parquet")
+    assert load_hf_dataset(tmp_path / "parquet") == ["a0", "a1", "b0"]
+    assert list(iter_documents(tmp_path / "parquet", limit=2)) == ["a0", "a1"]
+    (tmp_path / "jsonl").mkdir()
+    for index in range(3):
+        (tmp_path / "jsonl" / f"shard_{index}.jsonl").write_text(json.dumps({"story": f"s{index}"}) + "\n")
+    assert load_hf_dataset(tmp_path / "jsonl", text_field="story") == ["s0", "s1", "s2"]
+    (tmp_path / "jsonl" / "extra.csv").write_text("story\nx\n")
+    with pytest.raises(DataError, match="mixes data file kinds"):
+        load_hf_dataset(tmp_path / "jsonl", text_field="story")
 
 
 def test_load_documents_dispatches_by_kind(tmp_path, hf_cache):

@@ -163,7 +163,7 @@ def test_every_non_space_character_is_in_exactly_one_span():
 
 
 def test_labels_match_the_word_lists():
-    from circuitlab.data.story_writer import WIDE_ANIMALS, WIDE_OBJECTS, WIDE_PLACES
+    from circuitlab.data.story_pools import WIDE_ANIMALS, WIDE_OBJECTS, WIDE_PLACES
 
     plural_animals = set(vocab.ANIMALS) | {vocab.plural(a) for a in vocab.ANIMALS} | set(WIDE_ANIMALS)
     plural_objects = set(vocab.OBJECTS) | {vocab.plural(o) for o in vocab.OBJECTS} | set(WIDE_OBJECTS)
@@ -371,7 +371,7 @@ def test_corpus_command(tmp_path, capsys):
 def test_wider_vocabulary_from_the_lexicon():
     from circuitlab.data.facts import FACT_BY_NOUN
     from circuitlab.data.lexicon import label_text, lexicon
-    from circuitlab.data.story_writer import WIDE_ANIMALS, WIDE_OBJECTS, WIDE_PLACES
+    from circuitlab.data.story_pools import WIDE_ANIMALS, WIDE_OBJECTS, WIDE_PLACES
 
     for pool, label in ((WIDE_ANIMALS, "ANIMAL"), (WIDE_OBJECTS, "OBJECT"), (WIDE_PLACES, "PLACE")):
         assert len(pool) >= 60 and all(lexicon()[word] == label and word not in FACT_BY_NOUN for word in pool)

@@ -8,6 +8,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.slow  # the dashboard end to end: every page rendered for every model
+
 pytest.importorskip("streamlit")
 from streamlit.testing.v1 import AppTest
 
@@ -55,13 +57,36 @@ def texts(elements) -> str:
 # ---------------------------------------------------------------------------------------- every page
 
 
+# the pages about one design, and the models they describe
+DESCRIBED = {"Pressure regimes": {"tiny-legible"}, "Parity bottleneck": {"tiny-parity"}}
+MODELS = ["tiny-sgatlin", "tiny-legible", "tiny-parity", "tiny-gelu"]
+
+
 @pytest.mark.parametrize("page", list(PAGES))
-@pytest.mark.parametrize("model", ["tiny-sgatlin", "tiny-legible", "tiny-parity", "tiny-gelu"])
-def test_every_page_renders_for_every_model(demo_runs, model, page):
+@pytest.mark.parametrize("model", MODELS)
+def test_every_page_renders_for_every_model_it_describes(demo_runs, model, page):
     _, _, runs = demo_runs
+    if model not in DESCRIBED.get(page, MODELS):
+        pytest.skip(f"{page} is not shown for {model}")
     app = open_page(runs[model], page)
     assert not app.error, texts(app.error)
     assert not app.warning, texts(app.warning)
+
+
+@pytest.mark.parametrize("model", MODELS)
+def test_design_pages_appear_only_for_the_models_they_describe(demo_runs, model):
+    _, _, runs = demo_runs
+    app = AppTest.from_file(APP, default_timeout=120)
+    app.session_state["run_path"] = str(runs[model])
+    app.run()
+    for page, described in DESCRIBED.items():
+        if model in described:
+            app.switch_page(PAGES[page])
+            app.run()
+            assert [title.value for title in app.title] == [page]
+        else:
+            with pytest.raises(Exception, match="Could not find a navigation page"):
+                app.switch_page(PAGES[page])
 
 
 def test_overview_shows_card_training_curve_parameters_and_artifacts(demo_runs):
@@ -282,7 +307,7 @@ def test_regimes_page_reads_a_report_and_says_how_to_make_a_missing_one(demo_run
 
     monkeypatch.setenv("CIRCUITLAB_REGIMES_REPORT", str(tmp_path / "absent.json"))
     app = open_page(runs["tiny-legible"], "Pressure regimes")
-    assert "No legibility report at" in texts(app.info) and "gpu_legible_sweep.sh" in texts(app.code)
+    assert "No legibility report at" in texts(app.info) and "circuitlab report legibility" in texts(app.code)
     (tmp_path / "broken.json").write_text('{"version": 0}')
     monkeypatch.setenv("CIRCUITLAB_REGIMES_REPORT", str(tmp_path / "broken.json"))
     app = open_page(runs["tiny-legible"], "Pressure regimes")
@@ -336,7 +361,7 @@ def test_parity_page_shows_the_shipped_report_and_a_constructed_one(demo_runs, t
 
     monkeypatch.setenv("CIRCUITLAB_PARITY_REPORT", str(tmp_path / "absent.json"))
     app = open_page(runs["tiny-parity"], "Parity bottleneck")
-    assert "No parity report at" in texts(app.info) and "scripts/parity_report.py" in texts(app.code)
+    assert "No parity report at" in texts(app.info) and "circuitlab report parity" in texts(app.code)
     (tmp_path / "regimes.json").write_text('{"version": 1, "models": []}')  # another report's shape
     monkeypatch.setenv("CIRCUITLAB_PARITY_REPORT", str(tmp_path / "regimes.json"))
     app = open_page(runs["tiny-parity"], "Parity bottleneck")

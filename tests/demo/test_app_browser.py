@@ -64,3 +64,53 @@ def test_chromium_renders_the_dashboard_and_writes_a_screenshot(demo_runs, tmp_p
     width, height = struct.unpack(">II", header[16:24])
     assert (width, height) == (1400, 900)
     assert png.stat().st_size > 20_000  # a rendered page, not a blank window
+
+
+@pytest.mark.slow
+def test_your_own_pair_heatmap_has_a_cell_per_position_and_the_all_column(demo_runs, tmp_path):
+    """Plotly types an axis of "0", "1", ... labels as numbers unless told otherwise: "all" then vanished and
+    the cells slid off their ticks in the dashboard. Drawn by Chromium, every position and "all" is a tick."""
+    from circuitlab import load_model
+    from circuitlab.demo.inputs import custom_patch_pair
+
+    shots = _screenshots_module()
+    if shots.chromium_binary() is None:
+        pytest.skip("chromium is not installed (Debian: apt-get install chromium; scripts/test.sh installs it)")
+    _, models, runs = demo_runs
+    typed = {"Clean prompt": "Tom saw the dog and", "Clean answer": "the",
+             "Counterfactual prompt": "Sue saw the cat and", "Counterfactual answer": "a"}
+    pair, positions, message = custom_patch_pair(load_model(models["tiny-sgatlin"]), typed["Clean prompt"],
+                                                 typed["Counterfactual prompt"], typed["Clean answer"], typed["Counterfactual answer"])
+    assert message is None and positions[-1] == "all" and len(positions) > 3
+    with shots.served(runs["tiny-sgatlin"], log=tmp_path / "server.log") as base, \
+            shots.Browser(tmp_path / "profile", window="1400,1000", timeout=120) as browser:
+        browser.open(base + "/patching", shots.PAGES["patching"])
+        for label, text in typed.items():
+            browser.fill(label, text)
+        browser.click("Patch", "m(counterfactual)")
+        figure = [plot for plot in browser.plots() if "your pair" in plot["title"]]
+    assert len(figure) == 1
+    assert figure[0]["xtype"] == "category" and figure[0]["ytype"] == "category"
+    assert figure[0]["xticks"] == [str(p) for p in positions]
+    assert figure[0]["yticks"] == ["layer 0", "layer 1", "all layers"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("model", ["tiny-sgatlin", "tiny-parity"])
+def test_no_figure_draws_a_label_over_another(demo_runs, tmp_path, model):
+    """Every page as Chromium draws it at the dashboard's width: no title, subplot title, axis title or colour
+    bar of a figure overlaps another (the Neurons page's colour bar once sat on an axis title)."""
+    shots = _screenshots_module()
+    if shots.chromium_binary() is None:
+        pytest.skip("chromium is not installed (Debian: apt-get install chromium; scripts/test.sh installs it)")
+    _, _, runs = demo_runs
+    overlaps, drawn = {}, 0
+    with shots.served(runs[model], log=tmp_path / "server.log") as base, \
+            shots.Browser(tmp_path / "profile", window="1400,1000", timeout=180) as browser:
+        for page, marker in shots.PAGES.items():
+            browser.open(f"{base}/{'' if page == 'overview' else page}", marker)
+            drawn += len(browser.plots())
+            if browser.overlapping_labels():
+                overlaps[page] = browser.overlapping_labels()
+    assert drawn >= 6  # the check looked at figures, not at empty pages
+    assert overlaps == {}

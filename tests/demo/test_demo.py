@@ -265,6 +265,27 @@ def test_umap_and_usage_artifacts_match_the_database(sgatlin):
         assert reports[layer].size == model.config.feedforward.n_channels * model.config.feedforward.d_ffw
 
 
+def test_umap_layout_of_every_demo_database_starts_without_a_spectral_failure(demo_runs):
+    """UMAP's spectral start failed ("Spectral initialisation failed", then a random start) on the random
+    tiny-gelu model's second layer; the layout now starts from the codes' truncated SVD on every database."""
+    import warnings
+
+    from circuitlab import load_model
+    from circuitlab.analysis.circuitdb import CircuitDB
+    from circuitlab.analysis.embedding import embed_layer
+
+    _, models, runs = demo_runs
+    sizes = Sizes.fast()
+    for name in ("tiny-gelu", "tiny-sgatlin"):
+        db = CircuitDB.load(runs[name] / "circuitdb", model=load_model(models[name]))
+        for layer in db.layers:
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always")
+                frame = embed_layer(db, layer, n_tokens=sizes.umap_tokens, max_points=sizes.umap_points, use_cache=False)
+            assert not [w for w in caught if "Spectral initialisation failed" in str(w.message)], (name, layer)
+            assert np.isfinite(frame[["x", "y"]].to_numpy()).all()
+
+
 def test_nie_artifact_is_the_full_grid_over_the_fact_pairs(sgatlin):
     model, _, run = sgatlin
     table = nie_from_parquet(pd.read_parquet(run.file("nie.parquet")))

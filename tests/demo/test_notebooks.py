@@ -52,7 +52,7 @@ nbsupport = _load("nbsupport", ANALYSES / "nbsupport.py")
 def notebook_models(request, tmp_path_factory) -> Path | None:
     """None when the four shipped models exist (the notebooks then read models/), else a folder of
     tiny trained models under the shipped names."""
-    from circuitlab.architectures.checkpoint import models_root
+    from circuitlab.resources import models_root
 
     if all((models_root() / name / "model.safetensors").is_file() for name in STAND_INS):
         return None
@@ -87,7 +87,7 @@ def run_notebook(notebook_models, tmp_path_factory):
 def model_folder(notebook_models: Path | None, name: str) -> Path:
     if notebook_models is not None:
         return notebook_models / name
-    from circuitlab.architectures.checkpoint import models_root
+    from circuitlab.resources import models_root
 
     return models_root() / name
 

@@ -154,37 +154,6 @@ def test_sgatlin_combine_in_every_tile_the_tuner_may_pick(device, d_model, monke
 
 
 @pytest.mark.parametrize("device", DEVICES)
-@pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize("shape", COMBINE_SHAPES)
-def test_sgatlin_combine_one_pass_atomic_backward_matches_reference(device, dtype, shape, monkeypatch):
-    """$CIRCUITLAB_SGATLIN_BACKWARD=atomic: the expert gradients by atomic adds in the token pass, duplicates
-    included, equal the reference's like the sorted backward's do."""
-    monkeypatch.setenv("CIRCUITLAB_SGATLIN_BACKWARD", "atomic")
-    batch, pos, channels, k, neurons, d_model = shape
-    gen = torch.Generator().manual_seed(hash(shape) % 2**31 + 1)
-    indices = torch.randint(0, neurons, (batch, pos, channels, k), generator=gen)
-    indices[0, 0, 0, -1] = indices[0, 0, 0, 0]  # a repeat inside one token's channel
-    z = leaf(torch.randn(batch, pos, d_model, generator=gen), dtype, device)
-    gates = leaf(torch.randn(batch, pos, channels, k, generator=gen), dtype, device)
-    experts = leaf(torch.randn(2, channels, neurons, d_model, generator=gen) / d_model**0.5, dtype, device)
-    indices = indices.to(device)
-    upstream = torch.randn(batch, pos, d_model, generator=gen).to(device)
-    with kernels.use_backend("triton"):
-        out = kernels.sgatlin_combine(z, indices, gates, experts)
-    twins = [float64_twin(t) for t in (z, gates, experts)]
-    ref = reference.sgatlin_combine(twins[0], indices, twins[1], twins[2])
-    for name, fast, slow in zip(("z", "gates", "experts"), grads(out, [z, gates, experts], upstream),
-                                grads(ref, twins, upstream)):
-        assert fast.dtype == dtype, name
-        assert relative_error(fast, slow) < TOLERANCE[dtype], name
-    monkeypatch.setenv("CIRCUITLAB_SGATLIN_BACKWARD", "nonsense")
-    with kernels.use_backend("triton"):
-        out = kernels.sgatlin_combine(z, indices, gates, experts)
-    with pytest.raises(ValueError, match="CIRCUITLAB_SGATLIN_BACKWARD"):
-        out.sum().backward()
-
-
-@pytest.mark.parametrize("device", DEVICES)
 def test_sgatlin_combine_untouched_expert_rows_get_zero_gradient(device):
     gen = torch.Generator().manual_seed(3)
     indices = torch.tensor([[[[0, 0], [2, 2]]]], device=device)  # channel 0 uses row 0 only, channel 1 row 2
@@ -377,83 +346,6 @@ def test_scans_equal_the_parallel_reference(device):
         assert relative_error(out, ref_scan(member, decay)) < TOLERANCE[torch.float32]
 
 
-# --- parity dictionary -----------------------------------------------------------------------------------
-
-# (batch, pos, d_model, n_bits, features per token): odd d_model, several 16-wide blocks, T = 1, > 32 index bits
-PARITY_SHAPES = [(2, 3, 24, 7, 5), (1, 1, 40, 9, 19), (3, 2, 17, 5, 6), (1, 2, 20, 40, 3)]
-
-
-def parity_case(shape, gen):
-    batch, pos, d_model, n_bits, n_features = shape
-    code = torch.randint(0, 2, (d_model, n_bits), generator=gen)
-    indices = torch.randint(0, 2**n_bits, (batch, pos, n_features), generator=gen)
-    indices[0, 0, 0] = 1  # a basis feature e_1
-    indices[0, 0, 1] = 1  # ... twice in one token
-    indices[-1, -1, -1] = indices[-1, -1, 0] = 2**n_bits - 1  # a repeated pattern feature
-    assert (indices < d_model).any() and (indices >= d_model).any()
-    return code, indices
-
-
-@pytest.mark.parametrize("device", DEVICES)
-@pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize("shape", PARITY_SHAPES)
-def test_parity_decode_matches_reference(device, dtype, shape):
-    gen = torch.Generator().manual_seed(sum(shape) + 1)
-    code, indices = parity_case(shape, gen)
-    values = leaf(torch.randn(indices.shape, generator=gen), dtype, device)
-    code, indices = code.to(device), indices.to(device)
-    upstream = torch.randn(*indices.shape[:-1], shape[2], generator=gen).to(device)
-    with kernels.use_backend("triton"):
-        out = kernels.parity_decode(indices, values, code)
-    assert type(out.grad_fn).__name__ == "_ParityDecodeBackward"
-    twin = float64_twin(values)
-    ref = reference.parity_decode(indices, twin, code)
-    tol = TOLERANCE[dtype]
-    assert out.dtype == dtype
-    assert relative_error(out, ref) < tol
-    (dvalues,) = grads(out, [values], upstream)
-    (ref_dvalues,) = grads(ref, [twin], upstream)
-    assert relative_error(dvalues, ref_dvalues) < tol
-
-
-@pytest.mark.parametrize("device", DEVICES)
-@pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize("shape", PARITY_SHAPES)
-def test_parity_scores_match_reference(device, dtype, shape):
-    gen = torch.Generator().manual_seed(sum(shape) + 2)
-    code, candidates = parity_case(shape, gen)
-    batch, pos, d_model = shape[:3]
-    x = leaf(torch.randn(batch, pos, d_model, generator=gen), dtype, device)
-    code, candidates = code.to(device), candidates.to(device)
-    upstream = torch.randn(candidates.shape, generator=gen).to(device)
-    with kernels.use_backend("triton"):
-        scores = kernels.parity_scores(x, candidates, code)
-    assert type(scores.grad_fn).__name__ == "_ParityScoresBackward"
-    twin = float64_twin(x)
-    ref = reference.parity_scores(twin, candidates, code)
-    tol = TOLERANCE[dtype]
-    assert scores.dtype == dtype
-    assert relative_error(scores, ref) < tol
-    (dx,) = grads(scores, [x], upstream)
-    (ref_dx,) = grads(ref, [twin], upstream)
-    assert relative_error(dx, ref_dx) < tol
-
-
-@pytest.mark.parametrize("device", DEVICES)
-def test_parity_decode_of_one_pattern_is_its_direction(device):
-    """Decoding a single unit coefficient reproduces phi_i exactly (+-1/sqrt(d) entries, no rounding drift)."""
-    gen = torch.Generator().manual_seed(4)
-    d_model, n_bits = 20, 10
-    code = torch.randint(0, 2, (d_model, n_bits), generator=gen).to(device)
-    indices = torch.arange(d_model - 2, d_model + 30, device=device).reshape(1, 32, 1)
-    values = torch.ones(1, 32, 1, device=device)
-    with kernels.use_backend("triton"):
-        out = kernels.parity_decode(indices, values, code)
-    expected = reference.parity_directions(indices[..., 0], code)
-    assert (expected[..., :].abs().max(-1).values > 0).all()
-    torch.testing.assert_close(out, expected, rtol=1e-6, atol=0.0)  # 1/sqrt(d) is multiplied, not divided
-
-
 # --- parity product encoder: fused scores and selection -----------------------------------------------------
 
 # (tokens, grid rows H, row patterns P, kept columns C, count): the shipped layer's shape (k and the pursuit's
@@ -463,7 +355,7 @@ BEAM_SHAPES = [(6, 16, 256, 64, 32), (3, 16, 256, 64, 64), (9, 8, 32, 8, 8), (4,
 
 def product_signs(n_rows: int, n_patterns: int) -> torch.Tensor:
     """Row sign patterns of a seeded F2 code (distinct and never negatives of each other, so no exact ties)."""
-    from circuitlab.architectures.feedforward.parity import make_factor_code, sign_table
+    from circuitlab.architectures.bottleneck.parity_code import make_factor_code, sign_table
 
     n_bits = max(1, (n_patterns - 1).bit_length())
     return sign_table(make_factor_code(n_rows, n_bits, 7))[:n_patterns]
@@ -513,27 +405,11 @@ SELECT_SHAPES = [(5, 16, 16, 8, 8, 16, 16), (3, 16, 16, 8, 8, 32, 64), (4, 8, 8,
                  (3, 4, 8, 3, 4, 16, 7)]
 
 
-# parity_select_triton.BEAM_OPTIONS: sort keys of 64 or 32 bits; the beam and final top `count` by full sorts or
-# by tl.topk; candidate slots as values and positions or as packed int64 keys; or no slots, the top `count` among
-# the rows of largest maximum, its score tile transposed or not (the default: 64-bit keys, row maxima, transposed)
-BEAM_OPTIONS = {name: dict(zip(("keys32", "topk", "packed", "row_max", "transposed"), flags)) for name, flags in (
-    ("keys64", (False, True, True, True, True)), ("keys32", (True, True, True, True, True)),
-    ("keys64-rows", (False, True, True, True, False)),
-    ("keys64-slots", (False, True, True, False, False)), ("keys32-slots", (True, True, True, False, False)),
-    ("keys64-sorts", (False, False, False, False, False)), ("keys32-sorts", (True, False, False, False, False)))}
-
-
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("shape", SELECT_SHAPES)
-@pytest.mark.parametrize("options", BEAM_OPTIONS.values(), ids=BEAM_OPTIONS.keys())
-def test_parity_beam_select_in_one_kernel_equals_brute_force(device, shape, options, monkeypatch):
-    """Bounds, beam, scores and top `count` from the write alone, against every bound and score in float64,
-    with each of the kernel's options (parity_select_triton.BEAM_OPTIONS)."""
-    from circuitlab.architectures.feedforward.parity import make_factor_code, sign_table
-    from circuitlab.kernels import parity_select_triton
-
-    monkeypatch.setattr(parity_select_triton, "BEAM_OPTIONS", options)
-    monkeypatch.setattr(parity_select_triton, "ROW_MAX_BEAM", 256)  # row maxima at every beam here
+def test_parity_beam_select_in_one_kernel_equals_brute_force(device, shape):
+    """Bounds, beam, scores and top `count` from the write alone, against every bound and score in float64."""
+    from circuitlab.architectures.bottleneck.parity_code import make_factor_code, sign_table
 
     n_tokens, n_rows, n_cols, row_bits, col_bits, beam, count = shape
     gen = torch.Generator().manual_seed(sum(shape))
@@ -561,19 +437,12 @@ def test_parity_beam_select_in_one_kernel_equals_brute_force(device, shape, opti
     assert all(len(set(row.tolist())) == count for row in ids)
 
 
-TIE_OPTIONS = ["keys64", "keys64-rows", "keys64-slots", "keys64-sorts"]
-
-
 @pytest.mark.parametrize("device", DEVICES)
-@pytest.mark.parametrize("options", [BEAM_OPTIONS[name] for name in TIE_OPTIONS], ids=TIE_OPTIONS)
-def test_the_one_kernel_beam_select_keeps_a_valid_top_k_when_scores_tie_past_the_slots(device, options, monkeypatch):
+def test_the_one_kernel_beam_select_keeps_a_valid_top_k_when_scores_tie(device):
     """A write on one grid row scores |Y[5, u1]| on all 256 row patterns of a column: ties the bisection cannot
     split, and every row has the same maximum. The top 16 is still 16 distinct features of the best columns,
     each scored as reported."""
-    from circuitlab.architectures.feedforward.parity import make_factor_code, sign_table
-    from circuitlab.kernels import parity_select_triton
-
-    monkeypatch.setattr(parity_select_triton, "BEAM_OPTIONS", options)
+    from circuitlab.architectures.bottleneck.parity_code import make_factor_code, sign_table
 
     rows, cols = sign_table(make_factor_code(16, 8, 1)), sign_table(make_factor_code(16, 8, 2))
     x = torch.zeros(2, 16, 16)
@@ -591,7 +460,7 @@ def test_the_one_kernel_beam_select_keeps_a_valid_top_k_when_scores_tie_past_the
 @pytest.mark.parametrize("device", DEVICES)
 def test_the_one_kernel_beam_select_agrees_with_the_composed_path(device):
     """The fused kernel and the PyTorch beam with `parity_beam_top` give the same features and certificates."""
-    from circuitlab.architectures.feedforward.parity import make_factor_code, sign_table
+    from circuitlab.architectures.bottleneck.parity_code import make_factor_code, sign_table
 
     rows, cols = sign_table(make_factor_code(16, 8, 1)).to(device), sign_table(make_factor_code(16, 8, 2)).to(device)
     x = torch.randn(7, 16, 16, generator=torch.Generator().manual_seed(3)).to(device)
@@ -607,7 +476,7 @@ def test_the_one_kernel_beam_select_agrees_with_the_composed_path(device):
 def test_the_product_encoder_gives_the_same_supports_on_both_paths(device):
     """The whole encoder (beam scores, top-k, one pursuit round) of a product parity layer: its supports do not
     depend on which path scores and selects."""
-    from circuitlab.architectures.feedforward.parity import ParityBottleneck
+    from circuitlab.architectures.bottleneck.parity import ParityBottleneck
     from circuitlab.config import ModelConfig
 
     layer = ParityBottleneck(ModelConfig.preset("tiny-parity")).to(device)
@@ -629,7 +498,7 @@ SOLVE_MODES = [(True, True, False), (True, True, True), (False, False, True), (F
 
 
 def feature_tables(n_rows: int, n_cols: int, row_bits: int, col_bits: int) -> tuple[torch.Tensor, torch.Tensor]:
-    from circuitlab.architectures.feedforward.parity import make_factor_code, sign_table
+    from circuitlab.architectures.bottleneck.parity_code import make_factor_code, sign_table
 
     return sign_table(make_factor_code(n_rows, row_bits, 5)), sign_table(make_factor_code(n_cols, col_bits, 6))
 
@@ -732,7 +601,7 @@ def test_parity_feature_solve_is_least_squares(device):
 def test_the_product_layer_gives_the_same_code_and_gradients_with_fused_solves(device):
     """The whole product parity layer (encoder with its pursuit round, least-squares coefficients, decode, and
     the gradient through them) with its solves fused or in PyTorch."""
-    from circuitlab.architectures.feedforward.parity import ParityBottleneck
+    from circuitlab.architectures.bottleneck.parity import ParityBottleneck
     from circuitlab.config import ModelConfig
 
     layer = ParityBottleneck(ModelConfig.preset("tiny-parity")).to(device)
@@ -743,15 +612,11 @@ def test_the_product_layer_gives_the_same_code_and_gradients_with_fused_solves(d
         xs = x.clone().requires_grad_(True)
         with kernels.use_backend("triton"), torch.no_grad():
             support = layer.encode_indices(xs)
-        previous, ParityBottleneck.fused_solves = ParityBottleneck.fused_solves, fused
-        try:
-            with kernels.use_backend("triton" if fused else "reference"):
-                values = layer.coefficients(xs, support)
-                x_hat = layer.decode(support, values)
-                (dx,) = torch.autograd.grad((x_hat * upstream).sum(), xs)
-                fused_support = layer.encode_indices(xs)
-        finally:
-            ParityBottleneck.fused_solves = previous
+        with kernels.use_backend("triton" if fused else "reference"):
+            values = layer.coefficients(xs, support)
+            x_hat = layer.decode(support, values)
+            (dx,) = torch.autograd.grad((x_hat * upstream).sum(), xs)
+            fused_support = layer.encode_indices(xs)
         results[fused] = (fused_support.sort(-1).values, values, x_hat, dx)
         assert ran_op(values, "parity_feature_solve") == fused
     assert torch.equal(results[False][0], results[True][0])

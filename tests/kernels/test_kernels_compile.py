@@ -85,7 +85,7 @@ def test_parity_beam_candidates_passes_opcheck():
 
 
 def test_parity_beam_select_passes_opcheck():
-    from circuitlab.architectures.feedforward.parity import make_factor_code, sign_table
+    from circuitlab.architectures.bottleneck.parity_code import make_factor_code, sign_table
 
     rows, cols = sign_table(make_factor_code(8, 5, 1)).to(DEVICE), sign_table(make_factor_code(8, 5, 2)).to(DEVICE)
     x = torch.randn(4, 8, 8, generator=torch.Generator().manual_seed(5)).to(DEVICE)
@@ -96,7 +96,7 @@ def test_parity_beam_select_passes_opcheck():
 
 @pytest.mark.parametrize("mode", [(True, True, False), (True, True, True), (False, False, True)])
 def test_parity_feature_solve_passes_opcheck(mode):
-    from circuitlab.architectures.feedforward.parity import make_factor_code, sign_table
+    from circuitlab.architectures.bottleneck.parity_code import make_factor_code, sign_table
 
     gen = torch.Generator().manual_seed(4)
     rows, cols = sign_table(make_factor_code(8, 4, 1)).to(DEVICE), sign_table(make_factor_code(8, 4, 2)).to(DEVICE)

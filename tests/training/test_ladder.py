@@ -9,7 +9,7 @@ from circuitlab import count_flops, ladder_config
 from circuitlab.cli import main
 from circuitlab.errors import UserError
 from circuitlab.training.ladder import (
-    RESULTS_FILE, TABLE_FILE, LadderSettings, _reusable, arch_config, budget_for, plan_runs,
+    RESULTS_FILE, TABLE_FILE, LadderSettings, arch_config, budget_for, plan_runs, reusable,
 )
 from circuitlab.training.ladder_report import load_results, markdown_table, seed_spread, verdicts
 
@@ -136,10 +136,10 @@ def test_ladder_sweep_end_to_end_in_process(tmp_path):
 
 def test_only_completed_runs_on_the_same_mixture_are_reused():
     metrics = {"stopped": "completed", "data": {"train_tokens": 1000}}
-    assert _reusable(metrics, 1000)
-    assert not _reusable(metrics, 1001)  # the story generator changed: another mixture
-    assert not _reusable({**metrics, "stopped": "time limit"}, 1000)
-    assert not _reusable(None, 1000)
+    assert reusable(metrics, 1000)
+    assert not reusable(metrics, 1001)  # the story generator changed: another mixture
+    assert not reusable({**metrics, "stopped": "time limit"}, 1000)
+    assert not reusable(None, 1000)
 
 
 @pytest.mark.slow

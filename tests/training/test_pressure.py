@@ -7,8 +7,9 @@ import torch
 
 from circuitlab import CircuitTransformer, ModelConfig
 from circuitlab.config import SelectivityConfig
-from circuitlab.training.pressure import describe, pressure_scale, pressure_summary
-from circuitlab.training.trainer import Trainer, TrainConfig
+from circuitlab.training.pressure import pressure_scale, pressure_summary
+from circuitlab.training.settings import TrainConfig
+from circuitlab.training.trainer import Trainer
 
 BASE = dict(d_vocab=97, d_model=48, n_layers=3, n_heads=2, d_head=16, n_ctx=64,
             attention=dict(value_mode="boolean", n_special=2),
@@ -80,9 +81,9 @@ def test_old_configs_keep_their_hash_and_describe_their_form():
     data["selectivity"] = {k: data["selectivity"][k] for k in ("attn_sparsity", "attn_crispness", "ffn_sparsity", "ffn_crispness")}
     assert ModelConfig.from_dict(data).hash() == old.hash()
     assert ModelConfig.preset("legible-stories").hash() != old.replace(n_layers=6).hash()  # the rule is part of the model
-    assert "seed 002's form" in describe(old.selectivity) and "crispness alone" in describe(old.selectivity)
-    assert "calibrated" in describe(ModelConfig.preset("legible-stories").selectivity)
-    assert describe(ModelConfig.preset("legible-stories-none").selectivity) == "none"
+    assert "seed 002's form" in old.selectivity.describe() and "crispness alone" in old.selectivity.describe()
+    assert "calibrated" in ModelConfig.preset("legible-stories").selectivity.describe()
+    assert ModelConfig.preset("legible-stories-none").selectivity.describe() == "none"
     regimes = {name: ModelConfig.preset(name).selectivity.regime for name in
                ("legible-stories-none", "legible-stories-sparse", "legible-stories", "legible-stories-both")}
     assert regimes == {"legible-stories-none": "none", "legible-stories-sparse": "sparsity alone",

@@ -10,18 +10,14 @@ import pytest
 import torch
 
 from circuitlab import CircuitTransformer, ModelConfig
-from circuitlab.architectures.checkpoint import load_model
+from circuitlab.architectures.transformer import load_model
 from circuitlab.errors import UserError
 from circuitlab.training.guard import DivergenceError
-from circuitlab.training.trainer import (
-    CheckpointMismatchError,
-    TrainConfig,
-    Trainer,
-    WindowSampler,
-    default_compile_mode,
-    find_checkpoint,
-    parameter_groups,
-)
+from circuitlab.training.batches import WindowSampler, parameter_groups
+from circuitlab.training.compile import default_compile_mode
+from circuitlab.training.resume import CheckpointMismatchError, find_checkpoint
+from circuitlab.training.settings import TrainConfig
+from circuitlab.training.trainer import Trainer
 
 SEQ_LEN = 32
 
@@ -122,7 +118,7 @@ def test_resume_reproduces_the_uninterrupted_losses_bitwise(tmp_path):
     assert [r["step"] for r in got] == list(range(1, 11))
     assert got == expected  # float equality of every logged number, steps 6-10 included
     assert any(r["selectivity"] > 0 for r in got)  # tiny-legible's crispness pressure is part of the loss
-    assert resumed.held_out_loss == whole_result.held_out_loss
+    assert resumed.eval_loss == whole_result.eval_loss
     for (name, a), b in zip(whole.base_model.state_dict().items(), second.base_model.state_dict().values()):
         assert torch.equal(a, b), name
 
@@ -131,7 +127,8 @@ def test_checkpoint_folder_is_a_model_folder_and_never_pickled(tmp_path):
     trainer = make_trainer(tmp_path, steps=4, ckpt_every=2, keep_checkpoints=1)
     trainer.fit()
     checkpoints = tmp_path / "checkpoints"
-    assert sorted(p.name for p in checkpoints.iterdir()) == ["latest.json", "step_00000004"]  # kept 1
+    # kept 1, and the weights of the best evaluation (circuitlab.training.selection)
+    assert sorted(p.name for p in checkpoints.iterdir()) == ["best.safetensors", "latest.json", "step_00000004"]
     folder = checkpoints / "step_00000004"
     assert sorted(p.name for p in folder.iterdir()) == [
         "config.json", "model.safetensors", "optimizer.safetensors", "rng.safetensors", "trainer_state.json"]
@@ -217,7 +214,7 @@ def test_time_limit_stops_cleanly_and_the_run_resumes_to_the_same_losses(tmp_pat
     full.fit()
     limited = make_trainer(tmp_path / "limited", max_minutes=1e-9)
     result = limited.fit()
-    assert result.stopped == "time limit" and result.step == 1 and math.isfinite(result.held_out_loss)
+    assert result.stopped == "time limit" and result.step == 1 and math.isfinite(result.eval_loss)
     assert find_checkpoint(tmp_path / "limited").name == "step_00000001"
     make_trainer(tmp_path / "limited", max_minutes=None).fit(resume=True)
     assert comparable(log_records(tmp_path / "limited")) == comparable(log_records(tmp_path / "full"))
@@ -313,7 +310,7 @@ def test_bf16_autocast_on_cuda_keeps_float32_weights(tmp_path):
     trainer = Trainer(model, TrainConfig(steps=5, batch_size=4, seq_len=SEQ_LEN, warmup=1, eval_every=0),
                       windows[:32], windows[32:], tmp_path, device="cuda", progress=False)
     result = trainer.fit()
-    assert math.isfinite(result.held_out_loss)
+    assert math.isfinite(result.eval_loss)
     assert all(p.dtype == torch.float32 for p in trainer.base_model.parameters())
     assert os.path.exists(tmp_path / "train_log.jsonl")
 
@@ -355,8 +352,8 @@ def test_an_unknown_compile_mode_is_refused():
         TrainConfig(compile_mode="fast").validate()
 
 
-def test_cuda_graphs_are_the_default_only_where_every_layer_can_be_captured(monkeypatch):
-    from circuitlab.architectures.feedforward.parity import ParityBottleneck
+def test_cuda_graphs_are_the_default_only_where_every_layer_can_be_captured():
+    from circuitlab import kernels
 
     def model(preset):
         return CircuitTransformer(ModelConfig.preset(preset))
@@ -368,8 +365,8 @@ def test_cuda_graphs_are_the_default_only_where_every_layer_can_be_captured(monk
     wide = ModelConfig.preset("tiny-parity")
     wide = wide.replace(bottleneck={**wide.bottleneck.model_dump(), "k": 40})  # the pursuit's 2k = 80 > 64 features
     assert default_compile_mode(CircuitTransformer(wide), "cuda") == "default"
-    monkeypatch.setattr(ParityBottleneck, "fused_solves", False)
-    assert default_compile_mode(model("tiny-parity"), "cuda") == "default"
+    with kernels.use_backend("reference"):  # no fused solves: the batched LU
+        assert default_compile_mode(model("tiny-parity"), "cuda") == "default"
     assert default_compile_mode(model("tiny-legible"), "cuda", distributed=True) == "default"
     assert default_compile_mode(model("tiny-legible"), "cpu") == "default"
 
@@ -400,3 +397,82 @@ def test_cuda_graph_training_with_accumulation_equals_the_same_compiled_steps_wi
             assert (plain[key] is None) == (graphs[key] is None), (key, plain, graphs)
             if plain[key] is not None:
                 assert graphs[key] == pytest.approx(plain[key], rel=1e-3), (key, plain, graphs)
+
+
+def _interrupting(trainer: Trainer, at_step: int, signals: int = 1) -> None:
+    """Make `trainer` receive `signals` SIGINTs (Ctrl-C) while it computes step `at_step` (0-based)."""
+    import os
+    import signal
+
+    original = trainer._train_step
+
+    def step_with_ctrl_c(step: int):
+        if step == at_step:
+            for _ in range(signals):
+                os.kill(os.getpid(), signal.SIGINT)
+        return original(step)
+
+    trainer._train_step = step_with_ctrl_c
+
+
+def test_ctrl_c_stops_after_the_step_with_a_checkpoint_that_resumes_bitwise(tmp_path):
+    import signal
+
+    from circuitlab.training.interrupt import TrainingInterrupted
+
+    handler = signal.getsignal(signal.SIGINT)
+    whole = make_trainer(tmp_path / "whole")
+    whole.fit()
+    interrupted = make_trainer(tmp_path / "split")  # no periodic checkpoints: only Ctrl-C writes one
+    _interrupting(interrupted, at_step=6)
+    with pytest.raises(TrainingInterrupted) as caught:
+        interrupted.fit()
+    assert caught.value.step == 7 and find_checkpoint(tmp_path / "split").name == "step_00000007"
+    assert signal.getsignal(signal.SIGINT) is handler  # Ctrl-C means KeyboardInterrupt again after fit
+    assert [r["step"] for r in log_records(tmp_path / "split")] == list(range(1, 8))
+    resumed = make_trainer(tmp_path / "split", model_seed=9).fit(resume=True)
+    assert resumed.step == 10
+    assert comparable(log_records(tmp_path / "split")) == comparable(log_records(tmp_path / "whole"))
+
+
+def test_a_second_ctrl_c_stops_at_once_without_a_checkpoint(tmp_path):
+    trainer = make_trainer(tmp_path)
+    _interrupting(trainer, at_step=2, signals=2)
+    with pytest.raises(KeyboardInterrupt):
+        trainer.fit()
+    assert find_checkpoint(tmp_path) is None
+
+
+def _scripted_evaluations(trainer: Trainer, losses: list[float]) -> None:
+    """The periodic evaluations of `trainer` return `losses` in turn (the final one, over all windows, is real)."""
+    original, scripted = trainer.evaluate, iter(losses)
+    trainer.evaluate = lambda max_windows=None: next(scripted) if max_windows is not None else original()
+
+
+def test_the_run_ends_with_the_weights_of_its_lowest_validation_loss(tmp_path):
+    reference = make_trainer(tmp_path / "reference", steps=8, eval_every=2)
+    _scripted_evaluations(reference, [3.0, 2.0])
+    assert reference.fit(stop_at=4).selected_step is None  # the best is the last step: nothing to restore
+    at_step_4 = {name: tensor.clone() for name, tensor in reference.base_model.state_dict().items()}
+
+    trainer = make_trainer(tmp_path / "run", steps=8, eval_every=2)
+    _scripted_evaluations(trainer, [3.0, 2.0, 2.5, 2.7])
+    result = trainer.fit()
+    assert result.step == 8 and result.selected_step == 4
+    for name, tensor in trainer.base_model.state_dict().items():
+        assert torch.equal(tensor, at_step_4[name]), name
+    assert result.eval_loss == pytest.approx(trainer.evaluate())  # the returned loss is the kept weights'
+
+    last = make_trainer(tmp_path / "last", steps=8, eval_every=2, select_best=False)
+    _scripted_evaluations(last, [3.0, 2.0, 2.5, 2.7])
+    assert last.fit().selected_step is None and not (tmp_path / "last" / "checkpoints" / "best.safetensors").exists()
+    assert any(not torch.equal(a, at_step_4[name]) for name, a in last.base_model.state_dict().items())
+
+
+def test_a_resumed_run_still_chooses_among_all_its_evaluations(tmp_path):
+    first = make_trainer(tmp_path, steps=8, eval_every=2, ckpt_every=2)
+    _scripted_evaluations(first, [3.0, 2.0, 2.5])
+    first.fit(stop_at=6)
+    second = make_trainer(tmp_path, steps=8, eval_every=2, ckpt_every=2)
+    _scripted_evaluations(second, [2.7])
+    assert second.fit(resume=True).selected_step == 4  # step 4's 2.0, from before the resume, is still the best

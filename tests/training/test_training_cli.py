@@ -18,7 +18,7 @@ import torch
 import torch.nn.functional as F
 from safetensors.torch import load_file
 
-from circuitlab.architectures.checkpoint import load_model
+from circuitlab.architectures.transformer import load_model
 from circuitlab.cli import main
 from circuitlab.config import ModelConfig
 from circuitlab.training.card import write_card, write_card_from_metrics
@@ -120,6 +120,9 @@ def test_text_and_jsonl_sources(tmp_path):
     (tmp_path / "b.jsonl").write_text("".join(json.dumps({"body": s}) + "\n" for s in stories[60:]))
     common = ["--preset", "tiny-gelu", *QUICK, "--held-out-fraction", "0.1"]
     assert train([*common, "--out", str(tmp_path / "text"), "--text", str(tmp_path / "a.txt")]) == 0
+    # a model trained on the user's own text says what its held-out perplexity was measured on
+    card = (tmp_path / "text" / "card.md").read_text()
+    assert "Perplexity is measured on 0.1 of the documents" in card and "generator seed" not in card
     assert train([*common, "--out", str(tmp_path / "jsonl"), "--jsonl", str(tmp_path / "b.jsonl"),
                   "--text-field", "body"]) == 0
     # the Hugging Face path, offline: a local JSON-lines data file read by `datasets`
@@ -127,8 +130,10 @@ def test_text_and_jsonl_sources(tmp_path):
                   "--text-field", "body"]) == 0
     for name, documents in (("text", 60), ("jsonl", 60), ("hf", 60)):
         metrics = json.loads((tmp_path / name / "metrics.json").read_text())
-        assert metrics["data"]["train_documents"] + metrics["data"]["held_out_documents"] == documents
-        assert metrics["data"]["held_out_documents"] == 6 and metrics["fact_accuracy"] is None
+        data = metrics["data"]
+        assert data["train_documents"] + data["validation_documents"] + data["held_out_documents"] == documents
+        assert data["held_out_documents"] == 6 and data["validation_documents"] == 1  # 0.02 of 60, at least one
+        assert metrics["fact_accuracy"] is None
     # the same documents through `datasets` give the same split, windows and model
     hf, jsonl = (json.loads((tmp_path / name / "metrics.json").read_text()) for name in ("hf", "jsonl"))
     assert hf["held_out_loss"] == jsonl["held_out_loss"] and hf["data"]["train_windows"] == jsonl["data"]["train_windows"]
@@ -223,3 +228,27 @@ def test_sigkill_mid_run_then_resume_equals_uninterrupted(tmp_path, quick_data):
     assert all(torch.equal(a[name], b[name]) for name in a)
     metrics = json.loads((tmp_path / "killed" / "metrics.json").read_text())
     assert metrics["steps"] == 240 and metrics["tokens_seen"] == 240 * 4 * 32
+
+
+def test_ctrl_c_in_train_saves_a_checkpoint_exits_130_and_resumes(tmp_path, quick_data, monkeypatch, capsys):
+    from circuitlab.training.trainer import Trainer
+
+    original = Trainer._train_step
+
+    def step_with_ctrl_c(self, step):
+        if step == 3 and not getattr(self, "interrupted_once", False):
+            self.interrupted_once = True
+            os.kill(os.getpid(), signal.SIGINT)
+        return original(self, step)
+
+    monkeypatch.setattr(Trainer, "_train_step", step_with_ctrl_c)
+    out = tmp_path / "run"
+    args = ["--preset", "tiny-gelu", "--out", str(out), "--data-dir", str(quick_data), *QUICK, "--ckpt-every", "0"]
+    assert train(args) == 130
+    err = capsys.readouterr().err
+    assert "interrupted after step 4" in err and "--resume" in err
+    assert json.loads((out / "checkpoints" / "latest.json").read_text())["step"] == 4
+    assert not (out / "metrics.json").exists()
+    monkeypatch.setattr(Trainer, "_train_step", original)
+    assert train([*args, "--resume"]) == 0
+    assert json.loads((out / "metrics.json").read_text())["steps"] == 6

@@ -21,8 +21,9 @@ import torch.multiprocessing as mp
 from safetensors.torch import load_file
 
 from circuitlab import CircuitTransformer, ModelConfig
-from circuitlab.training.distributed import DistributedContext
-from circuitlab.training.trainer import TrainConfig, Trainer
+from circuitlab.distributed import DistributedContext
+from circuitlab.training.settings import TrainConfig
+from circuitlab.training.trainer import Trainer
 
 SEQ_LEN = 32
 SETTINGS = dict(steps=3, batch_size=8, seq_len=SEQ_LEN, lr=3e-3, warmup=1, eval_every=0, ckpt_every=2, eval_sequences=8)
@@ -55,7 +56,7 @@ def rank_worker(rank: int, world_size: int, port: int, out: str, preset: str, fs
             from safetensors.torch import save_file
 
             save_file({k: v.contiguous() for k, v in state.items()}, os.path.join(out, "final.safetensors"))
-            Path(out, "result.json").write_text(json.dumps({"held_out_loss": result.held_out_loss}))
+            Path(out, "result.json").write_text(json.dumps({"held_out_loss": result.eval_loss}))
         # both ranks tear the group down together: a rank that left while rank 0 was still writing aborted once
         # in gloo's teardown ("terminate called without an active exception", 2026-12-01, CI on 2 cores)
         dist.barrier()
@@ -72,7 +73,7 @@ def single_process(out: Path, preset: str) -> tuple[dict[str, torch.Tensor], flo
         data = windows()
         trainer = Trainer(model, TrainConfig(**SETTINGS, grad_accum=2), data[:48], data[48:], out, progress=False)
         result = trainer.fit()
-        return trainer.base_model.state_dict(), result.held_out_loss
+        return trainer.base_model.state_dict(), result.eval_loss
     finally:
         torch.set_num_threads(threads)
 

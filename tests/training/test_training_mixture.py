@@ -5,16 +5,18 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
+
 import pytest
 import torch
 import torch.nn.functional as F
 from safetensors.torch import load_file
 
-from circuitlab.architectures.checkpoint import load_model
+from circuitlab.architectures.transformer import load_model
 from circuitlab.cli import main
 from circuitlab.data._io import DataError
 from circuitlab.data.loaders import load_text_files
-from circuitlab.data.natural import is_held_out
+from circuitlab.data.natural import split_of
 
 QUICK = ["--steps", "4", "--batch-size", "4", "--seq-len", "32", "--held-out-stories", "20", "--vocab-size", "400",
          "--eval-every", "0", "--ckpt-every", "0", "--threads", "1", "--quiet"]
@@ -61,8 +63,10 @@ def test_one_book_without_blank_lines_trains(tmp_path):
     metrics = json.loads((out / "metrics.json").read_text())
     n_windows = len(load_text_files(book, split_documents="auto", window_chars=1000))
     assert n_windows > 20
-    assert metrics["data"]["train_documents"] + metrics["data"]["held_out_documents"] == n_windows
-    assert metrics["data"]["held_out_documents"] == round(0.1 * n_windows)
+    data = metrics["data"]
+    assert data["train_documents"] + data["validation_documents"] + data["held_out_documents"] == n_windows
+    assert data["held_out_documents"] == round(0.1 * n_windows)
+    assert data["validation_documents"] == max(1, round(0.02 * n_windows))
 
 
 def _natural_folder(tmp_path, n: int = 60):
@@ -79,17 +83,30 @@ def _natural_folder(tmp_path, n: int = 60):
 
 def test_mixture_trains_and_reports_both_held_out_sets(tmp_path):
     folder, texts = _natural_folder(tmp_path)
-    n_held = sum(is_held_out(i) for i in range(len(texts)))
-    assert 2 <= n_held <= 15
+    n_held = sum(split_of(i) == "held_out" for i in range(len(texts)))
+    n_validation = sum(split_of(i) == "validation" for i in range(len(texts)))
+    assert 2 <= n_held <= 15 and 1 <= n_validation <= 10
     out = tmp_path / "mix"
     assert train(["--preset", "tiny-gelu", *QUICK, "--out", str(out), "--n-stories", "150", "--natural", str(folder),
                   "--natural-upsample", "3"]) == 0
     metrics = json.loads((out / "metrics.json").read_text())
     data = metrics["data"]
-    assert data["train_documents"] == 150 + 3 * (len(texts) - n_held)
+    assert data["train_documents"] == 150 + 3 * (len(texts) - n_held - n_validation)
     assert data["held_out_sets"]["natural"]["documents"] == n_held
     assert data["held_out_sets"]["generated"]["documents"] == 20
     assert data["held_out_documents"] == n_held + 20
+    assert data["validation_sets"]["natural"]["documents"] == n_validation
+    assert data["validation_sets"]["generated"]["documents"] == 200  # --validation-stories' default
+    # the natural held-out stories read one at a time, with an interval over stories, and the per-story numbers
+    per_story = metrics["natural_held_out_per_story"]
+    saved = np.load(out / "held_out_stories.npz")
+    assert per_story["stories"] == n_held == len(saved["ids"]) and per_story["tokens"] == int(saved["tokens"].sum())
+    assert per_story["loss"] == pytest.approx(saved["nll"].sum() / saved["tokens"].sum())
+    assert per_story["ci95"][0] < per_story["loss"] < per_story["ci95"][1]
+    assert "each story read alone" in (out / "card.md").read_text()
+    # the passes over the training data, and so over each natural story (3 copies each), are on record
+    assert metrics["natural_story_passes"] == pytest.approx(3 * metrics["epochs"])
+    assert metrics["epochs"] == pytest.approx(metrics["tokens_seen"] / data["train_tokens"])
     # the reported losses, recomputed from the stored windows independently of the trainer
     (windows_file,) = (out / "data").glob("windows-*.safetensors")
     stored = load_file(windows_file)
@@ -106,6 +123,13 @@ def test_mixture_trains_and_reports_both_held_out_sets(tmp_path):
     assert "not measured" in metrics["fact_accuracy_detail"]
     card = (out / "card.md").read_text()
     assert "natural held-out loss" in card and "generated held-out loss" in card
+    # each held-out set has its own perplexity in the headline row, never their blend
+    header = next(line for line in card.splitlines() if "fact accuracy" in line and line.startswith("|"))
+    assert header.startswith("| natural perplexity | generated perplexity | fact accuracy")
+    row = card.splitlines()[card.splitlines().index(header) + 2].split("|")
+    assert float(row[1]) == pytest.approx(metrics["held_out_sets"]["natural"]["ppl"], abs=1e-3)
+    assert float(row[2]) == pytest.approx(metrics["held_out_sets"]["generated"]["ppl"], abs=1e-3)
+    assert "the natural held-out split and" in card and "generator seed the training corpus never used" not in card
 
 
 def test_mixture_errors(tmp_path, capsys):

@@ -2,7 +2,7 @@
 
 A circuit is identified by its sparse code (seed 000, section 4: the gate vector of a token fixes the linear
 circuit sgatlin applies to it), and two circuits are compared by the cosine distance of their codes
-(DESIGN section 7). The codes of one layer and their two searches, one module each:
+(docs/analyses/circuit-lookup.md). The codes of one layer and their two searches, one module each:
 
 - `matrix`: `CodeMatrix`, the codes of one layer in canonical form (sorted indices, repeats merged).
 - `exact`: `ExactIndex` and `exact_search`, blocked sparse products (or posting lists) that equal brute force;
@@ -17,6 +17,7 @@ Every public name of these modules is exported here.
 from circuitlab.analysis.codeindex.approximate import (
     ApproximateIndex,
     SketchSpec,
+    faiss_gpu_available,
     projection,
     recall_at_k,
     rerank,

@@ -2,9 +2,8 @@
 
 Two kinds of proposer. Where numba is installed the default ("auto") is the postings index: the posting
 lists of each query's largest units propose candidates (circuitlab/analysis/postings.py); it shares the exact
-index's lists, so it costs nothing to build. At 10^6 structured sgatlin-shape codes on 2 cores it answered
-1,119-1,156 queries/s at recall@10 0.995 (24 units, 256 candidates), FAISS IVF 301-303 at 0.996 after a 25 s
-build (2026-12-01, idle runs of benchmarks/bench_cpu.py). The FAISS kinds remain: every code is compressed to
+index's lists, so it costs nothing to build (docs/decisions/search-postings.md compares the two). The FAISS
+kinds remain: every code is compressed to
 a dense sketch of `dim` floats (a sparse signed random projection, seeded, so it needs no stored matrix
 whatever the code size), the normalised sketches go into a FAISS inner-product index, FAISS proposes
 candidates and those are re-ranked with the exact sparse cosine distance. Densified sgatlin codes (8192
@@ -125,7 +124,7 @@ class ApproximateIndex:
     ) -> "ApproximateIndex":
         from tqdm.auto import tqdm
 
-        from circuitlab.analysis import postings
+        import circuitlab.analysis.postings as postings
 
         spec = spec or SketchSpec()
         n_rows = len(codes)
@@ -208,6 +207,17 @@ class ApproximateIndex:
         _, ids = self.faiss_index.search(query_sketches, min(n_candidates, max(1, len(self))))
         return ids.astype(np.int64)
 
+    def to_gpu(self, device_index: int = 0) -> "ApproximateIndex":
+        """A copy of this FAISS index on a GPU (needs faiss-gpu: `faiss_gpu_available()`); flat and IVF kinds."""
+        import faiss
+
+        resources = faiss.StandardGpuResources()
+        copy = ApproximateIndex(faiss.index_cpu_to_gpu(resources, device_index, self.faiss_index), self.spec,
+                                self.kind, self.params)
+        copy._resources = resources  # the GPU memory and streams the copy runs on live as long as it does
+        copy._projection = self._projection
+        return copy
+
     def save(self, path: str | Path) -> None:
         import faiss
 
@@ -223,14 +233,25 @@ class ApproximateIndex:
         return cls(faiss.read_index(str(path)), spec, kind, params)
 
 
+def faiss_gpu_available() -> bool:
+    """Whether faiss is installed with GPU support (faiss-gpu) and sees a GPU; faiss is imported only here."""
+    try:
+        import faiss
+    except ImportError:
+        return False
+    return hasattr(faiss, "StandardGpuResources") and faiss.get_num_gpus() > 0
+
+
 def rerank(
-    codes: CodeMatrix,
+    codes,
     queries: CodeMatrix,
     candidates: Int[np.ndarray, "Q M"],
     k: int,
     exclude: Int[np.ndarray, " Q"] | None = None,
 ) -> tuple[Int[np.ndarray, "Q k"], Float[np.ndarray, "Q k"]]:
-    """Exact cosine distances of each query to its candidate rows; the k best by (distance, id)."""
+    """Exact cosine distances of each query to its candidate rows; the k best by (distance, id).
+
+    codes: a CodeMatrix, or anything with `size`, `nnz` and `rows(ids)` (one layer of a sharded database)."""
     n_queries, n_candidates = candidates.shape
     ids = np.full((n_queries, k), -1, dtype=np.int64)
     distances = np.full((n_queries, k), np.inf, dtype=np.float64)
@@ -243,16 +264,19 @@ def rerank(
         block_queries = queries.rows(np.arange(start, stop))
         block_candidates = candidates[start:stop]
         valid = block_candidates >= 0
-        safe = np.where(valid, block_candidates, 0)
+        # each distinct candidate row is read once (from memory maps, or the shards of a database)
+        unique, slot = np.unique(np.where(valid, block_candidates, 0), return_inverse=True)
+        slot = slot.reshape(block_candidates.shape)
+        rows = codes.rows(unique)
         offsets = np.arange(stop - start, dtype=np.int64) * codes.size
         dense_queries = np.bincount(
             (block_queries.indices + offsets[:, None]).ravel(),
             weights=block_queries.values.astype(np.float64).ravel(),
             minlength=(stop - start) * codes.size,
         )
-        gathered = dense_queries[codes.indices[safe] + offsets[:, None, None]]
-        dots = np.einsum("qmk,qmk->qm", gathered, codes.values[safe].astype(np.float64))
-        denominator = block_queries.norms[:, None] * codes.norms[safe]
+        gathered = dense_queries[rows.indices[slot] + offsets[:, None, None]]
+        dots = np.einsum("qmk,qmk->qm", gathered, rows.values[slot].astype(np.float64))
+        denominator = block_queries.norms[:, None] * rows.norms[slot]
         with np.errstate(divide="ignore", invalid="ignore"):
             cosine = np.where(denominator > 0, dots / np.where(denominator > 0, denominator, 1.0), 0.0)
         block_distances = np.where(valid, np.clip(1.0 - cosine, 0.0, 2.0), np.inf)

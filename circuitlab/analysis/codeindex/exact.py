@@ -30,7 +30,7 @@ class ExactIndex:
     """
 
     def __init__(self, codes: CodeMatrix, block_rows: int | None = None, engine: str = "auto") -> None:
-        from circuitlab.analysis import postings
+        import circuitlab.analysis.postings as postings
 
         if engine not in ("auto", "postings", "scipy"):
             raise ValueError(f"unknown exact search engine {engine!r}; expected 'auto', 'postings' or 'scipy'")
@@ -140,13 +140,14 @@ def exact_search(
     if queries.size != codes.size:
         raise ValueError(f"query codes have size {queries.size} but the stored codes have size {codes.size}")
     n_rows, n_queries = len(codes), len(queries)
-    k_out = min(k, n_rows - (0 if exclude is None else 1)) if n_rows else 0
+    k_out = min(k, n_rows)  # a query's excluded row, where it has one, is dropped below (distance inf)
     ids = np.full((n_queries, k), -1, dtype=np.int64)
     distances = np.full((n_queries, k), np.inf, dtype=np.float64)
     if n_rows == 0 or k_out <= 0 or n_queries == 0:
         return ids, distances
     if index.postings is not None:
-        return _exact_search_postings(index, queries, k, k_out, exclude, ids, distances)
+        ids, distances = _exact_search_postings(index, queries, k, k_out, exclude, ids, distances)
+        return np.where(np.isfinite(distances), ids, -1), distances
     step = _query_block_size(index, queries)
     with ThreadPoolExecutor(max_workers=max(1, min(threads, len(index.blocks)))) as pool:
         for start in range(0, n_queries, step):
@@ -180,7 +181,7 @@ def exact_search(
                     nearest_distances = row_distances[nearest]
                 ids[query, : nearest.size] = nearest
                 distances[query, : nearest.size] = nearest_distances
-    return ids, distances
+    return np.where(np.isfinite(distances), ids, -1), distances
 
 
 def _exact_search_postings(index, queries, k, k_out, exclude, ids, distances):

@@ -1,21 +1,28 @@
 """The sparse codes of one layer as a matrix of rows (one per circuit), in the canonical form both searches use.
 
+torch is imported only where a SparseCode comes in or goes out: opening and searching a database on the CPU
+loads no torch (its import alone holds about 200 MB).
+
 Shape letters: R stored rows (circuits), K non-zeros per code.
 """
 
 from __future__ import annotations
 
+import sys
+from typing import TYPE_CHECKING
+
 import numpy as np
-import torch
 from jaxtyping import Float, Int
 
-from circuitlab.codes import SparseCode
+if TYPE_CHECKING:
+    from circuitlab.codes import SparseCode
 
 _CHUNK_ROWS = 65536
 
 
 def _as_numpy(array) -> np.ndarray:
-    if isinstance(array, torch.Tensor):
+    torch = sys.modules.get("torch")  # a tensor can only come from a process that imported torch
+    if torch is not None and isinstance(array, torch.Tensor):
         return array.detach().to("cpu").numpy()
     return np.asarray(array)
 
@@ -106,6 +113,10 @@ class CodeMatrix:
         )
 
     def to_sparse_code(self) -> SparseCode:
+        import torch
+
+        from circuitlab.codes import SparseCode
+
         return SparseCode(
             torch.from_numpy(self.indices.astype(np.int64)),
             torch.from_numpy(self.values.astype(np.float32)),

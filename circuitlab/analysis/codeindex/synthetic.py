@@ -49,3 +49,61 @@ def structured_synthetic_codes(
     indices[copies] = indices[sources]
     values[copies] = values[sources]
     return CodeMatrix(indices, values, channels * neurons)
+
+
+def skewed_code_chunks(
+    n_rows: int,
+    *,
+    popularity_spread: float,
+    log_mean: float,
+    log_std: float,
+    negative: float,
+    channels: int = 8,
+    k: int = 8,
+    neurons: int = 1024,
+    seed: int = 0,
+    chunk_rows: int = 1 << 16,
+    first_chunk: int = 0,
+    device="cpu",
+):
+    """Random codes of the sgatlin shape with skewed unit frequencies, as (indices int32, values float32) torch
+    chunks of `chunk_rows` rows on `device`.
+
+    Every code holds `k` distinct neurons in each of `channels` channels of `neurons`. A neuron's popularity is
+    log-normal: the neuron of rank r (ranks shuffled over each channel's neurons, seeded) is drawn with
+    probability proportional to exp(popularity_spread * z_r), z_r the standard normal quantile at
+    1 - (r - 1/2) / neurons. Values have a log-normal(log_mean, log_std) magnitude and are negative with
+    probability `negative`. A duplicate within a channel is drawn again until the k differ. Chunk c comes from
+    its own seed, so rows [c * chunk_rows, ...) are the same whichever process draws them (`first_chunk`
+    starts there): the ranks of a distributed benchmark draw disjoint parts of one set.
+    """
+    import torch
+
+    device = torch.device(device)
+    layout = torch.Generator(device="cpu").manual_seed(seed)
+    neuron_of_rank = torch.stack([torch.randperm(neurons, generator=layout) for _ in range(channels)]).to(device)
+    quantiles = torch.special.ndtri(1 - (torch.arange(1, neurons + 1, dtype=torch.float64) - 0.5) / neurons)
+    weights = torch.exp(popularity_spread * quantiles)
+    cumulative = (weights.cumsum(0) / weights.sum()).to(device)
+    offsets = (torch.arange(channels, device=device) * neurons)[None, :, None]
+    n_chunks = -(-n_rows // chunk_rows)
+    for chunk in range(first_chunk, n_chunks):
+        rows = min(chunk_rows, n_rows - chunk * chunk_rows)
+        draw = torch.Generator(device=device).manual_seed(seed * 1_000_003 + chunk + 1)
+        rank = torch.searchsorted(cumulative, torch.rand((rows, channels, k), generator=draw, device=device,
+                                                         dtype=torch.float64)).clamp_max(neurons - 1)
+        while True:
+            ordered, order = rank.sort(dim=2)
+            repeated = torch.zeros_like(rank, dtype=torch.bool)
+            repeated.scatter_(2, order[:, :, 1:], ordered[:, :, 1:] == ordered[:, :, :-1])
+            count = int(repeated.sum())
+            if count == 0:
+                break
+            redraw = torch.rand(count, generator=draw, device=device, dtype=torch.float64)
+            rank[repeated] = torch.searchsorted(cumulative, redraw).clamp_max(neurons - 1)
+        channel = torch.arange(channels, device=device)[None, :, None].expand_as(rank)
+        indices = (neuron_of_rank[channel, rank] + offsets).reshape(rows, channels * k)
+        magnitude = torch.exp(log_mean + log_std * torch.randn((rows, channels * k), generator=draw, device=device))
+        sign = torch.where(torch.rand((rows, channels * k), generator=draw, device=device) < negative, -1.0, 1.0)
+        indices, order = indices.sort(dim=1)
+        yield indices.to(torch.int32), (magnitude * sign).gather(1, order).float()

@@ -14,22 +14,65 @@ Letters: B batch, T position, D d_model, E experts, K chosen experts, F hidden u
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any, Literal
 
 import torch
 import torch.nn.functional as F
 from jaxtyping import Float
+from pydantic import model_validator
 from torch import Tensor, nn
 from transformer_lens.hook_points import HookPoint
 
 from circuitlab.architectures.code_layer import Cache, CodeLayer, UnitWrites, code_hook_error
+from circuitlab.architectures.design import FeedForwardPart, LayerCost, ModelShape, PositiveInt
 from circuitlab.codes import SparseCode
-from circuitlab.config import ModelConfig
+
+
+
+class MoEConfig(FeedForwardPart):
+    """Coarse top-k mixture of experts (GPT-OSS style, seed 000's MoE baseline): `n_experts` SwiGLU experts of
+    `d_ffw` hidden units each, a linear router, the `k` highest-scoring experts per token weighted by the
+    softmax of their router logits. Its sparse code keeps the `code_k` largest |weighted activations| among
+    the chosen experts' hidden units (ids e * d_ffw + f)."""
+
+    type: Literal["moe"] = "moe"
+    d_ffw: PositiveInt = 256
+    n_experts: PositiveInt = 16
+    k: PositiveInt = 2
+    code_k: PositiveInt = 32
+    label = "MoE (top-2 of 16)"
+
+    @model_validator(mode="after")
+    def _routing(self) -> MoEConfig:
+        if not self.k <= self.n_experts:
+            raise ValueError(f"moe k={self.k} must satisfy 0 < k <= n_experts={self.n_experts}")
+        return self
+
+    def build(self, config: ModelShape) -> MoE:
+        return MoE(config)
+
+    def cost(self, d_model: int) -> LayerCost:
+        """The router matrix and the k chosen SwiGLU experts' three matrices."""
+        router = d_model * self.n_experts
+        return LayerCost(matmul_weights=router + self.k * 3 * d_model * self.d_ffw,
+                         total_parameters=router + self.n_experts * 3 * d_model * self.d_ffw)
+
+    def describe(self) -> str:
+        return f"moe, top-{self.k} of {self.n_experts} SwiGLU experts of width {self.d_ffw}"
+
+    def hidden_units(self) -> int:
+        return self.d_ffw * self.n_experts  # e * F + f
+
+    @classmethod
+    def ladder(cls, scale: int, d_model: int) -> dict[str, Any]:
+        """seed 000, appendix B.2: 16 SwiGLU experts of width d_model, top-2."""
+        return {"d_ffw": d_model, "n_experts": 16, "k": 2}
 
 
 class MoE(CodeLayer):
     kind = "moe"
 
-    def __init__(self, config: ModelConfig):
+    def __init__(self, config: ModelShape):
         super().__init__()
         ffn = config.feedforward
         self.n_experts, self.k, self.d_ffw, self.code_k = ffn.n_experts, ffn.k, ffn.d_ffw, ffn.code_k

@@ -1,4 +1,4 @@
-"""NC-FFN: a feed-forward layer of named fuzzy operators (DESIGN section 4; the companion paper's full
+"""NC-FFN: a feed-forward layer of named fuzzy operators (docs/designs/legible.md; the companion paper's full
 text was not available, so this layout is circuitlab's design).
 
 Hidden pre-activations pre = z W_in are split [GELU | A | B | quantifiers]:
@@ -28,19 +28,22 @@ Letters: B batch, T position, D d_model, F hidden, P operator pairs, U quantifie
 from __future__ import annotations
 
 import math
+from typing import Any, Literal
 
 import torch
 import torch.nn.functional as F
 from jaxtyping import Float
+from pydantic import model_validator
 from torch import Tensor, nn
 from transformer_lens.hook_points import HookPoint
 
-from circuitlab import kernels
+import circuitlab.kernels as kernels
 from circuitlab.architectures.code_layer import Cache, ChannelGroup, code_hook_error
 from circuitlab.architectures.components import selectivity_penalty
-from circuitlab.architectures.feedforward.dense import HiddenUnitFFN
+from circuitlab.architectures.design import CountInt, FeedForwardPart, LayerCost, ModelShape, Number, PositiveInt
+from circuitlab.architectures.feedforward.hidden import HiddenUnitFFN
 from circuitlab.codes import SparseCode
-from circuitlab.config import ModelConfig, ncffn_partition
+
 
 # sticky start: decays spread over [0.9, 0.99], half-lives of about 7 to 69 tokens
 INITIAL_DECAY_RANGE = (0.9, 0.99)
@@ -48,10 +51,70 @@ INITIAL_DECAY_RANGE = (0.9, 0.99)
 CENTRE_MOMENTUM = 0.05
 
 
+class NCFFNConfig(FeedForwardPart):
+    """NC-FFN (seed 002's companion; circuitlab's layout): `d_ffw` hidden units, a GELU fraction `rho`, and
+    `n_quantifiers` sequence quantifiers (half existential, half proportion); the rest are operator pairs.
+    Its sparse code keeps the `code_k` most active operator outputs."""
+
+    type: Literal["ncffn"] = "ncffn"
+    d_ffw: PositiveInt = 1024
+    rho: Number = 0.75
+    n_quantifiers: CountInt = 32
+    code_k: PositiveInt = 32
+    # operand pre-activations minus a running per-channel centre (see the module docstring)
+    centre_operands: bool = False
+    label = "NC-FFN"
+    bounded_channels = True
+
+    @model_validator(mode="after")
+    def _partition(self) -> NCFFNConfig:
+        if not 0.0 <= self.rho <= 1.0:
+            raise ValueError(f"ncffn rho (GELU fraction) must lie in [0, 1], got {self.rho}")
+        if self.n_quantifiers % 2:
+            raise ValueError(
+                f"ncffn n_quantifiers must be even (half existential, half proportion), got {self.n_quantifiers}"
+            )
+        return self  # quantifiers beyond the non-GELU units are clipped by ncffn_partition
+
+    def serialized(self) -> dict[str, Any]:
+        data = super().serialized()
+        if not data["centre_operands"]:
+            del data["centre_operands"]  # NC-FFN is written (and hashed) as before operand centring
+        return data
+
+    def build(self, config: ModelShape) -> NCFFN:
+        return NCFFN(config)
+
+    def cost(self, d_model: int) -> LayerCost:
+        """W_in and W_out, and one decay per quantifier unit (read per token, outside the matrix products)."""
+        n_quant = ncffn_partition(self)[2]
+        return LayerCost(matmul_weights=2 * d_model * self.d_ffw, total_parameters=2 * d_model * self.d_ffw + n_quant,
+                         other_parameters=n_quant)
+
+    def describe(self) -> str:
+        n_gelu, n_pairs, n_quant = ncffn_partition(self)
+        return (f"NC-FFN width {self.d_ffw} (rho {self.rho:g}): {n_gelu} GELU units, {n_pairs} AND/AND-NOT operator "
+                f"pairs, {n_quant} sequence quantifiers" + (", centred operands" if self.centre_operands else ""))
+
+
+def ncffn_partition(ffn: NCFFNConfig) -> tuple[int, int, int]:
+    """(GELU units, operator pairs, quantifier units) of an NC-FFN hidden layer of width d_ffw.
+
+    Layout of the hidden units: [GELU | operand A of each pair | operand B of each pair | quantifiers].
+    The non-GELU remainder after the quantifiers must be even; a leftover odd unit goes to GELU.
+    """
+    n_gelu = int(round(ffn.rho * ffn.d_ffw))
+    n_quant = min(ffn.n_quantifiers, max(ffn.d_ffw - n_gelu, 0))
+    n_quant -= n_quant % 2
+    remainder = ffn.d_ffw - n_gelu - n_quant
+    n_gelu += remainder % 2
+    return n_gelu, (ffn.d_ffw - n_gelu - n_quant) // 2, n_quant
+
+
 class NCFFN(HiddenUnitFFN):
     kind = "ncffn"
 
-    def __init__(self, config: ModelConfig):
+    def __init__(self, config: ModelShape):
         super().__init__(config)
         d_model, d_ffw = config.d_model, config.feedforward.d_ffw
         self.n_gelu, self.n_pairs, self.n_quant = ncffn_partition(config.feedforward)

@@ -20,18 +20,21 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Literal
 
 import torch
 import torch.nn.functional as F
 from jaxtyping import Float
+from pydantic import model_validator
 from torch import Tensor, nn
 from transformer_lens.hook_points import HookPoint
 
-from circuitlab import kernels
+import circuitlab.kernels as kernels
 from circuitlab.architectures.code_layer import Cache, CodeLayer, UnitWrites, code_hook_error
+from circuitlab.architectures.design import FeedForwardPart, LayerCost, ModelShape, PositiveInt
+from circuitlab.architectures.feedforward.sgatlin import check_product_keys
 from circuitlab.codes import SparseCode
-from circuitlab.config import ModelConfig
+
 
 ACTIVATIONS: dict[str, Callable[[Tensor], Tensor]] = {"gelu": F.gelu, "relu": F.relu, "silu": F.silu}
 
@@ -66,11 +69,55 @@ class ExpertDot(torch.autograd.Function):
         return grad_z, None, grad_weight
 
 
+class PEERConfig(FeedForwardPart):
+    """PEER (the fine-grained MoE baseline of seed 000): `d_ffw` single-neuron experts (a perfect square, for
+    product keys) shared by `n_channels` retrieval heads; each head has its own query projection to `d_key`
+    (split in two halves for the product keys), retrieves `k` experts, softmaxes their scores and applies
+    `activation` to each expert's input. Its code is the softmax gates of the retrieved experts."""
+
+    type: Literal["peer"] = "peer"
+    d_ffw: PositiveInt = 1024
+    n_channels: PositiveInt = 8
+    k: PositiveInt = 8
+    d_key: PositiveInt = 128
+    activation: Literal["gelu", "relu", "silu"] = "gelu"
+    label = "PEER"
+
+    @model_validator(mode="after")
+    def _product_keys(self) -> PEERConfig:
+        check_product_keys("peer", "experts", self.d_ffw, self.k)
+        if self.d_key % 2:
+            raise ValueError(f"peer d_key={self.d_key} must be even (the query splits into two product-key halves)")
+        return self
+
+    def build(self, config: ModelShape) -> PEER:
+        return PEER(config)
+
+    def cost(self, d_model: int) -> LayerCost:
+        """Every head's query projection and subkeys, and the C*k retrieved experts' rows."""
+        n_keys, channels = math.isqrt(self.d_ffw), self.n_channels
+        router = d_model * channels * self.d_key + (self.d_key // 2) * 2 * channels * n_keys
+        return LayerCost(matmul_weights=router + 2 * channels * self.k * d_model,
+                         total_parameters=router + 2 * self.d_ffw * d_model)
+
+    def describe(self) -> str:
+        return (f"peer, {self.d_ffw} experts shared by {self.n_channels} heads, k {self.k} per head, d_key "
+                f"{self.d_key}, {self.activation} experts")
+
+    def hidden_units(self) -> int:
+        return self.d_ffw * self.n_channels  # slot ids c * N + i
+
+    @classmethod
+    def ladder(cls, scale: int, d_model: int) -> dict[str, Any]:
+        """seed 000, appendix B.2: N = (32 + 24 s)^2 experts, 16 heads, k 8, d_key 128."""
+        return {"d_ffw": (32 + 24 * scale) ** 2, "n_channels": 16, "k": 8, "d_key": 128}
+
+
 class PEER(CodeLayer):
     kind = "peer"
     sparse_by_construction = True
 
-    def __init__(self, config: ModelConfig):
+    def __init__(self, config: ModelShape):
         super().__init__()
         ffn = config.feedforward
         self.n_channels, self.k, self.d_ffw, self.d_key = ffn.n_channels, ffn.k, ffn.d_ffw, ffn.d_key

@@ -15,26 +15,89 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from typing import Any, Literal
 
 import torch
 from jaxtyping import Float, Int
+from pydantic import model_validator
 from torch import Tensor, nn
 from transformer_lens.hook_points import HookPoint
 
-from circuitlab import kernels
+import circuitlab.kernels as kernels
 from circuitlab.architectures.code_layer import Cache, CodeLayer, UnitWrites, code_hook_error
 from circuitlab.architectures.components import is_hooked
+from circuitlab.architectures.design import FeedForwardPart, LayerCost, ModelShape, PositiveInt
 from circuitlab.codes import SparseCode
-from circuitlab.config import ModelConfig
+
 
 ACTIVATIONS = {"relu": torch.nn.functional.relu, "gelu": torch.nn.functional.gelu, "silu": torch.nn.functional.silu}
+
+
+def check_product_keys(name: str, units: str, d_ffw: int, k: int) -> int:
+    """sqrt(d_ffw), after checking that d_ffw is a perfect square and 0 < k < sqrt(d_ffw) (product keys)."""
+    n_keys = math.isqrt(d_ffw)
+    if n_keys * n_keys != d_ffw:
+        raise ValueError(
+            f"{name} d_ffw ({units}) must be a perfect square for product keys, got {d_ffw}"
+            f" (nearest: {n_keys * n_keys} or {(n_keys + 1) ** 2})"
+        )
+    if not k < n_keys:
+        raise ValueError(f"{name} k={k} must satisfy 0 < k < sqrt(d_ffw)={n_keys} (k candidates per key half)")
+    return n_keys
+
+
+class SgatlinConfig(FeedForwardPart):
+    """sgatlin (seed 000): `n_channels` channels of `d_ffw` neurons (a perfect square, for product keys),
+    `k` gates per channel, router bottleneck `d_key`. Its code is the gates themselves."""
+
+    type: Literal["sgatlin"] = "sgatlin"
+    d_ffw: PositiveInt = 1024
+    n_channels: PositiveInt = 8
+    k: PositiveInt = 8
+    d_key: PositiveInt = 128
+    # seed 000's Table 1 ablation: a nonlinearity on each neuron, g * sigma(w_in . z) * w_out ("none": sgatlin)
+    activation: Literal["none", "relu", "gelu", "silu"] = "none"
+    label = "sgatlin"
+
+    @model_validator(mode="after")
+    def _product_keys(self) -> SgatlinConfig:
+        check_product_keys("sgatlin", "neurons per channel", self.d_ffw, self.k)
+        return self
+
+    def serialized(self) -> dict[str, Any]:
+        data = super().serialized()
+        if data["activation"] == "none":
+            del data["activation"]  # plain sgatlin is written (and hashed) as before the ablation field
+        return data
+
+    def build(self, config: ModelShape) -> Sgatlin:
+        return Sgatlin(config)
+
+    def cost(self, d_model: int) -> LayerCost:
+        """The router (shared query projection, every channel's subkeys) and the C*k chosen neurons' rows."""
+        n_keys, channels = math.isqrt(self.d_ffw), self.n_channels
+        router = d_model * self.d_key + self.d_key * 2 * channels * n_keys
+        return LayerCost(matmul_weights=router + 2 * channels * self.k * d_model,
+                         total_parameters=router + 2 * channels * self.d_ffw * d_model)
+
+    def describe(self) -> str:
+        return (f"sgatlin, {self.n_channels} channels x {self.d_ffw} neurons, k {self.k} per channel, d_key {self.d_key}"
+                + ("" if self.activation == "none" else f", {self.activation} on each neuron"))
+
+    def hidden_units(self) -> int:
+        return self.d_ffw * self.n_channels  # c * N + i
+
+    @classmethod
+    def ladder(cls, scale: int, d_model: int) -> dict[str, Any]:
+        """seed 000, appendix B.1.1 / B.2: N = (16 + 12 s)^2 neurons per channel, 16 channels, k 8, d_key 128."""
+        return {"d_ffw": (16 + 12 * scale) ** 2, "n_channels": 16, "k": 8, "d_key": 128}
 
 
 class Sgatlin(CodeLayer):
     kind = "sgatlin"
     sparse_by_construction = True
 
-    def __init__(self, config: ModelConfig):
+    def __init__(self, config: ModelShape):
         super().__init__()
         ffn = config.feedforward
         self.n_channels, self.k, self.d_ffw = ffn.n_channels, ffn.k, ffn.d_ffw

@@ -1,0 +1,183 @@
+"""Write the generated parts of the documentation from the results they report, so prose and numbers cannot
+drift apart:
+
+- docs/generated/performance.md and BENCHMARKS.md: the benchmark results of record
+  (benchmarks/results/current.json names each row's file and field);
+- docs/generated/models.md and the README's `generated:models` block: the shipped models' card figures
+  (models/*/metrics.json);
+- docs/figures/: the notebook figures the docs show (copied from analyses/figures/).
+
+    python scripts/docs_pages.py            # rewrite them
+    python scripts/docs_pages.py --check    # exit 1 when any differs from a fresh rendering
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import operator
+import shutil
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS = ROOT / "benchmarks" / "results"
+GENERATED = ROOT / "docs" / "generated"
+FIGURES = ["01_circuit_map.png", "03_usage_penultimate.png", "04_regimes_by_layer.png", "05_dla_overview.png",
+           "07_ladder_loss_vs_flops.png"]
+SHIPPED = ["sgatlin-stories", "gelu-stories", "legible-stories", "parity-stories"]
+CHECKS = {">=": operator.ge, "<=": operator.le}
+
+
+def field(data: object, path: str) -> object:
+    for part in path.split("."):
+        data = data[int(part)] if isinstance(data, list) else data[part]
+    return data
+
+
+def performance_table() -> str:
+    index = json.loads((RESULTS / "current.json").read_text())
+    lines, group = [], None
+    for row in index["rows"]:
+        if row["group"] != group:
+            group = row["group"]
+            lines += ["", f"**{group}**", "", "| what | measured | target | met | result file | run |",
+                      "| --- | ---: | --- | --- | --- | --- |"]
+        result = json.loads((RESULTS / row["file"]).read_text())
+        value = float(field(result, row["field"]))
+        met = ""
+        if "check" in row:
+            sign, bound = row["check"][:2], float(row["check"][2:])
+            met = "yes" if CHECKS[sign](value, bound) else "no"
+        run = " ".join(str(result.get(key, "")) for key in ("date", "device") if result.get(key))
+        lines.append(f"| {row['what']} | {row['format'].format(value)} | {row.get('target', '')} | {met} | "
+                     f"`{row['file']}` | {run} |")
+    return "\n".join(lines).strip() + "\n"
+
+
+def _seed_metrics(name: str) -> list[dict]:
+    """Every training seed's metrics of a shipped model (results/models/<name>/seed<N>/), seed 0 first; the
+    shipped folder's alone when no seeds are kept."""
+    folders = sorted((ROOT / "results" / "models" / name).glob("seed*/metrics.json"),
+                     key=lambda path: int(path.parent.name.removeprefix("seed")))
+    found = [json.loads(path.read_text()) for path in folders]
+    return found or [json.loads((ROOT / "models" / name / "metrics.json").read_text())]
+
+
+def _interval(entry: dict | None) -> str:
+    if not entry:
+        return "not measured"
+    ci = entry.get("ci95")
+    return f"{entry['loss']:.3f}" + (f" [{ci[0]:.3f}, {ci[1]:.3f}]" if ci else "")
+
+
+def model_comparisons(spans: dict[str, tuple[float, float]]) -> list[str]:
+    """For each pair of models: ordered when the union of their seeds' 95% intervals do not overlap, else
+    indistinguishable at this scale."""
+    lines = []
+    names = sorted(spans, key=lambda name: sum(spans[name]))
+    for i, a in enumerate(names):
+        for b in names[i + 1:]:
+            (a_low, a_high), (b_low, b_high) = spans[a], spans[b]
+            if a_high < b_low:
+                lines.append(f"`{a}` < `{b}`")
+            elif b_high < a_low:
+                lines.append(f"`{b}` < `{a}`")
+            else:
+                lines.append(f"`{a}` and `{b}` indistinguishable at this scale")
+    return lines
+
+
+def models_table() -> str:
+    lines = ["| model | FFN | parameters | natural held-out loss, seed 0 [95% interval over stories] | "
+             "seeds: mean (min-max) | below the KN trigram, seed 0 | generated held-out loss | passes | steps |",
+             "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+    baselines_path = ROOT / "results" / "baselines" / "natural.json"
+    baselines = json.loads(baselines_path.read_text()) if baselines_path.is_file() else None
+    spans: dict[str, tuple[float, float]] = {}
+    for name in SHIPPED:
+        metrics = json.loads((ROOT / "models" / name / "metrics.json").read_text())
+        config = json.loads((ROOT / "models" / name / "config.json").read_text())
+        ffn = config["feedforward"]["type"] + (" + parity bottleneck" if config.get("bottleneck") else "")
+        per_story = metrics.get("natural_held_out_per_story")
+        seeds = [m.get("natural_held_out_per_story") for m in _seed_metrics(name)]
+        seeds = [entry for entry in seeds if entry]
+        spread = "not measured"
+        if len(seeds) > 1:
+            losses = [entry["loss"] for entry in seeds]
+            spread = f"{sum(losses) / len(losses):.3f} ({min(losses):.3f}-{max(losses):.3f}, {len(losses)} seeds)"
+            spans[name] = (min(entry["ci95"][0] for entry in seeds), max(entry["ci95"][1] for entry in seeds))
+        gap = (baselines or {}).get("models", {}).get(name)
+        gap_text = ("not measured" if not gap else f"{gap['below_trigram']:.3f} [{gap['below_trigram_ci95'][0]:.3f}, "
+                    f"{gap['below_trigram_ci95'][1]:.3f}]")
+        generated, epochs = metrics.get("generated_held_out_loss"), metrics.get("epochs")
+        lines.append(
+            f"| `{name}` | {ffn} | {metrics['parameters'] / 1e6:.1f}M | {_interval(per_story)} | {spread} | {gap_text} | "
+            f"{'' if generated is None else f'{generated:.3f}'} | {'' if epochs is None else f'{epochs:.2f}'} | "
+            f"{metrics['steps']:,} |")
+    notes = ["", "Losses in nats/token. The natural held-out split: stories never trained or chosen on, each read "
+             "alone (`circuitlab.training.evaluation.document_losses`); the interval is a bootstrap over stories. "
+             "Generated: the held-out seed of the story generator, packed windows. Passes: over the training mixture."]
+    if baselines:
+        b = baselines["baselines"]
+        notes.append(f"Counting alone on the same training text and tokenizer (`scripts/corpus_baselines.py`): unigram "
+                     f"{_interval(b['unigram'])}, Kneser-Ney bigram {_interval(b['bigram'])}, Kneser-Ney trigram "
+                     f"{_interval(b['trigram'])}.")
+    if spans:
+        notes.append("Between designs, where the seeds' intervals do not overlap: " + "; ".join(model_comparisons(spans)) + ".")
+    return "\n".join(lines) + "\n" + "\n".join(notes) + "\n"
+
+
+def benchmarks_md(table: str) -> str:
+    return ("# circuitlab benchmarks\n\nThe results of record, generated by `python scripts/docs_pages.py` from "
+            "`benchmarks/results/current.json`\n(each row names the result file it reads). Every earlier run is "
+            "in `benchmarks/results/`, with the log of how\nthe numbers were reached in "
+            "`benchmarks/results/history.md`; how to measure is in `docs/performance.md`.\n\n" + table)
+
+
+def replace_block(text: str, name: str, body: str) -> str:
+    start, end = f"<!-- generated:{name} -->", f"<!-- /generated:{name} -->"
+    if start not in text or end not in text:
+        raise SystemExit(f"no {start} ... {end} block")
+    head, rest = text.split(start, 1)
+    _, tail = rest.split(end, 1)
+    return f"{head}{start}\n{body}{end}{tail}"
+
+
+def outputs() -> dict[Path, str | bytes]:
+    performance = performance_table()
+    models = models_table()
+    files: dict[Path, str | bytes] = {
+        GENERATED / "performance.md": performance,
+        GENERATED / "models.md": models,
+        ROOT / "BENCHMARKS.md": benchmarks_md(performance),
+        ROOT / "README.md": replace_block((ROOT / "README.md").read_text(encoding="utf-8"), "models", models),
+    }
+    for name in FIGURES:
+        files[ROOT / "docs" / "figures" / name] = (ROOT / "analyses" / "figures" / name).read_bytes()
+    return files
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--check", action="store_true", help="exit 1 when a generated file differs")
+    args = parser.parse_args(argv)
+    stale = []
+    for path, content in outputs().items():
+        current = path.read_bytes() if path.exists() else None
+        wanted = content.encode("utf-8") if isinstance(content, str) else content
+        if current == wanted:
+            continue
+        stale.append(str(path.relative_to(ROOT)))
+        if not args.check:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_bytes(wanted)
+    if args.check and stale:
+        print("out of date (run python scripts/docs_pages.py):", ", ".join(stale), file=sys.stderr)
+        return 1
+    print("up to date" if not stale else f"wrote {', '.join(stale)}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
