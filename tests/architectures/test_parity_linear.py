@@ -41,6 +41,8 @@ def test_dictionary_is_the_random_code_s_sign_patterns_and_the_fast_parts_match_
     assert bottleneck.coherence() == pytest.approx(float((G - torch.eye(len(G), dtype=G.dtype)).abs().max()), abs=1e-6)
     x = torch.randn(20, bottleneck.d_model)
     assert torch.allclose(bottleneck.scores(x).double(), x.double() @ D.T, atol=1e-4)
+    # the two ways of scoring (the product with the dictionary, the transform of the key histogram) agree
+    assert torch.allclose(bottleneck.transform_scores(x).double(), x.double() @ D.T, atol=1e-4)
     # the encoder is exhaustive: its support is the top k of |<x, phi_u>| over all m features
     support = bottleneck.encode_indices(x[None])[0]
     brute = (x.double() @ D.T).abs().topk(bottleneck.k, dim=-1).indices

@@ -5,10 +5,14 @@ row of M read as an r-bit key. Unlike the product design (bottleneck/parity.py),
 into a grid, so the dictionary's coherence is the random code's (about 0.27 for d 256, r 16, against the
 product grid's 0.625).
 
-Exact scores of all m = 2^r features, per token, by one fast Walsh-Hadamard transform. With f the histogram
-of x over the keys, f[v] = sum over j with m_j = v of x_j,
+Exact scores of all m = 2^r features, per token. With f the histogram of x over the keys, f[v] = sum over j
+with m_j = v of x_j,
     <x, phi_u> = sum_j x_j (-1)^<m_j, u> / sqrt(d) = (H f)[u] / sqrt(d),
-H the 2^r-point Walsh-Hadamard transform (r butterfly passes, r 2^r additions). The encoder takes the top k of
+H the 2^r-point Walsh-Hadamard transform (r butterfly passes, r 2^r additions). Up to m = 2^16 the scores are
+instead one matrix product with the materialised dictionary, x @ Phi^T (d 2^r multiply-adds a token, 64 MB of
+float32 signs at d 256): the transform's r passes over a 2^r-wide array per token are memory-bound, and on a GPU
+the product is over ten times faster (a training step of parity-stories spent most of its time in the passes).
+Both give the same scores (a test checks them against each other and against brute force). The encoder takes the top k of
 |<x, phi_u>| over all m features: exhaustive, so its support is the exhaustive top-k by construction. Pursuit
 rounds (as in the product design) swap in the residual's best features where that lowers the residual.
 
@@ -36,7 +40,8 @@ from circuitlab.architectures.bottleneck.parity_code import make_code_matrix, re
 from circuitlab.architectures.bottleneck.usage import usage_balance
 from circuitlab.architectures.design import ModelShape, PositiveInt
 
-SCORE_CHUNK_VALUES = 2**26  # tokens x features scored at once (256 MB in float32)
+SCORE_CHUNK_VALUES = 2**27  # tokens x features scored at once (512 MB in float32)
+MATMUL_SCORES_MAX_BITS = 16  # up to 2^16 features the scores are one product with the materialised dictionary
 
 
 class LinearParityConfig(ParityCommon):
@@ -153,10 +158,26 @@ class LinearParityBottleneck(FeatureCodeLayer):
 
     @torch.no_grad()
     def scores(self, x_NxD: Float[Tensor, "tokens d_model"]) -> Float[Tensor, "tokens features"]:
-        """<x, phi_u> for all m features of each token (float32)."""
+        """<x, phi_u> for all m features of each token (float32): a product with the dictionary up to 2^16
+        features, the Walsh-Hadamard transform of the key histogram above."""
+        if self.n_bits <= MATMUL_SCORES_MAX_BITS:
+            return x_NxD.float() @ self._dictionary_on(x_NxD.device).T
+        return self.transform_scores(x_NxD)
+
+    @torch.no_grad()
+    def transform_scores(self, x_NxD: Float[Tensor, "tokens d_model"]) -> Float[Tensor, "tokens features"]:
+        """<x, phi_u> for all m features by one Walsh-Hadamard transform of the histogram of x over the keys."""
         histogram = torch.zeros(x_NxD.shape[0], self.n_features, device=x_NxD.device, dtype=torch.float32)
         histogram.index_add_(1, self.keys, x_NxD.float())
         return walsh_hadamard(histogram) * self.scale
+
+    def _dictionary_on(self, device: torch.device) -> Float[Tensor, "features d_model"]:
+        """The materialised dictionary (float32), built once per device and kept out of the state dict."""
+        cached = getattr(self, "_dictionary_cache", None)
+        if cached is None or cached.device != device:
+            cached = self.feature_directions(torch.arange(self.n_features, device=self.keys.device)).to(device)
+            object.__setattr__(self, "_dictionary_cache", cached)  # a plain attribute: not a buffer, not saved
+        return cached
 
     @torch.no_grad()
     def top_scores(self, x_NxD: Float[Tensor, "tokens d_model"], count: int) -> tuple[Tensor, Tensor]:
