@@ -17,9 +17,10 @@
 # trained on or chosen on, each read alone, with a bootstrap interval over stories) and HELD_OUT_STORIES
 # generated stories of the held-out seed. The number of steps is set so that the runs see the training mixture,
 # and so each natural training story, EPOCHS times (default 2). One byte-level BPE tokenizer of VOCAB tokens,
-# trained on the mixture, and one data cache serve all runs. MAX_MINUTES guards a time budget: a run that
-# reaches it stops cleanly (checkpoint, evaluation, saved model; metrics.json says "time limit"). Calling the
-# script again skips finished runs and resumes killed ones.
+# trained on the mixture, and one data cache serve all runs. MAX_MINUTES is each run's time budget, counted from
+# its start: the learning-rate decay runs on it (`circuitlab train --fit-to-time`), so a run that cannot make
+# EPOCHS passes in time stops there fully decayed (metrics.json says "time budget" and how many passes it made).
+# Calling the script again skips finished runs and resumes killed ones.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 RUN="${RUN:-runs/shipped}"
@@ -70,14 +71,16 @@ cat > "$RUN/notes/common.md" <<EOF
 Trained with \`circuitlab train\` (AdamW, weight decay 0.1 on matrices and the tied embedding, none on
 norm scales or other vectors; warmup-stable-decay with 100 warmup steps and square-root decay over the
 last 20% of steps; gradient clipping at 2.0 as in seed 000's TinyStories setting; bf16 autocast with
-float32 master weights) for $STEPS steps of $BATCH x $SEQ_LEN tokens, $EPOCHS passes over the training mixture:
+float32 master weights) for at most $STEPS steps of $BATCH x $SEQ_LEN tokens ($EPOCHS passes over the training mixture):
 the natural children's stories of data/natural (training split, once) and $N_STORIES generated stories (seed 0).
 The weights kept are those of the lowest validation loss (the natural validation split and $VALIDATION_STORIES
 generated stories of the validation seed). Evaluated on two held-out sets: the natural stories' held-out split
 (stories never trained or chosen on) and $HELD_OUT_STORIES generated stories of the held-out generator seed.
 All shipped models share this corpus, three training seeds each (seed 0 ships; results/models keeps every
-seed's metrics), and one byte-level BPE tokenizer of at most $VOCAB tokens trained on the mixture. Weights are
-stored in bf16.
+seed's metrics), and one byte-level BPE tokenizer of at most $VOCAB tokens trained on the mixture. Each run had a budget of
+$MAX_MINUTES minutes of one shared GPU (the twelve runs side by side) with the learning-rate decay fitted to it;
+metrics.json gives the steps it made and the passes over the natural stories that makes. Weights are stored
+in bf16.
 EOF
 cat > "$RUN/notes/sgatlin-stories.md" <<'EOF'
 The shape of seed 000's TinyStories model (4 layers, d_model 256, 4 heads of 64, QK-norm, RoPE, tied
@@ -127,7 +130,7 @@ for entry in "${runs[@]}"; do
   CUDA_VISIBLE_DEVICES="$gpu" circuitlab train --preset "$name" --steps "$STEPS" --batch-size "$BATCH" \
     --seq-len "$SEQ_LEN" --lr 1e-3 --warmup 100 --grad-clip 2.0 --eval-every 200 --ckpt-every 500 "${MIX[@]}" \
     --tokenizer "$RUN/tokenizer.json" --data-dir "$RUN/data" --seed "$seed" --device "$DEVICE" \
-    --max-minutes "$MAX_MINUTES" --save-dtype bf16 --card-notes "$RUN/notes/$folder.card.md" --quiet \
+    --max-minutes "$MAX_MINUTES" --fit-to-time --save-dtype bf16 --card-notes "$RUN/notes/$folder.card.md" --quiet \
     --out "$RUN/$folder" "${resume[@]}" > "$RUN/$folder.log" 2>&1 &
   pids+=($!)
 done

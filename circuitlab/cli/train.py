@@ -87,6 +87,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     run.add_argument("--fsdp", action="store_true", help="shard the model with FSDP2 (torchrun only)")
     run.add_argument("--max-minutes", type=float, default=None,
                      help="stop cleanly (checkpoint, evaluate, save) once this much wall time has passed")
+    run.add_argument("--fit-to-time", action="store_true",
+                     help="with --max-minutes: run the learning-rate decay on the time budget, so a run that cannot "
+                          "reach --steps in time still ends fully decayed (--steps is then the most it takes)")
     run.add_argument("--save-dtype", choices=("float32", "bf16"), default="float32", help="dtype of model.safetensors (default float32; checkpoints stay float32)")
     run.add_argument("--card-notes", default=None, help="a text/markdown file for the card's design notes")
     run.add_argument("--quiet", action="store_true", help="no progress bars")
@@ -184,6 +187,7 @@ def build_train_config(args: argparse.Namespace) -> Any:
         decay_embeddings=not args.no_embedding_decay,
         seed=args.seed,
         max_minutes=args.max_minutes,
+        fit_to_time=args.fit_to_time,
         compile=args.compile,
         compile_mode=args.compile_mode,
         micro_batch=args.micro_batch,

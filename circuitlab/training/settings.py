@@ -41,6 +41,8 @@ class TrainConfig(Settings):
     guard_window: int = 50
     guard_factor: float = 2.0
     max_minutes: float | None = None
+    # the learning-rate schedule runs on the time budget: its decay ends as max_minutes do (Trainer._schedule_step)
+    fit_to_time: bool = False
     compile: bool | None = None  # torch.compile the model; None: on CUDA yes, on the CPU no
     compile_mode: str | None = None  # torch.compile mode; None: "reduce-overhead" on one CUDA device, else "default"
     micro_batch: int = 0  # sequences per forward/backward on each rank; 0: picked (see Trainer.micro_batch)
@@ -58,6 +60,7 @@ class TrainConfig(Settings):
             (self.grad_clip >= 0, f"grad_clip must be >= 0 (0 disables clipping), got {self.grad_clip}"),
             (self.eval_every >= 0 and self.ckpt_every >= 0, "eval_every and ckpt_every must be >= 0 (0 = never)"),
             (self.max_minutes is None or self.max_minutes > 0, f"max_minutes must be positive, got {self.max_minutes}"),
+            (not self.fit_to_time or self.max_minutes is not None, "fit_to_time needs max_minutes (the time budget)"),
             (self.compile_mode is None or self.compile_mode in COMPILE_MODES,
              f"compile_mode must be one of {', '.join(COMPILE_MODES)}, got {self.compile_mode!r}"),
             (self.micro_batch >= 0, f"micro_batch must be >= 0 (0 = picked for the device), got {self.micro_batch}"),

@@ -73,7 +73,7 @@ from circuitlab.training.interrupt import InterruptFlag, TrainingInterrupted
 from circuitlab.training.guard import DivergenceError, DivergenceGuard
 from circuitlab.training.overfit import overfitting_warnings, report_warnings
 from circuitlab.training.pressure import LOG_PREFIX, TERMS, pressure_scale
-from circuitlab.training.schedule import wsd_lr
+from circuitlab.training.schedule import wsd_multiplier
 from circuitlab.training.selection import BestWeights
 from circuitlab.training.settings import RESUMABLE_CHANGES, TrainConfig
 
@@ -88,7 +88,7 @@ class TrainResult:
     session_seconds: float  # of which this session
     eval_loss: float  # on all evaluation windows, of the model returned (the best evaluation's, with select_best)
     eval_ppl: float
-    stopped: str  # "completed", "time limit", or "stopped" (at fit's stop_at)
+    stopped: str  # "completed", "time limit", "time budget" (fit_to_time's end) or "stopped" (at fit's stop_at)
     log_path: Path
     history: list[dict[str, Any]] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)  # overfitting signs (circuitlab.training.overfit)
@@ -325,9 +325,23 @@ class Trainer:
                       file=sys.stderr)
             self.micro_batch = smaller
 
+    def _schedule_step(self, step: int) -> int:
+        """The step the schedule's decay reads: the optimizer step, or under fit_to_time the share of the time
+        budget (max_minutes, counted from the run's start) already used, as a step of `steps`, when that is
+        further along. A run on a fixed budget of device time so still ends with its full decay, at whatever
+        step the budget allows; warm-up always counts optimizer steps."""
+        config = self.config
+        if not config.fit_to_time or config.max_minutes is None:
+            return step
+        used = (time.monotonic() - self.clock_start) / (60.0 * config.max_minutes)
+        if self.context.world_size > 1:  # every rank reads the same clock share, so the ranks' rates agree
+            used = float(all_reduce_mean(torch.tensor([used], device=self.device), self.context)[0])
+        return min(config.steps - 1, max(step, int(used * config.steps)))
+
     def _train_step_at(self, step: int) -> dict[str, Any]:
         config = self.config
-        lr = wsd_lr(step, config.steps, config.lr, config.warmup, config.decay_fraction)
+        warm = 1.0 if config.warmup == 0 else min(step / config.warmup, 1.0)
+        lr = config.lr * warm * wsd_multiplier(self._schedule_step(step), config.steps, 0, config.decay_fraction)
         for group in self.optimizer.param_groups:
             group["lr"] = lr
         rows = self.sampler.batch_indices(step)
@@ -472,7 +486,7 @@ class Trainer:
                 if stop_at is not None and self.step >= stop_at and self.step < config.steps:
                     stopped = "stopped"
                 elif config.max_minutes is not None and self.step < config.steps and self._time_is_up():
-                    stopped = "time limit"
+                    stopped = "time budget" if config.fit_to_time else "time limit"
                 if stopped != "completed":
                     self.save_checkpoint()
                     break

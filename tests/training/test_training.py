@@ -220,6 +220,20 @@ def test_time_limit_stops_cleanly_and_the_run_resumes_to_the_same_losses(tmp_pat
     assert comparable(log_records(tmp_path / "limited")) == comparable(log_records(tmp_path / "full"))
 
 
+def test_fit_to_time_ends_the_decay_with_the_time_budget(tmp_path):
+    """With --fit-to-time a run that cannot reach its steps in the budget still decays: the rate falls
+    monotonically after warm-up and is near zero at the last step; a plain time limit stops at the peak rate."""
+    settings = dict(preset="tiny-gelu", steps=1_000_000, warmup=2, eval_every=0, max_minutes=0.1, lr=1e-3)
+    result = make_trainer(tmp_path / "fit", fit_to_time=True, **settings).fit()
+    assert result.stopped == "time budget" and 10 < result.step < 1_000_000
+    rates = [r["lr"] for r in log_records(tmp_path / "fit") if "lr" in r]
+    assert rates[2] == pytest.approx(1e-3)  # warm-up counts optimizer steps; the decay starts at 80% of the budget
+    assert all(later <= earlier for earlier, later in zip(rates[2:], rates[3:]))
+    assert rates[-1] < 0.35e-3 and min(rates[2:]) < rates[2]
+    plain = make_trainer(tmp_path / "plain", **settings).fit()
+    assert plain.stopped == "time limit" and [r for r in log_records(tmp_path / "plain") if "lr" in r][-1]["lr"] == pytest.approx(1e-3)
+
+
 def test_gradient_accumulation_matches_the_whole_batch(tmp_path):
     whole = make_trainer(tmp_path / "a", steps=3, eval_every=0)
     whole.fit()
