@@ -5,7 +5,9 @@ drift apart:
   (benchmarks/results/current.json names each row's file and field);
 - docs/generated/models.md and the README's `generated:models` block: the shipped models' card figures
   (models/*/metrics.json);
-- docs/figures/: the notebook figures the docs show (copied from analyses/figures/).
+- docs/figures/: the notebook figures the docs show (copied from analyses/figures/), and the shipped models'
+  validation curves (docs/figures/validation_curves.png, drawn from their training logs; not part of --check,
+  since a PNG's bytes depend on the browser that renders it).
 
     python scripts/docs_pages.py            # rewrite them
     python scripts/docs_pages.py --check    # exit 1 when any differs from a fresh rendering
@@ -158,6 +160,17 @@ def outputs() -> dict[Path, str | bytes]:
     return files
 
 
+def validation_figure() -> Path | None:
+    """docs/figures/validation_curves.png: the four shipped models' validation curves, every seed kept."""
+    from circuitlab.demo.readers import validation_curves, validation_curves_figure
+    from circuitlab.figures import write_png
+
+    curves = validation_curves(ROOT / "models", ROOT / "results" / "models", SHIPPED)
+    if not len(curves):
+        return None
+    return write_png(validation_curves_figure(curves), ROOT / "docs" / "figures" / "validation_curves.png")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--check", action="store_true", help="exit 1 when a generated file differs")
@@ -176,6 +189,10 @@ def main(argv: list[str] | None = None) -> int:
         print("out of date (run python scripts/docs_pages.py):", ", ".join(stale), file=sys.stderr)
         return 1
     print("up to date" if not stale else f"wrote {', '.join(stale)}")
+    if not args.check:
+        figure = validation_figure()
+        print(f"wrote {figure.relative_to(ROOT)}" if figure else "validation curves: no training log with "
+              "validation losses, or no browser to render the PNG")
     return 0
 
 

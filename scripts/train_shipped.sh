@@ -7,7 +7,7 @@
 #   GPUS="0 1 2 3" bash scripts/train_shipped.sh             # round robin over four GPUs
 #   SEEDS="0" MODELS="gelu-stories" bash scripts/train_shipped.sh   # rebuild one run (same settings, same data)
 # Settings (environment): RUN, SEEDS, MODELS, EPOCHS, BATCH, SEQ_LEN, N_STORIES, HELD_OUT_STORIES,
-# VALIDATION_STORIES, NATURAL (folder), VOCAB, TOKENIZER_STORIES, DEVICE, MAX_MINUTES, GPUS, MODELS_DIR,
+# VALIDATION_STORIES, NATURAL (folder), VOCAB, TOKENIZER_STORIES, DEVICE, MAX_MINUTES, COMPILE, GPUS, MODELS_DIR,
 # RESULTS_DIR, PYTHON.
 #
 # The mixture (the same for every run): the natural children's stories of data/natural (their training split,
@@ -36,6 +36,9 @@ MODELS_DIR="${MODELS_DIR:-models}"
 RESULTS_DIR="${RESULTS_DIR:-results/models}"
 DEVICE="${DEVICE:-cuda}"
 MAX_MINUTES="${MAX_MINUTES:-8}"
+# eager by default: twelve torch.compile runs started together contend for the host's cores for minutes, and the
+# small models' steps gain less from compiling than a few minutes' budget loses (COMPILE=--compile to compile)
+COMPILE="${COMPILE:---no-compile}"
 HELD_OUT_STORIES="${HELD_OUT_STORIES:-2000}"
 VALIDATION_STORIES="${VALIDATION_STORIES:-500}"
 read -r -a GPUS <<< "${GPUS:-0}"
@@ -130,7 +133,7 @@ for entry in "${runs[@]}"; do
   CUDA_VISIBLE_DEVICES="$gpu" circuitlab train --preset "$name" --steps "$STEPS" --batch-size "$BATCH" \
     --seq-len "$SEQ_LEN" --lr 1e-3 --warmup 100 --grad-clip 2.0 --eval-every 200 --ckpt-every 500 "${MIX[@]}" \
     --tokenizer "$RUN/tokenizer.json" --data-dir "$RUN/data" --seed "$seed" --device "$DEVICE" \
-    --max-minutes "$MAX_MINUTES" --fit-to-time --save-dtype bf16 --card-notes "$RUN/notes/$folder.card.md" --quiet \
+    --max-minutes "$MAX_MINUTES" --fit-to-time "$COMPILE" --save-dtype bf16 --card-notes "$RUN/notes/$folder.card.md" --quiet \
     --out "$RUN/$folder" "${resume[@]}" > "$RUN/$folder.log" 2>&1 &
   pids+=($!)
 done

@@ -52,6 +52,20 @@ if log_path.is_file():
 else:
     st.info("The model folder has no train_log.jsonl (models imported or saved without training have none).")
 
+st.header("The shipped models' validation curves")
+from circuitlab.demo.readers import validation_curves, validation_curves_figure  # noqa: E402
+from circuitlab.resources import models_root, results_root  # noqa: E402
+
+_SHIPPED = ["sgatlin-stories", "gelu-stories", "legible-stories", "parity-stories"]
+curves = guarded(lambda: validation_curves(models_root(), results_root() / "models", _SHIPPED),
+                 "Reading the shipped models' training logs")
+if curves is not None and len(curves):
+    st.caption("All four on one training mixture; seed 0 (shipped) solid, the other training seeds dotted. The "
+               "weights kept are those at each curve's lowest point.")
+    st.plotly_chart(validation_curves_figure(curves))
+else:
+    st.info("No shipped model's training log holds validation losses.")
+
 st.header("Artifacts of this run")
 rows = []
 for key, (what, files) in ARTIFACTS.items():

@@ -93,7 +93,7 @@ def train_log_figure(log: pandas.DataFrame) -> Any:
     figure = go.Figure()
     x = log["step"] if "step" in log else log.index
     for column, name, mode in (("loss", "train loss", "lines"), ("running_loss", "running loss", "lines"),
-                               ("eval_loss", "held-out loss", "lines+markers")):
+                               ("eval_loss", "validation loss", "lines+markers")):
         if column in log:
             rows = log[column].notna()
             figure.add_trace(go.Scatter(x=x[rows], y=log.loc[rows, column], name=name, mode=mode))
@@ -101,3 +101,50 @@ def train_log_figure(log: pandas.DataFrame) -> Any:
     return figure
 
 
+
+
+def validation_curves(models_root: Path, results_root: Path, names: list[str]) -> pandas.DataFrame:
+    """The validation loss each shipped model logged as it trained, one row per evaluation: model, seed, step,
+    tokens seen, loss. Seed 0 is the shipped folder's log (models_root/<name>/train_log.jsonl); the other
+    seeds are those kept in results_root/<name>/seed<N>/train_log.jsonl."""
+    import pandas as pd
+
+    frames = []
+    for name in names:
+        logs = {0: models_root / name / "train_log.jsonl"}
+        for path in sorted((results_root / name).glob("seed*/train_log.jsonl")):
+            seed = int(path.parent.name.removeprefix("seed"))
+            logs.setdefault(seed, path)
+        for seed, path in sorted(logs.items()):
+            if not path.is_file():
+                continue
+            log = read_train_log(path)
+            if "eval_loss" not in log:
+                continue
+            rows = log[log["eval_loss"].notna()]
+            frames.append(pd.DataFrame({"model": name, "seed": seed, "step": rows["step"].astype(int),
+                                        "tokens": rows.get("tokens_seen", rows["step"]), "loss": rows["eval_loss"]}))
+    if not frames:
+        return pd.DataFrame(columns=["model", "seed", "step", "tokens", "loss"])
+    return pd.concat(frames, ignore_index=True)
+
+
+def validation_curves_figure(curves: pandas.DataFrame) -> Any:
+    """The models' validation curves in one figure: loss against tokens seen, one colour per model, seed 0
+    solid and the other seeds dotted."""
+    import plotly.graph_objects as go
+
+    from circuitlab.figures import color_map
+
+    colors = color_map(curves["model"].unique()) if len(curves) else {}
+    figure = go.Figure()
+    for (model, seed), rows in curves.groupby(["model", "seed"], sort=True):
+        figure.add_trace(go.Scatter(
+            x=rows["tokens"] / 1e6, y=rows["loss"], mode="lines+markers" if seed == 0 else "lines",
+            name=f"{model}" + ("" if seed == 0 else f" (seed {seed})"), legendgroup=model, showlegend=seed == 0,
+            line=dict(color=colors.get(str(model)), dash="solid" if seed == 0 else "dot", width=2 if seed == 0 else 1),
+            marker=dict(size=5)))
+    figure.update_layout(title="Validation loss while training (natural validation split + generated stories)",
+                         xaxis_title="training tokens seen (millions)", yaxis_title="cross-entropy (nats/token)",
+                         height=440, legend=dict(orientation="h", yanchor="bottom", y=-0.35))
+    return figure
