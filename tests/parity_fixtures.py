@@ -1,5 +1,8 @@
 """Parity reports for the tests of the report's tables and of the dashboard's Parity page: the shipped one
-(results/parity/parity_report.json) and a small constructed one whose verdicts are known in advance."""
+(results/parity/parity_report.json, written before the usage diagnostics), a small constructed one with every
+field of the current report whose verdicts are known in advance (layer 0 meets every per-layer target, most on
+the threshold itself; layer 1 misses each, some on the threshold), and the constructed one as an older report
+without the diagnostics would have it."""
 
 from __future__ import annotations
 
@@ -10,37 +13,80 @@ from pathlib import Path
 
 SHIPPED_REPORT = Path(__file__).resolve().parents[1] / "results" / "parity" / "parity_report.json"
 
+_M = 2**12
 _PARITY_LOSS, _GELU_LOSS = 3.0, 3.0 - math.log(1.04)  # perplexity ratio exp(3.0 - gelu) = 1.04: met (<= 1.05)
+_EDGES = [10.0 ** (-7 + i) for i in range(8)]
 _CONSTRUCTED = {
     "model": "models/made-up-parity",
-    "design": {"design": "product", "n_bits": 10, "k": 8, "beam": 8},
+    "design": {"design": "product", "n_bits": 12, "k": 8, "beam": 8},
     "tokens": 1000,
     "natural": "data/natural",
-    "parity": {"loss": _PARITY_LOSS, "loss_writes_zeroed": _PARITY_LOSS + 0.8},
+    "parity": {"loss": _PARITY_LOSS, "loss_writes_zeroed": _PARITY_LOSS + 0.8,
+               "loss_writes_mean_ablated": _PARITY_LOSS + 0.625, "zeroed_by_layer": [0.5, 0.25],
+               "mean_ablated_by_layer": [0.375, 0.125]},
     "layers": [
-        {"layer": 0, "write_over_residual": 0.4, "reconstruction": 0.12, "distinct_features": 512, "top100_share": 0.5,
-         "sampled_tokens": 100, "agreement": 0.9, "certified": 0.75,
-         "by_beam": {"4": {"agreement": 0.6, "certified": 0.25}, "8": {"agreement": 0.9, "certified": 0.75}},
-         "coherence": 0.5},
-        {"layer": 1, "write_over_residual": 0.3, "reconstruction": 0.3, "distinct_features": 256, "top100_share": 0.75,
-         "sampled_tokens": 100, "agreement": 0.875, "certified": 0.5,
+        # every target met: reconstruction 0.04 < 0.05, agreement exactly 0.99, 2500 effective features, the top
+        # feature on exactly 10% of tokens, 410 of 4096 features dead (0.100)
+        {"layer": 0, "write_over_residual": 0.4, "reconstruction": 0.04, "distinct_features": _M - 410,
+         "top100_share": 0.5, "sampled_tokens": 100, "agreement": 0.99, "certified": 0.75,
+         "by_beam": {"4": {"agreement": 0.6, "certified": 0.25}, "8": {"agreement": 0.99, "certified": 0.75}},
+         "coherence": 0.5, "features": _M, "effective_features": 2500.0, "top_feature_share": 0.1,
+         "over_10_percent": 0, "dead_share": 410 / _M,
+         "firing_histogram": {"edges": _EDGES, "counts": [0, 5, 80, 600, 2000, 1000, 1], "dead": 410},
+         "participation_ratio": 12.5},
+        # every target missed: reconstruction exactly 0.05 (the target is strictly below), agreement 0.875,
+        # 1999.5 effective features, the top feature on 25% of tokens, 1024 of 4096 features dead (0.25)
+        {"layer": 1, "write_over_residual": 0.3, "reconstruction": 0.05, "distinct_features": _M - 1024,
+         "top100_share": 0.75, "sampled_tokens": 100, "agreement": 0.875, "certified": 0.5,
          "by_beam": {"4": {"agreement": 0.5, "certified": 0.125}, "8": {"agreement": 0.875, "certified": 0.5}},
-         "coherence": 0.5},
+         "coherence": 0.5, "features": _M, "effective_features": 1999.5, "top_feature_share": 0.25,
+         "over_10_percent": 3, "dead_share": 0.25,
+         "firing_histogram": {"edges": _EDGES, "counts": [0, 0, 69, 1000, 1500, 500, 3], "dead": 1024},
+         "participation_ratio": 8.0},
     ],
     "gelu": {"model": "models/made-up-gelu", "loss": _GELU_LOSS, "loss_writes_zeroed": _GELU_LOSS + 2.0,
-             "write_over_residual": [0.6, 0.7]},
-    "ablation_share": 0.8 / 2.0,  # parity cost / GELU cost: missed (< 0.5)
+             "loss_writes_mean_ablated": _GELU_LOSS + 1.0, "zeroed_by_layer": [1.5, 0.75],
+             "mean_ablated_by_layer": [0.75, 0.5], "write_over_residual": [0.6, 0.7], "participation_ratio": [20.0, 16.0]},
+    "ablation_share": 0.8 / 2.0,  # parity zeroing cost / GELU's: missed (< 0.5)
+    "mean_ablation_share": 0.625 / 1.0,  # met (>= 0.5)
+    "loss_ratio": _PARITY_LOSS / _GELU_LOSS,  # 1.013: met (<= 1.05)
     "perplexity_ratio": 1.04,
 }
-# layer 0: reconstruction 0.12 met, agreement exactly 0.9 met (>=); layer 1: reconstruction exactly 0.3 missed
-# (strictly below 0.3 is the target), agreement 0.875 missed
-CONSTRUCTED_VERDICTS = {"reconstruction": "missed", "agreement": "missed", "ablation_share": "missed",
-                        "perplexity_ratio": "met"}
-CONSTRUCTED_LAYER_VERDICTS = [("met", "met"), ("missed", "missed")]  # (reconstruction, agreement) per layer
+CONSTRUCTED_VERDICTS = {"reconstruction": "missed", "agreement": "missed", "effective_features": "missed",
+                        "top_feature_share": "missed", "dead_share": "missed", "mean_ablation_share": "met",
+                        "ablation_share": "missed", "loss_ratio": "met", "perplexity_ratio": "met"}
+CONSTRUCTED_MEASURED = {"reconstruction": 0.05, "agreement": 0.875, "effective_features": 1999.5,
+                        "top_feature_share": 0.25, "dead_share": 0.25, "mean_ablation_share": 0.625,
+                        "ablation_share": 0.4, "loss_ratio": _PARITY_LOSS / _GELU_LOSS, "perplexity_ratio": 1.04}
+# per layer: (reconstruction, agreement) of the layer table; (effective features, top feature share, dead share)
+# of the usage table
+CONSTRUCTED_LAYER_VERDICTS = [("met", "met"), ("missed", "missed")]
+CONSTRUCTED_USAGE_VERDICTS = [("met", "met", "met"), ("missed", "missed", "missed")]
+# what a report of `circuitlab report parity` before the usage diagnostics lacks
+NEW_LAYER_FIELDS = ("features", "effective_features", "top_feature_share", "over_10_percent", "dead_share",
+                    "firing_histogram", "participation_ratio")
+NEW_LOSS_FIELDS = ("loss_writes_mean_ablated", "zeroed_by_layer", "mean_ablated_by_layer")
+NEW_REPORT_FIELDS = ("mean_ablation_share", "loss_ratio")
+NEW_TARGETS = ("effective_features", "top_feature_share", "dead_share", "mean_ablation_share", "loss_ratio")
 
 
 def constructed_report() -> dict:
     return copy.deepcopy(_CONSTRUCTED)
+
+
+def older_constructed_report() -> dict:
+    """The constructed report without the fields the usage diagnostics added (as an older report has it)."""
+    report = constructed_report()
+    for layer in report["layers"]:
+        for field in NEW_LAYER_FIELDS:
+            del layer[field]
+    for losses in (report["parity"], report["gelu"]):
+        for field in NEW_LOSS_FIELDS:
+            del losses[field]
+    del report["gelu"]["participation_ratio"]
+    for field in NEW_REPORT_FIELDS:
+        del report[field]
+    return report
 
 
 def shipped_report() -> dict:

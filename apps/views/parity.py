@@ -8,13 +8,11 @@ import pandas as pd
 import streamlit as st
 
 from app_support import results_report, sidebar_run_picker
+from circuitlab.analysis.parity_figures import ablation_figure, beam_figure, layer_figure
 from circuitlab.analysis.parity_report import (
     TARGETS,
-    ablation_figure,
     ablation_table,
-    beam_figure,
     beam_table,
-    layer_figure,
     layer_table,
     load_parity_report,
     target_table,
