@@ -32,16 +32,19 @@ TOP_FEATURES = 100
 EXHAUSTIVE_TOKENS = 4096  # tokens per layer scored exhaustively (the reference is m scores per token)
 
 
-def natural_windows(model, folder: Path, n_tokens: int, seq_len: int) -> torch.Tensor:
-    """[windows, seq_len + 1] token ids from the natural stories' held-out split (inputs and next tokens)."""
+def natural_windows(model, folder: Path, n_tokens: int | None, seq_len: int, split: str = "held_out") -> torch.Tensor:
+    """[windows, seq_len + 1] token ids from a split of the natural stories (inputs and next tokens): enough
+    windows for `n_tokens` predictions, or all of them for None."""
     from circuitlab.analysis.legibility import held_out_windows
     from circuitlab.data.natural import load_natural_stories
 
-    texts = [story.text for story in load_natural_stories(folder).held_out()]
+    texts = [story.text for story in load_natural_stories(folder).split(split)]
     window = min(seq_len, model.cfg.n_ctx - 1) + 1
     windows = held_out_windows(model, texts, seq_len=window) if window <= model.cfg.n_ctx else None
     if windows is None:  # seq_len + 1 > n_ctx: cut one token shorter
         windows = held_out_windows(model, texts, seq_len=model.cfg.n_ctx)
+    if n_tokens is None:
+        return windows
     n_windows = max(1, math.ceil(n_tokens / (windows.shape[1] - 1)))
     return windows[:n_windows]
 

@@ -121,7 +121,8 @@ class TopKSAE(nn.Module):
     def forward(self, x_NxD: Float[Tensor, "... D"]) -> Float[Tensor, "... D"]:
         """x_hat, for writes of any leading shape (e.g. [batch, pos, d_model] in a hook)."""
         flat = x_NxD.reshape(-1, x_NxD.shape[-1]).float()
-        return self.decode(*self.encode(flat)).reshape(x_NxD.shape).to(x_NxD.dtype)
+        with torch.autocast(flat.device.type, enabled=False):  # spliced into a bf16 forward, it still codes in float32
+            return self.decode(*self.encode(flat)).reshape(x_NxD.shape).to(x_NxD.dtype)
 
     def dead_latents(self) -> Tensor:
         """[M] bool: latents that have not fired on any of the last `dead_after` training tokens."""
