@@ -91,3 +91,43 @@ def older_constructed_report() -> dict:
 
 def shipped_report() -> dict:
     return json.loads(SHIPPED_REPORT.read_text())
+
+
+# --- the sparse autoencoder comparison (`circuitlab report sae`) -------------------------------------------------
+
+SAE_COMPARISON_FILE = SHIPPED_REPORT.parent / "sae_comparison.json"
+
+
+def _code_figures(reconstruction, loss_added, effective, top, over, dead, counts, probe, raw_probe) -> dict:
+    return {"reconstruction": reconstruction, "loss_added": loss_added, "features": _M, "distinct_features": _M - dead,
+            "effective_features": effective, "top_feature_share": top, "over_10_percent": over,
+            "dead_share": dead / _M, "firing_histogram": {"edges": _EDGES, "counts": counts, "dead": dead},
+            "probe": probe, "raw_probe": raw_probe}
+
+
+_SAE_COMPARISON = {
+    "kind": "sae_comparison",
+    "tokens": 1000,
+    "seq_len": 100,
+    "natural": "data/natural",
+    "parity": {"model": "models/made-up-parity", "design": {"design": "product", "n_bits": 12, "k": 8},
+               "loss": 3.0, "loss_uncoded": 2.875, "loss_added": 0.125},
+    "gelu": {"model": "models/made-up-gelu", "loss": 2.9, "loss_spliced": 3.15, "loss_added": 0.25},
+    "sae": {"folder": "runs/sae", "config": {"d_model": 64, "n_latents": _M, "k": 8, "k_aux": 32},
+            "training": [{"steps": 20}, {"steps": 20}]},
+    "probe": {"stories": 12, "seed": 0, "test_share": 0.2, "max_iter": 1000, "train_tokens": 800, "test_tokens": 200,
+              "classes": ["NAME", "PUNCT", "VERB"], "majority": 0.375},
+    "layers": [
+        {"layer": 0,
+         "sae": _code_figures(0.125, 0.0625, 1500.0, 0.5, 2, 1024, [0, 1, 10, 100, 1000, 1900, 61], 0.75, 0.875),
+         "parity": _code_figures(0.25, 0.03125, 2500.0, 0.125, 1, 410, [0, 5, 80, 600, 2000, 1000, 1], 0.625, 0.8125)},
+        {"layer": 1,
+         "sae": _code_figures(0.0625, 0.125, 1800.5, 0.25, 0, 2048, [0, 0, 48, 1000, 1000, 0, 0], 0.5, 0.9375),
+         "parity": _code_figures(0.5, 0.09375, 999.5, 0.0625, 0, 8, [0, 0, 0, 88, 2000, 2000, 0], 0.6875, 0.75)},
+    ],
+}
+
+
+def constructed_sae_comparison() -> dict:
+    """A small comparison with every field `circuitlab report sae` writes, in numbers exact in binary."""
+    return copy.deepcopy(_SAE_COMPARISON)
