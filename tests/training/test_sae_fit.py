@@ -16,6 +16,9 @@ def test_each_pass_is_a_seeded_permutation_of_the_rows():
     assert len(set(rows.tolist())) == 9 and rows.max() < 10
     assert torch.equal(batch_rows(10, 3, 1, seed=4), batch_rows(10, 3, 1, seed=4))
     assert not torch.equal(batch_rows(10, 3, 0, seed=4), batch_rows(10, 3, 3, seed=4))  # the next pass reorders
+    for step, (epoch, index) in ((1, (0, 1)), (4, (1, 1)), (1, (0, 1))):  # by definition, whatever was drawn before
+        order = torch.randperm(10, generator=torch.Generator().manual_seed(4 * 1_000_003 + epoch))
+        assert torch.equal(batch_rows(10, 3, step, seed=4), order[3 * index : 3 * index + 3])
     with pytest.raises(ValueError, match="fewer than one batch"):
         batch_rows(2, 3, 0, seed=0)
 
