@@ -33,7 +33,8 @@
 # writes, the measurement on 65,536 held-out tokens (5 + 5 forward passes of a 4-layer d-256 model) and the 16
 # probes (CPU, at most PROBE_MAX_ITER L-BFGS steps each, ~80k labelled tokens) take the remaining ~1-1.5 min.
 # Gao et al. train on far more tokens; more steps buy a better autoencoder, so raise STEPS when there is time
-# (the command prints its total seconds: scale from there).
+# (the script prints its total seconds; `python3 benchmarks/sae_step_time.py --device cuda` measures the seconds
+# per step alone: scale STEPS from there).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 RESULTS="${1:-${OUT:-${RESULTS:-}}}"
