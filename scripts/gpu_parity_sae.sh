@@ -31,7 +31,9 @@
 # with the top-k and AuxK top-k over the 4096 x 65536 pre-activations); in TF32 (the command turns it on for
 # CUDA) that is ~10-15 ms, so ~20-30 s per layer and ~2 minutes for the 4 layers. Collecting the 4 x 0.65M
 # writes, the measurement on 65,536 held-out tokens (5 + 5 forward passes of a 4-layer d-256 model) and the 16
-# probes (CPU, at most PROBE_MAX_ITER L-BFGS steps each, ~80k labelled tokens) take the remaining ~1-1.5 min.
+# probes (CPU, one BLAS thread, at most PROBE_MAX_ITER L-BFGS steps each, ~29k labelled tokens of 400 stories)
+# take the remaining ~1-1.5 min: on a shared 2-core CPU one probe of an m = 2^16, k = 16 code on 29k tokens took
+# 5-10 s and one on the 256-dim raw write 2 s (synthetic codes, 14 classes).
 # Gao et al. train on far more tokens; more steps buy a better autoencoder, so raise STEPS when there is time
 # (the script prints its total seconds; `python3 benchmarks/sae_step_time.py --device cuda` measures the seconds
 # per step alone: scale STEPS from there).

@@ -101,10 +101,13 @@ def probe_accuracy(features, labels_N: np.ndarray, split: ProbeSplit, max_iter: 
     from sklearn.linear_model import LogisticRegression
     from sklearn.pipeline import make_pipeline
     from sklearn.preprocessing import MaxAbsScaler
+    from threadpoolctl import threadpool_limits
 
     labels = labels_N.astype(str)
     probe = make_pipeline(MaxAbsScaler(), LogisticRegression(C=PROBE_C, max_iter=max_iter, random_state=seed))
-    with warnings.catch_warnings():
+    # one BLAS thread: these products are small, and BLAS threads contending with torch's (or other processes')
+    # made a probe 5-20x slower on a shared CPU
+    with warnings.catch_warnings(), threadpool_limits(limits=1):
         warnings.simplefilter("ignore", ConvergenceWarning)  # max_iter bounds the time; the accuracy is what counts
         probe.fit(features[split.train], labels[split.train])
     return float(np.mean(probe.predict(features[split.test]) == labels[split.test]))
