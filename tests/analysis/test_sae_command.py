@@ -32,16 +32,17 @@ def tiny_models(tmp_path_factory):
 
 
 def _command(models, sae_dir, out, *extra):
+    """`report sae` at tiny size, writing to `out` (None: to its default folder)."""
     from circuitlab.cli import main
 
+    written = [] if out is None else ["--json", str(out / "comparison.json"), "--markdown", str(out / "comparison.md")]
     return main(["report", "sae", str(models["tiny-parity"]), "--gelu", str(models["tiny-gelu"]), "--sae-dir", str(sae_dir),
                  "--steps", "20", "--sae-batch-size", "128", "--lr", "3e-3", "--warmup", "2", "--train-tokens", "4096",
                  "--dead-after", "1024", "--tokens", "200", "--seq-len", "50", "--batch-size", "4", "--probe-stories", "8",
-                 "--device", "cpu", "--quiet", "--json", str(out / "comparison.json"), "--markdown",
-                 str(out / "comparison.md"), *extra])
+                 "--device", "cpu", "--quiet", *written, *extra])
 
 
-def test_the_command_trains_saves_reloads_and_refuses_other_settings(tiny_models, tmp_path, capsys):
+def test_the_command_trains_saves_reloads_and_refuses_other_settings(tiny_models, tmp_path, capsys, monkeypatch):
     from circuitlab.analysis.parity_measure import natural_windows
     from circuitlab.analysis.sae import TopKSAE
     from circuitlab.analysis.sae_report import comparison_markdown, load_sae_comparison
@@ -71,6 +72,13 @@ def test_the_command_trains_saves_reloads_and_refuses_other_settings(tiny_models
     assert [(sae_dir / f"layer_{layer}" / "sae.safetensors").stat().st_mtime_ns for layer in range(2)] == written
     repeated = json.loads((again / "comparison.json").read_text())
     assert repeated["layers"] == result["layers"] and repeated["gelu"] == result["gelu"]
+
+    # without --json or --markdown the comparison goes to results/parity/, where the Parity page reads it
+    monkeypatch.setenv("CIRCUITLAB_RESULTS", str(tmp_path / "results"))
+    assert _command(tiny_models, sae_dir, None) == 0
+    default = load_sae_comparison(tmp_path / "results" / "parity" / "sae_comparison.json")
+    assert default["layers"] == result["layers"]
+    assert (tmp_path / "results" / "parity" / "sae_comparison.md").read_text() == comparison_markdown(default) + "\n"
 
     # autoencoders of other settings are refused, not silently compared
     assert _command(tiny_models, sae_dir, again, "--k", "4") == 2
