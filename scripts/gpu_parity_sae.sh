@@ -43,6 +43,10 @@ RESULTS="${1:-${OUT:-${RESULTS:-}}}"
 : "${RESULTS:?give the output folder as the first argument (or set OUT)}"
 PYTHON="${PYTHON:-python3}"
 mkdir -p "$RESULTS"
+# circuitlab's own dependencies must be importable by $PYTHON (a bare GPU image has torch but may lack these)
+"$PYTHON" -c "import circuitlab, transformer_lens, sklearn, scipy, pydantic, safetensors" || {
+  echo "$PYTHON cannot import circuitlab and its dependencies (transformer-lens 4.3, scikit-learn, scipy, pydantic," \
+       "safetensors): install the package (pip install -e .) or set PYTHON to its environment's python" >&2; exit 2; }
 
 if [ "${TINY:-0}" = "1" ]; then
   # tiny random-weight parity and GELU models with the shipped tokenizer (same seed, so same shapes and tokens)
