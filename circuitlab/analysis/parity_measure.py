@@ -1,5 +1,5 @@
 """Measuring a parity model's bottleneck on held-out natural text: the figures of the parity report
-(`circuitlab report parity`; circuitlab.analysis.parity_report renders and judges them).
+(`circuitlab report parity`; circuitlab.analysis.parity_report reads, judges and tabulates them).
 
 On windows of the natural stories' held-out split (stories never trained on), per layer:
 - reconstruction: ||x - x_hat||^2 / ||x||^2 of the FFN write x (sums over tokens, as the training term), with
@@ -7,10 +7,13 @@ On windows of the natural stories' held-out split (stories never trained on), pe
 - agreement: share of the fast encoder's top-k (first round, the configured beam) that is in the exhaustive
   top-k, and the share of tokens whose result is certified exact; the same at a few other beams;
 - write / residual: mean over tokens of ||hook_mlp_out|| / ||hook_resid_mid|| (the stream the write joins);
-- usage: distinct features used, and the share of all uses that go to the 100 most used features;
+- usage (circuitlab.analysis.code_usage): distinct features used, effective features, the share of tokens
+  using the most used feature, features used by over 10% of tokens, dead share, the firing-frequency
+  histogram, and the share of all uses that go to the 100 most used features; the participation ratio of
+  the FFN writes;
 - coherence of the dictionary.
-For the model: held-out loss, and the loss with every bottleneck write (hook_mlp_out) zeroed; for the GELU
-model the same two with every FFN write zeroed.
+For the model: held-out loss, and the loss with every FFN write (hook_mlp_out) zeroed or replaced by its
+layer's mean write (mean ablation), all layers at once and one at a time; for the GELU model the same.
 """
 
 from __future__ import annotations
@@ -23,22 +26,25 @@ import torch
 import torch.nn.functional as F
 
 from circuitlab.analysis.code_usage import WriteMoments, usage_figures
-from circuitlab.analysis.parity_report import targets
+from circuitlab.analysis.parity_report import TARGETS, judged, layer_ablation_table, targets
 
 TOP_FEATURES = 100
 EXHAUSTIVE_TOKENS = 4096  # tokens per layer scored exhaustively (the reference is m scores per token)
 
 
-def natural_windows(model, folder: Path, n_tokens: int, seq_len: int) -> torch.Tensor:
-    """[windows, seq_len + 1] token ids from the natural stories' held-out split (inputs and next tokens)."""
+def natural_windows(model, folder: Path, n_tokens: int | None, seq_len: int, split: str = "held_out") -> torch.Tensor:
+    """[windows, seq_len + 1] token ids from a split of the natural stories (inputs and next tokens): enough
+    windows for `n_tokens` predictions, or all of them for None."""
     from circuitlab.analysis.legibility import held_out_windows
     from circuitlab.data.natural import load_natural_stories
 
-    texts = [story.text for story in load_natural_stories(folder).held_out()]
+    texts = [story.text for story in load_natural_stories(folder).split(split)]
     window = min(seq_len, model.cfg.n_ctx - 1) + 1
     windows = held_out_windows(model, texts, seq_len=window) if window <= model.cfg.n_ctx else None
     if windows is None:  # seq_len + 1 > n_ctx: cut one token shorter
         windows = held_out_windows(model, texts, seq_len=model.cfg.n_ctx)
+    if n_tokens is None:
+        return windows
     n_windows = max(1, math.ceil(n_tokens / (windows.shape[1] - 1)))
     return windows[:n_windows]
 
@@ -252,33 +258,56 @@ def report(model_dir: str, gelu_dir: str | None, n_tokens: int, natural: Path | 
     return result
 
 
+def _number(value, spec: str) -> str:
+    return "-" if value is None else format(value, spec)
+
+
 def table(result: dict) -> str:
+    """The report as the command prints it (and results/parity/parity_report.md holds): markdown tables per
+    layer, the losses, and every target judged on the report's numbers (a report written before a figure was
+    measured shows "-" and "not measured" there)."""
+    gelu = result.get("gelu") or {}
+    gelu_ratios, gelu_participation = gelu.get("write_over_residual"), gelu.get("participation_ratio")
     lines = [
         f"parity report: {result['model']} on {result['tokens']:,} held-out natural tokens"
         + (f" (encoder run with {result['encoder_overrides']}, not as trained)" if result.get("encoder_overrides") else ""),
-        "| layer | recon | recon (exhaustive) | agreement | certified | write/resid | GELU write/resid | features used | top-100 share | coherence |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        "| layer | recon | recon (exhaustive) | agreement | certified | write/resid | GELU write/resid | coherence |",
+        "|---|---|---|---|---|---|---|---|",
     ]
-    gelu_ratios = result.get("gelu", {}).get("write_over_residual")
     for row in result["layers"]:
-        gelu_ratio = f"{gelu_ratios[row['layer']]:.3f}" if gelu_ratios else "-"
-        certified = "-" if row.get("certified") is None else f"{row['certified']:.3f}"
-        exhaustive = row.get("reconstruction_exhaustive_sampled")
-        coherence = row.get("coherence")
         lines.append(
-            f"| {row['layer']} | {row['reconstruction']:.3f} | {'-' if exhaustive is None else f'{exhaustive:.3f}'} | "
-            f"{row['agreement']:.3f} | {certified} | {row['write_over_residual']:.3f} | {gelu_ratio} | "
-            f"{row['distinct_features']:,} | {row['top100_share']:.3f} | {'-' if coherence is None else f'{coherence:.3f}'} |"
-        )
-    parity = result["parity"]
-    lines.append(f"parity loss {parity['loss']:.4f} (ppl {math.exp(parity['loss']):.3f}); every bottleneck write zeroed "
-                 f"{parity['loss_writes_zeroed']:.4f}")
-    if "gelu" in result:
-        gelu = result["gelu"]
-        lines.append(f"GELU loss {gelu['loss']:.4f} (ppl {math.exp(gelu['loss']):.3f}); every FFN write zeroed "
-                     f"{gelu['loss_writes_zeroed']:.4f}")
-    for key, target in result["targets"].items():
-        lines.append(f"target {key}: {target['measured']:.3f} ({target['target']}) {'met' if target['met'] else 'NOT met'}")
+            f"| {row['layer']} | {row['reconstruction']:.3f} | {_number(row.get('reconstruction_exhaustive_sampled'), '.3f')} | "
+            f"{row['agreement']:.3f} | {_number(row.get('certified'), '.3f')} | {row['write_over_residual']:.3f} | "
+            f"{_number(gelu_ratios and gelu_ratios[row['layer']], '.3f')} | {_number(row.get('coherence'), '.3f')} |")
+    lines += ["",
+              "| layer | features used | effective features | top feature share | features > 10% | dead share | "
+              "top-100 share | participation ratio | GELU participation ratio |",
+              "|---|---|---|---|---|---|---|---|---|"]
+    for row in result["layers"]:
+        lines.append(
+            f"| {row['layer']} | {row['distinct_features']:,} | {_number(row.get('effective_features'), ',.1f')} | "
+            f"{_number(row.get('top_feature_share'), '.3f')} | {_number(row.get('over_10_percent'), ',')} | "
+            f"{_number(row.get('dead_share'), '.3f')} | {row['top100_share']:.3f} | "
+            f"{_number(row.get('participation_ratio'), '.1f')} | "
+            f"{_number(gelu_participation and gelu_participation[row['layer']], '.1f')} |")
+    ablations = layer_ablation_table(result)
+    if ablations:
+        lines += ["", "| layer | parity zeroed | parity mean-ablated | GELU zeroed | GELU mean-ablated | zeroed share | "
+                      "mean-ablated share |", "|---|---|---|---|---|---|---|"]
+        lines += [f"| {row['layer']} | " + " | ".join(_number(row[name], ".4f" if "share" not in name else ".3f") for name in (
+            "parity zeroed", "parity mean-ablated", "GELU zeroed", "GELU mean-ablated", "zeroed share",
+            "mean-ablated share")) + " |" for row in ablations]
+        lines.append("(loss cost in nats/token of ablating the FFN write of one layer, or of all layers at once)")
+    lines.append("")
+    for name, losses, what in (("parity", result["parity"], "bottleneck"), ("GELU", gelu, "FFN")):
+        if losses:
+            lines.append(f"{name} loss {losses['loss']:.4f} (ppl {math.exp(losses['loss']):.3f}); every {what} write "
+                         f"zeroed {losses['loss_writes_zeroed']:.4f}, mean-ablated "
+                         f"{_number(losses.get('loss_writes_mean_ablated'), '.4f')}")
+    judged_targets = targets(result)
+    for key, target in TARGETS.items():
+        measured = judged_targets.get(key, {}).get("measured")
+        lines.append(f"target {key}: {_number(measured, '.3f')} ({target.text}) {judged(key, measured)}")
     by_beam = result["layers"][0].get("by_beam")
     if by_beam:
         lines.append("layer 0 agreement / certified by beam: " + ", ".join(

@@ -1,19 +1,28 @@
-"""The parity report: the targets of the parity issue, and reading, tabulating and drawing the report.
+"""The parity report: the targets of the parity issue, and reading and tabulating the report.
 
 `circuitlab report parity` measures a parity model on held-out natural text and writes the report (a plain
 JSON-able dict); `targets` judges it against the issue's targets, for the script and for its readers.
-`load_parity_report` reads and checks the JSON; `layer_table`, `target_table`, `beam_table`,
-`ablation_table` and the figures shape it for the dashboard's Parity page, so the page shows the numbers of
-the file and nothing recomputed beyond the verdicts and exp(loss).
+`load_parity_report` reads and checks the JSON; `layer_table`, `usage_table`, `target_table`, `beam_table`,
+`ablation_table` and `layer_ablation_table` shape it for the dashboard's Parity page (circuitlab.analysis.
+parity_figures draws it), so the page shows the numbers of the file and nothing recomputed beyond the
+verdicts, costs (a loss minus the plain loss) and exp(loss).
 
 The report, as the script writes it (fields read here; others are kept but unread):
 - `layers[]`: per layer `reconstruction` (||x - x_hat||^2 / ||x||^2 of the FFN write), `agreement` (share of
   the configured beam's top-k in the exhaustive top-k), `certified` (share of tokens certified exact; null for
-  the prefix design), `by_beam` {beam: {agreement, certified}}, `write_over_residual` (mean ||mlp_out|| /
-  ||resid_mid||), `distinct_features`, `top100_share`, `coherence` (null for the prefix design);
-- `parity` and `gelu`: `loss` and `loss_writes_zeroed` (nats/token, every FFN write zeroed), and for the GELU
-  model its `write_over_residual` per layer; `ablation_share` = the parity model's cost of zeroing over the
-  GELU model's; `perplexity_ratio` = exp(parity loss - GELU loss); `design` (the bottleneck config).
+  an exhaustive encoder), `by_beam` {beam: {agreement, certified}}, `write_over_residual` (mean ||mlp_out|| /
+  ||resid_mid||), `distinct_features`, `top100_share`, `coherence`; and the usage diagnostics of
+  circuitlab.analysis.code_usage: `features` (m), `effective_features`, `top_feature_share`,
+  `over_10_percent`, `dead_share`, `firing_histogram` {edges, counts, dead}, `participation_ratio` (of the
+  FFN writes before coding);
+- `parity` and `gelu`: `loss`, `loss_writes_zeroed` and `loss_writes_mean_ablated` (nats/token, every FFN
+  write zeroed / replaced by its layer's mean write), `zeroed_by_layer` and `mean_ablated_by_layer` (the cost,
+  loss minus plain loss, of ablating one layer's write), and for the GELU model its `write_over_residual` and
+  `participation_ratio` per layer; `ablation_share` and `mean_ablation_share` = the parity model's cost of
+  ablating every write over the GELU model's; `loss_ratio` = parity loss / GELU loss; `perplexity_ratio` =
+  exp(parity loss - GELU loss); `design` (the bottleneck config).
+Reports written before the usage diagnostics lack the usage fields, the mean ablations and the ratios: their
+targets read "not measured" and their tables hold None there.
 """
 
 from __future__ import annotations
@@ -23,15 +32,11 @@ import math
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, StrictInt, ValidationError
 
 from circuitlab.errors import UserError
-
-if TYPE_CHECKING:
-    import plotly.graph_objects
-
 
 @dataclass(frozen=True)
 class Target:
@@ -74,6 +79,11 @@ def verdict(met: bool | None) -> str:
     return NOT_MEASURED if met is None else ("met" if met else "missed")
 
 
+def judged(key: str, measured: float | None) -> str:
+    """The verdict of target `key` on a measured value (None: not measured)."""
+    return verdict(None if measured is None else TARGETS[key].met(measured))
+
+
 def targets(report: dict[str, Any]) -> dict[str, dict[str, Any]]:
     """Each target of the parity issue that the report measures: {key: {measured, target, met}}."""
     layers = report["layers"]
@@ -98,6 +108,12 @@ class _BeamFigures(_Checked):
     certified: float
 
 
+class _Histogram(_Checked):
+    edges: list[float]
+    counts: list[StrictInt]
+    dead: StrictInt
+
+
 class _Layer(_Checked):
     layer: StrictInt
     reconstruction: float
@@ -108,16 +124,27 @@ class _Layer(_Checked):
     distinct_features: StrictInt
     top100_share: float
     coherence: float | None = None
+    features: StrictInt | None = None
+    effective_features: float | None = None
+    top_feature_share: float | None = None
+    over_10_percent: StrictInt | None = None
+    dead_share: float | None = None
+    firing_histogram: _Histogram | None = None
+    participation_ratio: float | None = None
 
 
 class _Losses(_Checked):
     loss: float
     loss_writes_zeroed: float
+    loss_writes_mean_ablated: float | None = None
+    zeroed_by_layer: list[float] | None = None
+    mean_ablated_by_layer: list[float] | None = None
 
 
 class _Gelu(_Losses):
     model: str
     write_over_residual: list[float]
+    participation_ratio: list[float] | None = None
 
 
 class _Report(_Checked):
@@ -128,11 +155,29 @@ class _Report(_Checked):
     layers: list[_Layer]
     gelu: _Gelu | None = None
     ablation_share: float | None = None
+    mean_ablation_share: float | None = None
+    loss_ratio: float | None = None
     perplexity_ratio: float | None = None
 
 
+def _per_layer_lengths(checked: _Report) -> dict[str, int]:
+    """The length of every per-layer list of the report, by its name in the report."""
+    lengths = {}
+    for name, losses in (("parity", checked.parity), ("gelu", checked.gelu)):
+        for field in ("zeroed_by_layer", "mean_ablated_by_layer"):
+            values = None if losses is None else getattr(losses, field)
+            if values is not None:
+                lengths[f"{name}.{field}"] = len(values)
+    if checked.gelu is not None:
+        lengths["gelu.write_over_residual"] = len(checked.gelu.write_over_residual)
+        if checked.gelu.participation_ratio is not None:
+            lengths["gelu.participation_ratio"] = len(checked.gelu.participation_ratio)
+    return lengths
+
+
 def check_parity_report(report: Any, where: str = "the report") -> dict[str, Any]:
-    """`report` when it has the shape `circuitlab report parity` writes; UserError naming what is wrong otherwise."""
+    """`report` when it has the shape `circuitlab report parity` writes (the fields of older reports optional);
+    UserError naming what is wrong otherwise."""
     if not isinstance(report, dict):
         raise UserError(f"{where} is a JSON {type(report).__name__}, expected an object written by `circuitlab report parity`")
     try:
@@ -147,9 +192,15 @@ def check_parity_report(report: Any, where: str = "the report") -> dict[str, Any
     if numbers != list(range(len(numbers))):
         raise UserError(f"{where}: layers are numbered {numbers}, expected 0 to {len(numbers) - 1} in order "
                         "(`circuitlab report parity` writes one row per block)")
-    if checked.gelu is not None and len(checked.gelu.write_over_residual) != len(checked.layers):
-        raise UserError(f"{where}: gelu.write_over_residual has {len(checked.gelu.write_over_residual)} layers, "
-                        f"the parity model {len(checked.layers)} (were the two models of different depth?)")
+    for name, length in _per_layer_lengths(checked).items():
+        if length != len(checked.layers):
+            raise UserError(f"{where}: {name} has {length} layers, the parity model {len(checked.layers)} "
+                            "(were the two models of different depth?)")
+    for layer in checked.layers:
+        histogram = layer.firing_histogram
+        if histogram is not None and len(histogram.counts) != len(histogram.edges) - 1:
+            raise UserError(f"{where}: layer {layer.layer}'s firing_histogram has {len(histogram.counts)} counts for "
+                            f"{len(histogram.edges)} edges, expected one count between each two edges")
     return report
 
 
@@ -174,36 +225,57 @@ def n_features(report: dict[str, Any]) -> int | None:
     return 2**n_bits if isinstance(n_bits, int) else None
 
 
+def _with_target(row: dict[str, Any], key: str, label: str, measured: float | None) -> None:
+    row[label] = measured
+    row[f"{label} target"] = TARGETS[key].text
+    row[f"{label} verdict"] = judged(key, measured)
+
+
 def layer_table(report: dict[str, Any]) -> list[dict[str, Any]]:
-    """One row per bottleneck layer: the report's figures, each target beside its figure with met / missed."""
+    """One row per bottleneck layer: reconstruction and agreement, each beside its target with met / missed;
+    certified share, write norms and coherence."""
     gelu_ratios = (report.get("gelu") or {}).get("write_over_residual")
+    rows = []
+    for layer in report["layers"]:
+        row: dict[str, Any] = {"layer": layer["layer"]}
+        _with_target(row, "reconstruction", "reconstruction", layer["reconstruction"])
+        _with_target(row, "agreement", "agreement", layer["agreement"])
+        row.update({
+            "certified": layer.get("certified"),
+            "write / residual": layer["write_over_residual"],
+            "GELU write / residual": None if gelu_ratios is None else gelu_ratios[layer["layer"]],
+            "coherence": layer.get("coherence"),
+        })
+        rows.append(row)
+    return rows
+
+
+def usage_table(report: dict[str, Any]) -> list[dict[str, Any]]:
+    """One row per layer: whether the code uses its dictionary (circuitlab.analysis.code_usage), the three
+    usage targets beside their figures (None and "not measured" in a report without the diagnostics), and the
+    participation ratio of the writes beside the GELU model's."""
+    gelu_ratios = (report.get("gelu") or {}).get("participation_ratio")
     m = n_features(report)
     rows = []
-    for row in report["layers"]:
-        rows.append({
-            "layer": row["layer"],
-            "reconstruction": row["reconstruction"],
-            "reconstruction target": TARGETS["reconstruction"].text,
-            "reconstruction verdict": verdict(TARGETS["reconstruction"].met(row["reconstruction"])),
-            "agreement": row["agreement"],
-            "agreement target": TARGETS["agreement"].text,
-            "agreement verdict": verdict(TARGETS["agreement"].met(row["agreement"])),
-            "certified": row.get("certified"),
-            "write / residual": row["write_over_residual"],
-            "GELU write / residual": None if gelu_ratios is None else gelu_ratios[row["layer"]],
-            "features used": row["distinct_features"],
-            "share of dictionary": None if m is None else row["distinct_features"] / m,
-            "top-100 share": row["top100_share"],
-            "coherence": row.get("coherence"),
-        })
+    for layer in report["layers"]:
+        row: dict[str, Any] = {"layer": layer["layer"], "features used": layer["distinct_features"],
+                               "share of dictionary": None if m is None else layer["distinct_features"] / m}
+        _with_target(row, "effective_features", "effective features", layer.get("effective_features"))
+        _with_target(row, "top_feature_share", "top feature share", layer.get("top_feature_share"))
+        row["features over 10%"] = layer.get("over_10_percent")
+        _with_target(row, "dead_share", "dead share", layer.get("dead_share"))
+        row["top-100 share"] = layer["top100_share"]
+        row["participation ratio"] = layer.get("participation_ratio")
+        row["GELU participation ratio"] = None if gelu_ratios is None else gelu_ratios[layer["layer"]]
+        rows.append(row)
     return rows
 
 
 def target_table(report: dict[str, Any]) -> list[dict[str, Any]]:
-    """The four targets of the issue: measured (None when the report lacks it), target, verdict."""
-    judged = targets(report)
-    return [{"target": key, "what": target.what, "measured": judged.get(key, {}).get("measured"),
-             "target value": target.text, "verdict": verdict(judged.get(key, {}).get("met"))}
+    """Every target of the issue: measured (None when the report lacks it), target, verdict."""
+    judged_targets = targets(report)
+    return [{"target": key, "what": target.what, "measured": judged_targets.get(key, {}).get("measured"),
+             "target value": target.text, "verdict": verdict(judged_targets.get(key, {}).get("met"))}
             for key, target in TARGETS.items()]
 
 
@@ -216,103 +288,46 @@ def beam_table(report: dict[str, Any]) -> list[dict[str, Any]]:
             for beam, figures in sorted((row.get("by_beam") or {}).items(), key=lambda item: int(item[0]))]
 
 
+def _cost(losses: dict[str, Any], key: str) -> float | None:
+    return None if losses.get(key) is None else losses[key] - losses["loss"]
+
+
 def ablation_table(report: dict[str, Any]) -> list[dict[str, Any]]:
-    """Loss and perplexity of each model, plain and with every FFN write zeroed (the parity model's writes are
-    its bottleneck's), and the cost of zeroing."""
+    """Loss and perplexity of each model, plain, with every FFN write zeroed and with every write replaced by
+    its layer's mean (the parity model's writes are its bottleneck's), and the cost of each ablation."""
     models = [("parity", report["model"], report["parity"], "every bottleneck write")]
     if report.get("gelu") is not None:
         models.append(("GELU", report["gelu"]["model"], report["gelu"], "every FFN write"))
-    return [{"model": name, "folder": folder, "zeroed": zeroed, "loss": losses["loss"],
-             "loss zeroed": losses["loss_writes_zeroed"], "cost": losses["loss_writes_zeroed"] - losses["loss"],
+    return [{"model": name, "folder": folder, "ablated": ablated, "loss": losses["loss"],
+             "loss zeroed": losses["loss_writes_zeroed"], "zeroing cost": _cost(losses, "loss_writes_zeroed"),
+             "loss mean-ablated": losses.get("loss_writes_mean_ablated"),
+             "mean-ablation cost": _cost(losses, "loss_writes_mean_ablated"),
              "perplexity": math.exp(losses["loss"]), "perplexity zeroed": math.exp(losses["loss_writes_zeroed"])}
-            for name, folder, losses, zeroed in models]
+            for name, folder, losses, ablated in models]
 
 
-# --- figures ---------------------------------------------------------------------------------------------------
-
-PARITY_COLOUR, GELU_COLOUR, CERTIFIED_COLOUR, TARGET_COLOUR = "#3283FE", "#565656", "#1C8356", "#C4451C"
-
-
-def layer_figure(report: dict[str, Any]) -> plotly.graph_objects.Figure:
-    """Per layer: reconstruction error, agreement and certified share, write / residual beside GELU's, and
-    feature usage; dotted lines are the issue's targets."""
-    import plotly.graph_objects as go
-    from plotly.subplots import make_subplots
-
-    rows = layer_table(report)
-    layers = [f"L{row['layer']}" for row in rows]
-    figure = make_subplots(rows=1, cols=4, subplot_titles=[
-        f"reconstruction error (target {TARGETS['reconstruction'].text})",
-        f"encoder agreement (target {TARGETS['agreement'].text})",
-        "write norm / residual norm", "feature usage"])
-    figure.add_trace(go.Bar(x=layers, y=[row["reconstruction"] for row in rows], name="reconstruction",
-                            marker_color=PARITY_COLOUR, showlegend=False), row=1, col=1)
-    figure.add_hline(y=TARGETS["reconstruction"].threshold, line_dash="dot", line_color=TARGET_COLOUR, row=1, col=1)
-    figure.add_trace(go.Bar(x=layers, y=[row["agreement"] for row in rows], name="agreement",
-                            marker_color=PARITY_COLOUR), row=1, col=2)
-    if any(row["certified"] is not None for row in rows):
-        figure.add_trace(go.Bar(x=layers, y=[row["certified"] for row in rows], name="certified exact",
-                                marker_color=CERTIFIED_COLOUR), row=1, col=2)
-    figure.add_hline(y=TARGETS["agreement"].threshold, line_dash="dot", line_color=TARGET_COLOUR, row=1, col=2)
-    figure.add_trace(go.Bar(x=layers, y=[row["write / residual"] for row in rows], name="parity write",
-                            marker_color=PARITY_COLOUR), row=1, col=3)
-    if report.get("gelu") is not None:
-        figure.add_trace(go.Bar(x=layers, y=[row["GELU write / residual"] for row in rows], name="GELU FFN write",
-                                marker_color=GELU_COLOUR), row=1, col=3)
-    if n_features(report) is not None:
-        figure.add_trace(go.Bar(x=layers, y=[row["share of dictionary"] for row in rows], name="share of dictionary used",
-                                marker_color=PARITY_COLOUR, opacity=0.5), row=1, col=4)
-    figure.add_trace(go.Bar(x=layers, y=[row["top-100 share"] for row in rows], name="uses by the top-100 features",
-                            marker_color="#FEAF16"), row=1, col=4)
-    worst = max(row["reconstruction"] for row in rows)
-    figure.update_yaxes(range=[0, 1.15 * max(worst, TARGETS["reconstruction"].threshold)], row=1, col=1)
-    figure.update_yaxes(range=[0, 1.05], row=1, col=2)
-    figure.update_yaxes(range=[0, 1.05], row=1, col=4)
-    figure.update_layout(title=f"Parity bottleneck of {report['model']}, layer by layer", barmode="group",
-                         width=1300, height=430, legend=dict(orientation="h", y=-0.18))
-    return figure
+def _share(parity: float | None, gelu: float | None) -> float | None:
+    return None if parity is None or not gelu else parity / gelu
 
 
-def beam_figure(report: dict[str, Any]) -> plotly.graph_objects.Figure:
-    """Agreement with the exhaustive top-k (solid) and certified share (dashed) against the beam, per layer."""
-    import plotly.graph_objects as go
-
-    from circuitlab.figures import distinct_colors
-
-    rows = beam_table(report)
-    layers = sorted({row["layer"] for row in rows})
-    figure = go.Figure()
-    for layer, colour in zip(layers, distinct_colors(len(layers))):
-        mine = [row for row in rows if row["layer"] == layer]
-        for measure, dash in (("agreement", "solid"), ("certified", "dash")):
-            figure.add_trace(go.Scatter(x=[row["beam"] for row in mine], y=[row[measure] for row in mine],
-                                        mode="lines+markers", name=f"L{layer} {measure}", legendgroup=f"L{layer}",
-                                        line=dict(color=colour, dash=dash)))
-    figure.add_hline(y=TARGETS["agreement"].threshold, line_dash="dot", line_color=TARGET_COLOUR,
-                     annotation_text=f"agreement target {TARGETS['agreement'].text}")
-    beam = report.get("design", {}).get("beam")
-    ticks = sorted({row["beam"] for row in rows})
-    figure.update_xaxes(type="log", title_text="beam", tickvals=ticks,
-                        ticktext=[f"{tick} (configured)" if tick == beam else str(tick) for tick in ticks])
-    figure.update_yaxes(range=[0, 1.05], title_text="share")
-    figure.update_layout(title="Encoder against the exhaustive top-k, by beam", width=900, height=420)
-    return figure
-
-
-def ablation_figure(report: dict[str, Any]) -> plotly.graph_objects.Figure:
-    """Held-out loss of each model, plain and with every FFN write zeroed."""
-    import plotly.graph_objects as go
-
-    rows = ablation_table(report)
-    figure = go.Figure([
-        go.Bar(x=[row["model"] for row in rows], y=[row["loss"] for row in rows], name="loss", marker_color=PARITY_COLOUR,
-               texttemplate="%{y:.3f}"),
-        go.Bar(x=[row["model"] for row in rows], y=[row["loss zeroed"] for row in rows], name="every write zeroed",
-               marker_color=TARGET_COLOUR, texttemplate="%{y:.3f}"),
-    ])
-    share = report.get("ablation_share")
-    title = "Held-out loss, and with every FFN write zeroed"
-    if share is not None:
-        title += f": the parity cost is {share:.3f} of GELU's (target {TARGETS['ablation_share'].text})"
-    figure.update_layout(title=title, barmode="group", yaxis_title="nats / token", width=800, height=420)
-    return figure
+def layer_ablation_table(report: dict[str, Any]) -> list[dict[str, Any]]:
+    """Per layer, then all layers at once: the loss cost (nats/token) of zeroing the write and of replacing it
+    by its layer's mean, in the parity model and the GELU model, and the parity model's share of each; empty
+    for a report written without the per-layer ablations."""
+    parity, gelu = report["parity"], report.get("gelu") or {}
+    if parity.get("zeroed_by_layer") is None or parity.get("mean_ablated_by_layer") is None:
+        return []
+    rows = []
+    zeroed, mean_ablated = ("zeroed_by_layer", "loss_writes_zeroed"), ("mean_ablated_by_layer", "loss_writes_mean_ablated")
+    columns = (("parity zeroed", parity, *zeroed), ("parity mean-ablated", parity, *mean_ablated),
+               ("GELU zeroed", gelu, *zeroed), ("GELU mean-ablated", gelu, *mean_ablated))
+    for layer in range(len(report["layers"])):
+        row: dict[str, Any] = {"layer": str(layer)}
+        for label, losses, by_layer, _ in columns:
+            row[label] = None if losses.get(by_layer) is None else losses[by_layer][layer]
+        rows.append(row)
+    rows.append({"layer": "all", **{label: _cost(losses, every) if losses else None for label, losses, _, every in columns}})
+    for row in rows:
+        row["zeroed share"] = _share(row["parity zeroed"], row["GELU zeroed"])
+        row["mean-ablated share"] = _share(row["parity mean-ablated"], row["GELU mean-ablated"])
+    return rows

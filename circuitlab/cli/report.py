@@ -1,5 +1,7 @@
-"""`circuitlab report legibility|parity`: the reports of the runs that test the papers' claims, written as JSON
-(and markdown, and a figure) for the claims file, the docs and the dashboard's pages."""
+"""`circuitlab report legibility|parity|sae`: the reports of the runs that test the papers' claims, written as
+JSON (and markdown, and a figure) for the claims file, the docs and the dashboard's pages. `report sae` trains
+autoencoders as well as measuring, so its work is in circuitlab.cli.report_sae (it joins training and
+analysis, which do not import each other)."""
 
 from __future__ import annotations
 
@@ -54,6 +56,48 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parity.add_argument("--k", type=int, default=None,
                         help="code features per token instead of the configured k (a what-if; not retrained)")
     parity.set_defaults(func=run_parity)
+
+    sae = kinds.add_parser(
+        "sae", help="the parity bottleneck beside top-k sparse autoencoders of the same m and k",
+        description="Train (or load) one top-k sparse autoencoder per layer on a GELU model's FFN writes over the "
+                    "natural stories' training split, and compare it with the parity model's bottleneck on the "
+                    "parity report's held-out tokens: reconstruction, loss added, feature usage and a word-category "
+                    "probe (circuitlab.analysis.sae_compare).")
+    sae.add_argument("model", help="the parity model folder (or shipped name)")
+    sae.add_argument("--gelu", required=True, help="the GELU model whose FFN writes the autoencoders code")
+    sae.add_argument("--sae-dir", type=Path, required=True,
+                     help="folder of the autoencoders (layer_<l>/); a layer without one is trained and saved there")
+    sae.add_argument("--retrain", action="store_true", help="train every layer's autoencoder again")
+    sae.add_argument("--n-latents", type=int, default=None, help="m (default: the bottleneck's)")
+    sae.add_argument("--k", type=int, default=None, help="latents per token (default: the bottleneck's k)")
+    sae.add_argument("--k-aux", type=int, default=None, help="dead latents in the AuxK loss (default d_model / 2)")
+    sae.add_argument("--dead-after", type=int, default=2**20,
+                     help="tokens without firing after which a latent counts as dead (default 2^20)")
+    sae.add_argument("--steps", type=int, default=4000, help="training steps per autoencoder (default 4000)")
+    sae.add_argument("--sae-batch-size", type=int, default=4096, help="writes per training step (default 4096)")
+    sae.add_argument("--lr", type=float, default=5e-4, help="peak learning rate (default 5e-4)")
+    sae.add_argument("--warmup", type=int, default=100, help="warmup steps (default 100)")
+    sae.add_argument("--train-tokens", type=int, default=None,
+                     help="natural training-split tokens to train on (default: the whole split)")
+    sae.add_argument("--seed", type=int, default=0, help="seed of the autoencoders' start and batch order")
+    sae.add_argument("--tokens", type=int, default=65536, help="held-out tokens to measure on (default 65536, as "
+                                                                "`report parity`)")
+    sae.add_argument("--natural", type=Path, default=None, help="the natural stories folder (default: the shipped stories)")
+    sae.add_argument("--seq-len", type=int, default=256)
+    sae.add_argument("--batch-size", type=int, default=16, help="windows per forward pass")
+    sae.add_argument("--probe-stories", type=int, default=400,
+                     help="labelled generated stories (held-out seed) for the word-category probe (default 400)")
+    sae.add_argument("--probe-seed", type=int, default=0, help="seed of the probe's train/test split of tokens")
+    sae.add_argument("--probe-max-iter", type=int, default=1000,
+                     help="most L-BFGS iterations of each probe (bounds its CPU time; default 1000)")
+    sae.add_argument("--device", default="auto", help="auto (CUDA when present), cpu, cuda")
+    sae.add_argument("--json", type=Path, default=None,
+                     help="write the comparison here (default, when neither --json nor --markdown is given: "
+                          "results/parity/sae_comparison.json, where the dashboard's Parity page reads it)")
+    sae.add_argument("--markdown", type=Path, default=None,
+                     help="write its markdown table here (default as --json: results/parity/sae_comparison.md)")
+    sae.add_argument("--quiet", action="store_true", help="no progress bars")
+    sae.set_defaults(func=run_sae)
 
 
 def _device(name: str) -> str:
@@ -124,3 +168,10 @@ def run_parity(args: argparse.Namespace) -> int:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         atomic_write_text(args.json, json.dumps(result, indent=1) + "\n")
     return 0
+
+
+def run_sae(args: argparse.Namespace) -> int:
+    from circuitlab.cli.report_sae import run
+
+    args.device = _device(args.device)
+    return run(args)

@@ -77,7 +77,36 @@ def test_report_figures_follow_their_definitions(tiny_models, tmp_path, capsys):
     share = (result["parity"]["loss_writes_zeroed"] - loss) / (gelu["loss_writes_zeroed"] - gelu["loss"])
     assert result["ablation_share"] == pytest.approx(share, rel=1e-3)  # a ratio of small differences of sums
     assert result["perplexity_ratio"] == pytest.approx(math.exp(loss - gelu["loss"]), rel=1e-5)
+    assert result["loss_ratio"] == pytest.approx(loss / gelu["loss"], rel=1e-5)
     assert result["targets"]["agreement"]["measured"] == min(r["agreement"] for r in result["layers"])
+
+    # the usage diagnostics of layer 1, from the counts by definition
+    n_tokens = windows[:, :-1].numel()
+    p = counts.double() / counts.sum()
+    used = p[p > 0]
+    assert row["features"] == 1024
+    assert row["effective_features"] == pytest.approx(math.exp(-(used * used.log()).sum().item()), rel=1e-9)
+    assert row["top_feature_share"] == pytest.approx(counts.max().item() / n_tokens, rel=1e-12)
+    assert row["over_10_percent"] == int((counts.double() / n_tokens > 0.1).sum())
+    assert row["dead_share"] == pytest.approx((counts == 0).double().mean().item(), rel=1e-12)
+    histogram = row["firing_histogram"]
+    assert histogram["dead"] == int((counts == 0).sum()) and sum(histogram["counts"]) == row["distinct_features"]
+    # participation ratio (sum lambda)^2 / sum lambda^2 of the covariance of the writes the bottleneck codes
+    writes = x.reshape(-1, x.shape[-1]).double()
+    eigenvalues = torch.linalg.eigvalsh(torch.cov(writes.T, correction=0)).clamp_min(0)
+    assert row["participation_ratio"] == pytest.approx((eigenvalues.sum() ** 2 / eigenvalues.pow(2).sum()).item(), rel=1e-4)
+
+    # mean ablation of layer 1: its write replaced by the mean write over these tokens, by hand
+    mean_write = cache["blocks.1.hook_mlp_out"].reshape(-1, x.shape[-1]).double().mean(0).float()
+    with torch.no_grad():
+        ablated = model.run_with_hooks(windows[:, :-1], fwd_hooks=[
+            ("blocks.1.hook_mlp_out", lambda value, hook: mean_write.expand_as(value))])
+    ablated_loss = torch.nn.functional.cross_entropy(ablated.flatten(0, 1), windows[:, 1:].flatten()).item()
+    assert result["parity"]["mean_ablated_by_layer"][1] == pytest.approx(ablated_loss - loss, rel=1e-3, abs=1e-5)
+    mean_cost = result["parity"]["loss_writes_mean_ablated"] - result["parity"]["loss"]
+    gelu_mean_cost = gelu["loss_writes_mean_ablated"] - gelu["loss"]
+    assert result["mean_ablation_share"] == pytest.approx(mean_cost / gelu_mean_cost, rel=1e-9)
+    assert "| layer | features used | effective features" in printed and "target mean_ablation_share" in printed
 
 
 def test_a_model_without_a_bottleneck_is_a_clear_error(tiny_models):

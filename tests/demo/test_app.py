@@ -314,50 +314,123 @@ def test_regimes_page_reads_a_report_and_says_how_to_make_a_missing_one(demo_run
     assert "cannot be read as a legibility report" in texts(app.error)
 
 
-def _parity_page_shows(app: AppTest, report: dict) -> tuple[dict[str, str], list[tuple[str, str]]]:
-    """Assert the Parity page shows `report`'s numbers; return its verdicts by target and per layer."""
-    targets, layers, beams, ablation = (frame.value for frame in app.dataframe)
-    assert list(targets["target"]) == ["reconstruction", "agreement", "ablation_share", "perplexity_ratio"]
-    assert list(targets["target value"]) == ["< 0.3", ">= 0.9", ">= 0.5", "<= 1.05"]
-    assert targets["measured"].tolist() == [max(row["reconstruction"] for row in report["layers"]),
-                                            min(row["agreement"] for row in report["layers"]),
-                                            report["ablation_share"], report["perplexity_ratio"]]
-    assert [metric.value for metric in app.metric] == [f"{value:.3f}" for value in targets["measured"]]
+_THRESHOLDS = {"reconstruction": ("<", 0.05), "agreement": (">=", 0.99), "effective_features": (">=", 2000),
+               "top_feature_share": ("<=", 0.10), "dead_share": ("<", 0.20), "mean_ablation_share": (">=", 0.5),
+               "ablation_share": (">=", 0.5), "loss_ratio": ("<=", 1.05), "perplexity_ratio": ("<=", 1.05)}
+_WORST = {"reconstruction": max, "agreement": min, "effective_features": min, "top_feature_share": max,
+          "dead_share": max}
+
+
+def _verdict_of(key: str, measured: float | None) -> str:
+    """The verdict on target `key` by the issue's definition."""
+    if measured is None:
+        return "not measured"
+    sign, threshold = _THRESHOLDS[key]
+    met = {"<": measured < threshold, "<=": measured <= threshold, ">=": measured >= threshold}[sign]
+    return "met" if met else "missed"
+
+
+def _expected(report: dict) -> dict[str, tuple[float | None, str]]:
+    """(measured, verdict) of every target, recomputed from the report: the worst layer's figure or the ratio."""
+    expected = {}
+    for key in _THRESHOLDS:
+        if key in _WORST:
+            values = [layer.get(key) for layer in report["layers"]]
+            measured = None if None in values else _WORST[key](values)
+        else:
+            measured = report.get(key)
+        expected[key] = (measured, _verdict_of(key, measured))
+    return expected
+
+
+def _frame(app: AppTest, column: str):
+    """The page's table that has `column`."""
+    frames = [frame.value for frame in app.dataframe if column in frame.value.columns]
+    assert len(frames) == 1, column
+    return frames[0]
+
+
+def _parity_page_shows(app: AppTest, report: dict, comparison: dict | None) -> None:
+    """Assert the Parity page shows `report`'s numbers and verdicts recomputed from them, and the comparison's."""
+    expected = _expected(report)
+    targets = _frame(app, "target value")
+    assert list(targets["target"]) == list(_THRESHOLDS)
+    assert list(targets["target value"]) == [f"{sign} {threshold:g}" for sign, threshold in _THRESHOLDS.values()]
+    for row in targets.to_dict("records"):
+        measured, verdict = expected[row["target"]]
+        assert (None if row["measured"] != row["measured"] else row["measured"]) == measured, row["target"]  # NaN: none
+        assert row["verdict"] == verdict, row["target"]
+    assert [metric.value for metric in app.metric] == ["—" if value is None else f"{value:.3f}"
+                                                       for value, _ in expected.values()]
+    for (_, verdict), (sign, threshold) in zip(expected.values(), _THRESHOLDS.values()):
+        shown = {"met": ":green[met]", "missed": ":red[missed]"}.get(verdict, verdict)
+        assert f"target {sign} {threshold:g}: {shown}" in texts(app.markdown)
+    layers = _frame(app, "agreement verdict")
     for column, key in [("reconstruction", "reconstruction"), ("agreement", "agreement"), ("certified", "certified"),
-                        ("write / residual", "write_over_residual"), ("features used", "distinct_features"),
-                        ("top-100 share", "top100_share"), ("coherence", "coherence")]:
+                        ("write / residual", "write_over_residual"), ("coherence", "coherence")]:
         assert layers[column].tolist() == [row[key] for row in report["layers"]], column
     assert layers["GELU write / residual"].tolist() == report["gelu"]["write_over_residual"]
-    assert len(beams) == sum(len(row["by_beam"]) for row in report["layers"])
+    assert list(zip(layers["reconstruction verdict"], layers["agreement verdict"])) == [
+        (_verdict_of("reconstruction", row["reconstruction"]), _verdict_of("agreement", row["agreement"]))
+        for row in report["layers"]]
+    usage = _frame(app, "effective features verdict")
+    assert usage["features used"].tolist() == [row["distinct_features"] for row in report["layers"]]
+    assert usage["top-100 share"].tolist() == [row["top100_share"] for row in report["layers"]]
+    for column, key in [("effective features", "effective_features"), ("top feature share", "top_feature_share"),
+                        ("dead share", "dead_share")]:
+        shown = [None if value != value else value for value in usage[column].tolist()]  # NaN: not measured
+        assert shown == [row.get(key) for row in report["layers"]], column
+    assert len(_frame(app, "beam")) == sum(len(row["by_beam"]) for row in report["layers"])
+    ablation = _frame(app, "zeroing cost")
     assert ablation["loss"].tolist() == [report["parity"]["loss"], report["gelu"]["loss"]]
     assert ablation["loss zeroed"].tolist() == [report["parity"]["loss_writes_zeroed"], report["gelu"]["loss_writes_zeroed"]]
-    assert len(plotly_charts(app)) == 3  # by layer, by beam, ablation
     assert f"costs the parity model {report['ablation_share']:.3f} of what" in texts(app.markdown)
-    layer_verdicts = list(zip(layers["reconstruction verdict"], layers["agreement verdict"]))
-    return dict(zip(targets["target"], targets["verdict"])), layer_verdicts
+    by_layer = report["parity"].get("zeroed_by_layer") is not None
+    if by_layer:
+        costs = _frame(app, "parity mean-ablated")
+        assert costs["parity zeroed"].tolist()[:-1] == report["parity"]["zeroed_by_layer"]
+        assert costs["GELU mean-ablated"].tolist()[:-1] == report["gelu"]["mean_ablated_by_layer"]
+    else:
+        assert "predates the per-layer and mean ablations" in texts(app.info)
+    charts = 4 + by_layer  # by layer, firing histograms, by beam, ablation (and by layer)
+    if comparison is None:
+        assert "No sparse autoencoder comparison at" in texts(app.info) and "circuitlab report sae" in texts(app.code)
+    else:
+        charts += 2
+        table = _frame(app, "code")
+        assert table["layer"].tolist() == ["0", "0", "1", "1", "all", "all"]
+        assert table["probe accuracy"].tolist()[:4] == [comparison["layers"][layer][key]["probe"]
+                                                        for layer in (0, 1) for key in ("parity", "sae")]
+        assert table["loss added"].tolist()[4:] == [comparison["parity"]["loss_added"], comparison["gelu"]["loss_added"]]
+    assert len(plotly_charts(app)) == charts
 
 
 def test_parity_page_shows_the_shipped_report_and_a_constructed_one(demo_runs, tmp_path, monkeypatch):
     import json
 
-    from parity_fixtures import CONSTRUCTED_LAYER_VERDICTS, CONSTRUCTED_VERDICTS, constructed_report, shipped_report
+    from parity_fixtures import constructed_report, constructed_sae_comparison, shipped_report
 
     _, _, runs = demo_runs
     monkeypatch.delenv("CIRCUITLAB_PARITY_REPORT", raising=False)
+    monkeypatch.setenv("CIRCUITLAB_SAE_COMPARISON", str(tmp_path / "no_comparison.json"))
     app = open_page(runs["tiny-parity"], "Parity bottleneck")  # the default: results/parity/parity_report.json
     assert not app.error and not app.warning
-    verdicts, layer_verdicts = _parity_page_shows(app, shipped_report())
-    assert set(verdicts.values()) == {"met"} and set(layer_verdicts) == {("met", "met")}
-    assert texts(app.markdown).count(":green[met]") == 6 and ":red[missed]" not in texts(app.markdown)
+    _parity_page_shows(app, shipped_report(), None)
 
-    report = constructed_report()
+    report, comparison = constructed_report(), constructed_sae_comparison()
     (tmp_path / "report.json").write_text(json.dumps(report))
+    (tmp_path / "comparison.json").write_text(json.dumps(comparison))
     monkeypatch.setenv("CIRCUITLAB_PARITY_REPORT", str(tmp_path / "report.json"))
+    monkeypatch.setenv("CIRCUITLAB_SAE_COMPARISON", str(tmp_path / "comparison.json"))
     app = open_page(runs["tiny-parity"], "Parity bottleneck")
     assert not app.error and not app.warning
-    verdicts, layer_verdicts = _parity_page_shows(app, report)
-    assert verdicts == CONSTRUCTED_VERDICTS and layer_verdicts == CONSTRUCTED_LAYER_VERDICTS
+    _parity_page_shows(app, report, comparison)
     assert "target >= 0.5: :red[missed]" in texts(app.markdown) and "target <= 1.05: :green[met]" in texts(app.markdown)
+
+    (tmp_path / "broken.json").write_text(json.dumps({**comparison, "kind": "parity"}))
+    monkeypatch.setenv("CIRCUITLAB_SAE_COMPARISON", str(tmp_path / "broken.json"))
+    app = open_page(runs["tiny-parity"], "Parity bottleneck")
+    assert "cannot be read as a sparse autoencoder comparison" in texts(app.error)
 
     monkeypatch.setenv("CIRCUITLAB_PARITY_REPORT", str(tmp_path / "absent.json"))
     app = open_page(runs["tiny-parity"], "Parity bottleneck")
