@@ -29,7 +29,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     legibility.add_argument("--from-json", help="render an existing report JSON instead of measuring models")
     legibility.add_argument("--seq-len", type=int, default=256, help="held-out window length (default 256)")
     legibility.add_argument("--max-windows", type=int, default=None, help="use at most this many held-out windows")
-    legibility.add_argument("--batch-size", type=int, default=8)
+    legibility.add_argument("--batch-size", type=int, default=8, help="windows per forward pass (default 8)")
     legibility.add_argument("--device", default="auto", help="auto (CUDA when present), cpu, cuda")
     legibility.add_argument("--quiet", action="store_true", help="no progress bars")
     legibility.set_defaults(func=run_legibility)
@@ -42,8 +42,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parity.add_argument("--tokens", type=int, default=65536, help="held-out tokens to measure on (default 65536)")
     parity.add_argument("--natural", type=Path, default=None,
                         help="the natural stories folder (default: the shipped stories)")
-    parity.add_argument("--seq-len", type=int, default=256)
-    parity.add_argument("--batch-size", type=int, default=16)
+    parity.add_argument("--seq-len", type=int, default=256, help="held-out window length (default 256)")
+    parity.add_argument("--batch-size", type=int, default=16, help="windows per forward pass (default 16)")
     parity.add_argument("--beams", type=int, nargs="*", default=[16, 32, 64, 128],
                         help="beams at which to also measure encoder agreement")
     parity.add_argument("--device", default="auto", help="auto (CUDA when present), cpu, cuda")
@@ -83,7 +83,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     sae.add_argument("--tokens", type=int, default=65536, help="held-out tokens to measure on (default 65536, as "
                                                                 "`report parity`)")
     sae.add_argument("--natural", type=Path, default=None, help="the natural stories folder (default: the shipped stories)")
-    sae.add_argument("--seq-len", type=int, default=256)
+    sae.add_argument("--seq-len", type=int, default=256, help="held-out window length (default 256)")
     sae.add_argument("--batch-size", type=int, default=16, help="windows per forward pass")
     sae.add_argument("--probe-stories", type=int, default=400,
                      help="labelled generated stories (held-out seed) for the word-category probe (default 400)")
