@@ -1,4 +1,5 @@
-"""Measure every testable headline claim of seeds 000, 002 and 003 on the shipped models; write analyses/claims.md.
+"""Measure every testable headline claim of seeds 000, 002 and 003 on the shipped models; write analyses/claims.md
+and analyses/claims.json (the same rows: the one source of every claims number the README and notebooks print).
 
     python scripts/claims.py                       # full mode (a few minutes on 2 CPU cores)
     python scripts/claims.py --fast                # small samples, about a minute (what CI runs)
@@ -21,13 +22,15 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from circuitlab.claims import Context, measure_claims, render_claims  # noqa: E402
+from circuitlab.claims import Context, claims_json, counts_text, measure_claims, render_claims, verdict_counts  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--fast", action="store_true", help="small samples (CI): about a minute on 2 CPU cores")
     parser.add_argument("--out", type=Path, default=ROOT / "analyses" / "claims.md", help="where to write the file")
+    parser.add_argument("--json", type=Path, default=None,
+                        help="where to write the rows as JSON (default: --out with the suffix .json)")
     parser.add_argument("--models-dir", type=Path, default=None,
                         help="a folder laid out like models/ (default: the shipped models)")
     parser.add_argument("--results", type=Path, default=ROOT / "analyses" / "results",
@@ -60,11 +63,12 @@ def main(argv: list[str] | None = None) -> int:
 
         args.out.parent.mkdir(parents=True, exist_ok=True)
         atomic_write_text(args.out, text)
+        atomic_write_text(args.json or args.out.with_suffix(".json"), claims_json(rows))
     width = max(len(row.id) for row in rows)
     for row in rows:
         print(f"{row.id:<{width}}  {row.verdict:<15}  {row.ours[:90]}", file=sys.stderr)
-    print(f"{len(rows)} claims in {time.perf_counter() - started:.0f} s" + ("" if args.print else f"; wrote {args.out}"),
-          file=sys.stderr)
+    print(f"{len(rows)} claims ({counts_text(verdict_counts(rows))}) in {time.perf_counter() - started:.0f} s"
+          + ("" if args.print else f"; wrote {args.out} and {args.json or args.out.with_suffix('.json')}"), file=sys.stderr)
     return 0
 
 

@@ -52,6 +52,7 @@ class Context:
     parity_report: Path | None = None  # results/parity/parity_report.json of `circuitlab report parity`
     progress: bool = False
     _models: dict[str, Any] = field(default_factory=dict)
+    _window_losses: dict[str, Any] = field(default_factory=dict)
 
     @property
     def sizes(self) -> Sizes:
@@ -129,28 +130,36 @@ class Context:
         return {"natural": [story.text for story in load_natural_stories().held_out()],
                 "generated": [story.text for story in held_out_stories(self.sizes.db_stories)]}
 
-    def held_out_loss(self, name: str) -> dict[str, float]:
-        """Mean next-token loss (nats/token) of a model on `held_out_text`, cut into the same windows for every
-        model (the shipped models share one tokenizer), so two models' losses compare on identical tokens."""
+    def held_out_window_losses(self, name: str) -> dict[str, tuple[list[float], list[int]]]:
+        """Summed next-token loss (nats) and token count of every window of `held_out_text`, cut into the same
+        windows for every model (the shipped models share one tokenizer), so two models compare on identical
+        tokens and a bootstrap over windows can pair them."""
         import torch
         import torch.nn.functional as F
 
         from circuitlab.analysis.legibility import held_out_windows
 
+        if name in self._window_losses:
+            return self._window_losses[name]
         model = self.model(name)
         losses = {}
         for which, texts in self.held_out_text.items():
             windows = held_out_windows(model, texts, seq_len=self.sizes.legibility_seq_len)
             windows = windows[: self.sizes.legibility_windows]
-            total, count = 0.0, 0
+            sums: list[float] = []
             with torch.no_grad():
                 for batch in windows.split(16):
                     logits = model(batch).float()[:, :-1]
-                    total += F.cross_entropy(logits.reshape(-1, logits.shape[-1]), batch[:, 1:].reshape(-1),
-                                             reduction="sum").item()
-                    count += batch[:, 1:].numel()
-            losses[which] = total / count
+                    per_token = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), batch[:, 1:].reshape(-1),
+                                                reduction="none").view(batch.shape[0], -1)
+                    sums += per_token.sum(dim=1).tolist()
+            losses[which] = (sums, [windows.shape[1] - 1] * len(sums))
+        self._window_losses[name] = losses
         return losses
+
+    def held_out_loss(self, name: str) -> dict[str, float]:
+        """Mean next-token loss (nats/token) of a model on `held_out_text` (see `held_out_window_losses`)."""
+        return {which: sum(sums) / sum(counts) for which, (sums, counts) in self.held_out_window_losses(name).items()}
 
     def result_file(self, name: str) -> dict[str, Any] | None:
         """The JSON of `legible_sweep` or `parity_report` (by field name), or None when it is not given or absent."""

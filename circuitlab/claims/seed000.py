@@ -11,38 +11,62 @@ from pathlib import Path
 from typing import Any
 
 from circuitlab.claims.context import Context
-from circuitlab.claims.rows import CLUSTER_LIFT, NOT_MEASURED, NOT_REPRODUCED, REPRODUCED, Claim, Outcome, holds
+from circuitlab.claims.rows import (
+    CLUSTER_LIFT, NOT_MEASURED, Claim, Outcome, binomial_outcome, no_interval, scale_judgement,
+)
 
 TABLE_3_QUERY = "Once upon a time, there was a big dog named Max. Max had a red ball that he played with every day."
 
-# circuitlab.training.ladder_report words its verdicts "supported" / "contradicted" / "mixed" / "not measured"
-_LADDER_VERDICTS = {"supported": REPRODUCED, "contradicted": NOT_REPRODUCED, "mixed": NOT_REPRODUCED,
-                    "within noise": NOT_REPRODUCED, "not measured": NOT_MEASURED}
+# seed 000's iso-FLOP budgets (sec. 3.1): 1e17 to 6e18 training FLOPs
+PAPER_BUDGETS = (1e17, 6e18)
 
 
-def ladder_verdict(context: Context, index: int) -> Outcome | None:
+def ladder_scale(results: dict[str, Any], archs: tuple[str, ...]) -> tuple[tuple[float, float], str]:
+    """The ladder's smallest and largest budget among `archs`' runs, and how many sizes and seeds each had."""
+    from collections import Counter
+
+    runs = [run for run in results.get("runs", []) if run.get("arch") in archs and run.get("status", "done") == "done"]
+    budgets = sorted({float(run["budget_flops"]) for run in runs})
+    if not budgets:
+        return (0.0, 0.0), "no finished runs"
+    sizes = Counter((run["arch"], run["budget_flops"]) for run in runs)
+    seeds = Counter((run["arch"], run["budget_flops"], run.get("scale")) for run in runs)
+    detail = "; ".join(
+        f"{budget:.2g} FLOPs: {len({r.get('scale') for r in runs if r['budget_flops'] == budget})} size(s), "
+        f"{max(seeds[(a, budget, s)] for (a, b, s) in seeds if b == budget)} seed(s) per size"
+        for budget in budgets)
+    del sizes
+    return (budgets[0], budgets[-1]), detail
+
+
+def ladder_verdict(context: Context, index: int, archs: tuple[str, ...]) -> Outcome | None:
     """Verdict `index` of ladder_report.verdicts (0: sgatlin vs dense, 1: PEER, 2: nonlinearity) on the iso-FLOP
-    ladder's results, or None when no ladder has been run."""
+    ladder's results, read against the paper's budgets; None when no ladder has been run."""
     if context.ladder_results is None or not Path(context.ladder_results).is_file():
         return None
     from circuitlab.training.ladder_report import load_results, verdicts
 
-    found = verdicts(load_results(context.ladder_results))[index]
-    verdict = _LADDER_VERDICTS.get(found.verdict, NOT_REPRODUCED)
-    return Outcome(f"{found.verdict}: {found.detail}", verdict, None,
-                   "ladder results of `circuitlab ladder`" if verdict != NOT_MEASURED else found.detail)
+    results = load_results(context.ladder_results)
+    found = verdicts(results)[index]
+    ours, detail = ladder_scale(results, archs)
+    scale = scale_judgement(ours, PAPER_BUDGETS, "training FLOPs")
+    text = f"{found.verdict}: {found.detail} ({detail})"
+    if scale is not None:
+        return Outcome(text, scale.verdict, None, scale.reason)
+    return no_interval(text, None, found.verdict == "supported",
+                       "the ladder keeps one loss per run; an interval needs the per-story losses of every seed")
 
 
 def ladder_sgatlin_vs_dense(context: Context) -> Outcome:
-    return ladder_verdict(context, 0) or equal_token_losses(context)
+    return ladder_verdict(context, 0, ("sgatlin", "mlp", "swiglu")) or equal_token_losses(context)
 
 
 def ladder_peer(context: Context) -> Outcome:
-    return ladder_verdict(context, 1) or Outcome("-", NOT_MEASURED, None, "needs the iso-FLOP ladder with PEER")
+    return ladder_verdict(context, 1, ("sgatlin", "peer")) or Outcome("-", NOT_MEASURED, None, "needs the iso-FLOP ladder with PEER")
 
 
 def ladder_nonlinearity(context: Context) -> Outcome:
-    return ladder_verdict(context, 2) or Outcome("-", NOT_MEASURED, None, "needs the ablation models at one ladder budget")
+    return ladder_verdict(context, 2, ("sgatlin", "sgatlin-gelu")) or Outcome("-", NOT_MEASURED, None, "needs the ablation models at one ladder budget")
 
 
 def equal_token_losses(context: Context) -> Outcome:
@@ -61,7 +85,7 @@ def semantic_clusters(context: Context) -> Outcome:
     lift = round(score["score_other_tokens"] / score["baseline_other_tokens"], 2)
     ours = (f"layer {layer}: {score['score_other_tokens']:.3f} of neighbours (other tokens) share the category vs "
             f"{score['baseline_other_tokens']:.3f} shuffled ({lift:.2f}x)")
-    return Outcome(ours, holds(lift >= CLUSTER_LIFT), lift)
+    return no_interval(ours, lift, lift >= CLUSTER_LIFT, "one score over the sampled queries")
 
 
 def category_enrichment(db: Any, layer: int, source: str, target: str, n_points: int, k: int = 10) -> float:
@@ -91,7 +115,7 @@ def names_near_pronouns(context: Context) -> Outcome:
     lift = round(sum(finite) / len(finite), 2)
     ours = "pronouns among the neighbours of names: " + ", ".join(
         f"layer {layer} {value:.2f}x" for layer, value in zip(late_layers, values)) + f" chance (mean {lift:.2f}x)"
-    return Outcome(ours, holds(lift >= CLUSTER_LIFT), lift)
+    return no_interval(ours, lift, lift >= CLUSTER_LIFT, "one enrichment per layer over the sample")
 
 
 def table_3_neighbours(context: Context, word: str) -> Any:
@@ -108,7 +132,7 @@ def max_neighbours_are_names(context: Context) -> Outcome:
         return Outcome("'Max' is not one token", NOT_MEASURED, None, "the tokenizer splits the query word")
     names = int((rows["category"] == "NAME").sum())
     ours = f"layer {layer}: {names} of {len(rows)} neighbours of 'Max' are names ({' '.join(rows['token'].str.strip())})"
-    return Outcome(ours, holds(names >= 8), names)
+    return binomial_outcome(ours, names, len(rows), 0.5, "names among the neighbours")
 
 
 def dog_neighbours_are_animals(context: Context) -> Outcome:
@@ -117,7 +141,9 @@ def dog_neighbours_are_animals(context: Context) -> Outcome:
         return Outcome("'dog' is not one token", NOT_MEASURED, None, "the tokenizer splits the query word")
     animals = int(((rows["category"] == "ANIMAL") & (rows["token"].str.strip() != "dog")).sum())
     ours = f"layer {layer}: {animals} of {len(rows)} neighbours of 'dog' are other animals ({' '.join(rows['token'].str.strip())})"
-    return Outcome(ours, holds(animals >= 3), animals)
+    chance = float((context.sgatlin_db.metadata["category"] == "ANIMAL").mean())
+    return binomial_outcome(ours + f"; animals are {chance:.3f} of the database", animals, len(rows), chance,
+                            "other animals among the neighbours")
 
 
 def _nie_cells(context: Context) -> tuple[dict, int]:
@@ -130,7 +156,7 @@ def nie_noun_vs_final(context: Context) -> Outcome:
     cell, n_layers = _nie_cells(context)
     noun = round(sum(cell.get((l, "noun"), 0.0) for l in range(n_layers)) / n_layers, 3)
     final = round(sum(cell.get((l, "final"), 0.0) for l in range(n_layers)) / n_layers, 3)
-    return Outcome(f"mean over single layers: noun {noun:.3f}, final {final:.3f}", holds(noun > final), noun)
+    return no_interval(f"mean over single layers: noun {noun:.3f}, final {final:.3f}", noun, noun > final, "one NIE per cell (mean over pairs)")
 
 
 def nie_strongest_layer(context: Context) -> Outcome:
@@ -138,7 +164,7 @@ def nie_strongest_layer(context: Context) -> Outcome:
     noun = [cell.get((l, "noun"), math.nan) for l in range(n_layers)]
     best = max(range(n_layers), key=lambda l: -math.inf if math.isnan(noun[l]) else noun[l])
     ours = f"layer {best} (noun position: " + ", ".join(f"L{l} {v:.2f}" for l, v in enumerate(noun)) + ")"
-    return Outcome(ours, holds(best == 1), best)
+    return no_interval(ours, best, best == 1, "one NIE per cell (mean over pairs)")
 
 
 def nie_all_layers(context: Context) -> Outcome:
@@ -146,27 +172,28 @@ def nie_all_layers(context: Context) -> Outcome:
     best = max(cell.get((l, "noun"), -math.inf) for l in range(n_layers))
     together = cell.get(("all", "noun"), math.nan)
     ours = f"all layers {together:.2f} vs best single layer {best:.2f} (noun position)"
-    return Outcome(ours, holds(round(together, 2) >= 1.5 * round(best, 2)), together)
+    return no_interval(ours, together, round(together, 2) >= 1.5 * round(best, 2), "one NIE per cell (mean over pairs)")
 
 
 def nie_moderate(context: Context) -> Outcome:
     cell, n_layers = _nie_cells(context)
     best = round(max(cell.get((l, "noun"), -math.inf) for l in range(n_layers)), 2)
-    return Outcome(f"largest single-layer NIE {best:.2f} (noun position)", holds(0.05 <= best <= 0.6), best)
+    return no_interval(f"largest single-layer NIE {best:.2f} (noun position)", best, 0.05 <= best <= 0.6,
+                       "one NIE per cell (mean over pairs)")
 
 
 def neurons_used(context: Context) -> Outcome:
     used = [report.fraction_used for report in context.sgatlin_usage.values()]
     low = round(min(used) * 100, 1)
     ours = "per layer " + ", ".join(f"{u:.1%}" for u in used) + f" of neurons fire at least once ({len(context.sgatlin_db)} tokens)"
-    return Outcome(ours, holds(low >= 90.0), low)
+    return no_interval(ours, low, low >= 90.0, "one count per layer")
 
 
 def usage_gini(context: Context) -> Outcome:
     ginis = [report.gini for report in context.sgatlin_usage.values()]
     mean = round(sum(ginis) / len(ginis), 2)
     ours = f"mean {mean:.2f} (per layer " + ", ".join(f"{g:.2f}" for g in ginis) + ")"
-    return Outcome(ours, holds(abs(mean - 0.58) <= 0.10), mean)
+    return no_interval(ours, mean, abs(mean - 0.58) <= 0.10, "one Gini per layer")
 
 
 def subkey_coactivation(context: Context) -> Outcome:
@@ -177,7 +204,7 @@ def subkey_coactivation(context: Context) -> Outcome:
         return Outcome("no shared-subkey pairs", NOT_MEASURED, None, "the layer has no product-key subkeys")
     ratio = round(shared / other, 2) if other else math.inf
     ours = f"layer {layer}: P(j|i) {shared:.4f} for shared-subkey pairs vs {other:.4f} for other pairs ({ratio:.2f}x)"
-    return Outcome(ours, holds(ratio > 1.1), ratio)
+    return no_interval(ours, ratio, ratio > 1.1, "one co-activation ratio")
 
 
 CLAIMS: tuple[Claim, ...] = (
@@ -207,11 +234,13 @@ CLAIMS: tuple[Claim, ...] = (
     Claim("s000-max-names", "000", "sec. 4.2, Table 3",
           "The nearest circuits of a character name are circuits of other names",
           "10 of 10 neighbours of 'Max' are names",
-          "at least 8 of 10 neighbours are names (penultimate layer)", max_neighbours_are_names),
+          "names are most of the 10 neighbours (penultimate layer): the exact binomial interval of the share above 0.5",
+          max_neighbours_are_names),
     Claim("s000-dog-animals", "000", "sec. 4.2, Table 3",
           "The nearest circuits of an animal noun include other animals",
           "5 of 10 neighbours of 'dog' are other animals",
-          "at least 3 of 10 neighbours are other animals (penultimate layer)", dog_neighbours_are_animals),
+          "other animals among the 10 neighbours above the animals' share of the database (penultimate layer): "
+          "the exact binomial interval of the share above that chance", dog_neighbours_are_animals),
     Claim("s000-nie-noun", "000", "sec. 4.3, Fig. 7",
           "Patching FFN circuits at the noun moves a fact more than patching at the final token",
           "noun > final", "comparison of the mean NIE over single layers", nie_noun_vs_final),

@@ -10,7 +10,17 @@ import math
 from typing import Any
 
 from circuitlab.claims.context import Context
-from circuitlab.claims.rows import NOT_MEASURED, PARITY_PPL_RATIO, REPRODUCED, Claim, Outcome, holds, percent_verdict
+from circuitlab.claims.rows import (
+    NOT_MEASURED, PARITY_PPL_RATIO, Claim, Outcome, judged, no_interval, percent_range,
+)
+
+ONE_MODEL = "one model; the per-token values are not kept"
+
+
+def _within(value: float, low: float, high: float | None = None) -> bool:
+    """The percentage rule on a point value: inside the paper's range widened by PERCENT_TOLERANCE."""
+    lo, hi = percent_range(low, high)
+    return lo <= round(value, 1) <= hi
 from circuitlab.errors import UserError
 
 
@@ -24,7 +34,7 @@ def _legible_summary(context: Context) -> dict[str, Any]:
 
 def _percent_row(context: Context, surface: str, column: str, label: str, low: float, high: float | None = None) -> Outcome:
     value = float(_legible_summary(context)[surface][column])
-    return Outcome(f"{value:.1f}% {label}", percent_verdict(value, low, high), round(value, 1))
+    return no_interval(f"{value:.1f}% {label}", round(value, 1), _within(value, low, high), ONE_MODEL)
 
 
 def attention_selective(context: Context) -> Outcome:
@@ -60,7 +70,7 @@ def ffn_alive(context: Context) -> Outcome:
     summary = _legible_summary(context)
     ffn, attention = float(summary["ffn"]["alive"]), float(summary["attention"]["alive"])
     ours = f"{ffn:.1f}% of FFN and {attention:.1f}% of attention operand channels alive (ON for 1-99% of tokens)"
-    return Outcome(ours, holds(round(ffn, 1) >= 50 and round(attention, 1) >= 50), round(ffn, 1))
+    return no_interval(ours, round(ffn, 1), round(ffn, 1) >= 50 and round(attention, 1) >= 50, ONE_MODEL)
 
 
 def attention_depth(context: Context) -> Outcome:
@@ -72,7 +82,7 @@ def attention_depth(context: Context) -> Outcome:
     middle = len(selective) // 2
     shallow, deep = sum(selective[:middle]) / max(middle, 1), sum(selective[middle:]) / max(len(selective) - middle, 1)
     ours = "SELECTIVE by layer " + ", ".join(f"{v}%" for v in selective) + f" (shallow half {shallow:.0f}%, deep half {deep:.0f}%)"
-    return Outcome(ours, holds(round(deep) > round(shallow)), round(deep - shallow))
+    return no_interval(ours, round(deep - shallow), round(deep) > round(shallow), ONE_MODEL)
 
 
 def ffn_crisp_every_layer(context: Context) -> Outcome:
@@ -81,7 +91,8 @@ def ffn_crisp_every_layer(context: Context) -> Outcome:
     by_layer = legibility_by_layer(context.legible_stats)
     operands = by_layer[(by_layer["surface"] == "ffn") & (by_layer["family"] == "operator")]  # A and B, as Table 5
     crisp = [round(v * 100, 1) for v in operands.sort_values("layer")["atom_crisp"]]
-    return Outcome("operand crispness by layer " + ", ".join(f"{v:.1f}%" for v in crisp), holds(min(crisp) > 50), min(crisp))
+    return no_interval("operand crispness by layer " + ", ".join(f"{v:.1f}%" for v in crisp), min(crisp), min(crisp) > 50,
+                       ONE_MODEL)
 
 
 def legible_share(table: Any) -> dict[str, float]:
@@ -105,13 +116,14 @@ def legible_attribution(context: Context) -> Outcome:
     table = context.legible_dla
     share = round(legible_share(table)["legible"] * 100, 1)
     ours = f"{share:.1f}% of |DLA| of {table.attrs['target']!r} after 'The turtle was' (named operators + bounded heads)"
-    return Outcome(ours, holds(abs(share - 75) <= 15), share)
+    return no_interval(ours, share, abs(share - 75) <= 15, "one prompt")
 
 
 def attention_weak(context: Context) -> Outcome:
     share = legible_share(context.legible_dla)
     ours = f"largest |head| {share['max_head']:.2f} vs largest FFN unit {share['max_unit']:+.2f}"
-    return Outcome(ours, holds(round(share["max_head"], 2) < round(share["max_unit"], 2)), round(share["max_head"], 2))
+    return no_interval(ours, round(share["max_head"], 2), round(share["max_head"], 2) < round(share["max_unit"], 2),
+                       "one prompt")
 
 
 def quality_parity(context: Context) -> Outcome:
@@ -121,12 +133,26 @@ def quality_parity(context: Context) -> Outcome:
     distribution of. The generated held-out stories come from today's story generator, which `legible-stories`
     trained on and the older shipped models (trained on its 71-frame predecessor) did not, so their generated
     perplexities are printed for reference, not judged."""
-    legible, gelu = context.held_out_loss("legible-stories"), context.held_out_loss("gelu-stories")
-    ratios = {name: math.exp(legible[name] - gelu[name]) for name in ("natural", "generated")}
-    ours = "; ".join(f"{name} held-out ppl {math.exp(legible[name]):.2f} vs GELU {math.exp(gelu[name]):.2f} "
-                     f"({ratio:.3f}x)" for name, ratio in ratios.items())
+    import numpy as np
+
+    from circuitlab.stats import Estimate, bootstrap_difference
+
+    legible, gelu = context.held_out_window_losses("legible-stories"), context.held_out_window_losses("gelu-stories")
+    ratios = {}
+    for name in ("natural", "generated"):
+        (a_sum, a_count), (b_sum, b_count) = legible[name], gelu[name]
+        diff = bootstrap_difference(a_sum, a_count, b_sum, b_count)
+        ratios[name] = Estimate(*(float(np.exp(x)) for x in (diff.value, diff.low, diff.high))) if diff.low is not None \
+            else Estimate(float(np.exp(diff.value)))
+    loss = {name: {m: sum(s) / sum(c) for m, (s, c) in (("legible", legible[name]), ("gelu", gelu[name]))}
+            for name in ratios}
+    ours = "; ".join(f"{name} held-out ppl {math.exp(loss[name]['legible']):.2f} vs GELU {math.exp(loss[name]['gelu']):.2f} "
+                     f"({ratio.value:.3f}x)" for name, ratio in ratios.items())
     ours += " (same windows for both; judged on natural text)"
-    return Outcome(ours, holds(round(ratios["natural"], 3) <= PARITY_PPL_RATIO), round(ratios["natural"], 3))
+    natural = ratios["natural"]
+    rounded = Estimate(round(natural.value, 3), natural.low, natural.high)
+    return judged(ours, rounded, PARITY_PPL_RATIO, "<",
+                  note=f"paired bootstrap over {len(legible['natural'][0])} natural held-out windows")
 
 
 # the rows below read seed 002's pressure sweep (results/legible-sweep/legibility_regimes.json)
@@ -175,8 +201,7 @@ def sweep_both_collapse(context: Context) -> Outcome:
     attention = float(_operator_summary(model, "attention")["on_percent"])
     ffn = float(_operator_summary(model, "ffn")["on_percent"])
     ours = f"{model['name']}: operands ON {attention:.1f}% (attention), {ffn:.2f}% (FFN)"
-    verdict = holds(percent_verdict(attention, 0.2, 0.9) == REPRODUCED and percent_verdict(ffn, 1.9, 3.5) == REPRODUCED)
-    return Outcome(ours, verdict, round(ffn, 2))
+    return no_interval(ours, round(ffn, 2), _within(attention, 0.2, 0.9) and _within(ffn, 1.9, 3.5), ONE_MODEL)
 
 
 def sweep_plain_illegible(context: Context) -> Outcome:
@@ -186,8 +211,7 @@ def sweep_plain_illegible(context: Context) -> Outcome:
     ffn = _operator_summary(model, "ffn")
     crisp, selective = float(ffn["atom_crisp"]), float(ffn["selective_operands"])
     ours = f"{model['name']}: FFN op-crisp {crisp:.1f}%, SELECTIVE {selective:.1f}% of operand channels"
-    verdict = holds(percent_verdict(crisp, 50) == REPRODUCED and percent_verdict(selective, 0) == REPRODUCED)
-    return Outcome(ours, verdict, round(crisp, 1))
+    return no_interval(ours, round(crisp, 1), _within(crisp, 50) and _within(selective, 0), ONE_MODEL)
 
 
 def sweep_sparsity_inert(context: Context) -> Outcome:
@@ -197,8 +221,8 @@ def sweep_sparsity_inert(context: Context) -> Outcome:
             return model
     before, after = (float(_operator_summary(m, "ffn")["atom_crisp"]) for m in (plain, sparse))
     ours = f"FFN op-crisp {before:.1f}% (no pressure) -> {after:.1f}% (sparsity alone)"
-    return Outcome(ours, percent_verdict(after, 51), round(after, 1),
-                   "the sweep's sparsity presses the operands (Table 5's presses the operator output)")
+    return no_interval(ours, round(after, 1), _within(after, 51),
+                       ONE_MODEL + "; the sweep's sparsity presses the operands (Table 5's presses the operator output)")
 
 
 def _on_rates(context: Context, surface: str) -> Outcome:
@@ -211,8 +235,8 @@ def _on_rates(context: Context, surface: str) -> Outcome:
         return Outcome("-", NOT_MEASURED, None, f"the pressure sweep has no {', '.join(missing)} model")
     ours = {regime: float(_operator_summary(models[regime], surface)["on_percent"]) for regime in paper}
     text = "; ".join(f"{regime} {ours[regime]:.1f}% (paper {paper[regime]}%)" for regime in paper)
-    verdict = holds(all(percent_verdict(ours[regime], paper[regime]) == REPRODUCED for regime in paper))
-    return Outcome(text, verdict, round(ours["crispness alone"], 1))
+    meets = all(_within(ours[regime], paper[regime]) for regime in paper)
+    return no_interval(text, round(ours["crispness alone"], 1), meets, ONE_MODEL)
 
 
 def sweep_attention_on(context: Context) -> Outcome:
@@ -235,7 +259,7 @@ def sweep_crispness_keeps_on(context: Context) -> Outcome:
               for regime, model in models.items()}
         highest &= all(on["crispness alone"] > value for regime, value in on.items() if regime != "crispness alone")
         parts.append(f"{surface}: " + ", ".join(f"{regime} {value:.1f}%" for regime, value in on.items()))
-    return Outcome("operands ON " + "; ".join(parts), holds(highest))
+    return no_interval("operands ON " + "; ".join(parts), None, highest, ONE_MODEL)
 
 
 def _depth_halves(model: dict[str, Any]) -> tuple[list[float], float, float]:
@@ -261,7 +285,7 @@ def sweep_depth(context: Context) -> Outcome:
         selective, shallow, deep = _depth_halves(models[regime])
         rises &= round(deep) > round(shallow)
         parts.append(f"{regime} {'/'.join(f'{v:.0f}' for v in selective)}% (shallow {shallow:.0f}, deep {deep:.0f})")
-    return Outcome("attention SELECTIVE by layer: " + "; ".join(parts), holds(rises))
+    return no_interval("attention SELECTIVE by layer: " + "; ".join(parts), None, rises, ONE_MODEL)
 
 
 def sweep_legible_share(context: Context) -> Outcome:
@@ -276,7 +300,7 @@ def sweep_legible_share(context: Context) -> Outcome:
     detail = ", ".join(f"{name.replace('_', ' ')} {100 * float(v):.1f}%" for name, v in parts.items())
     ours = (f"{model['name']}: {share:.1f}% legible, mean over {attribution.get('n_positions', '?')} held-out "
             f"positions ({detail})")
-    return Outcome(ours, holds(abs(share - 75) <= 15), share)
+    return no_interval(ours, share, abs(share - 75) <= 15, "the file keeps the mean over positions only")
 
 
 CLAIMS: tuple[Claim, ...] = (

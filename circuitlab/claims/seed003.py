@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from circuitlab.claims.context import Context
-from circuitlab.claims.rows import NOT_MEASURED, Claim, Outcome, holds
+from circuitlab.claims.rows import NOT_MEASURED, Claim, Outcome, no_interval
 from circuitlab.errors import UserError
 
 PARITY_MISSING = "needs the parity report (results/parity/parity_report.json of `circuitlab report parity`)"
@@ -32,7 +32,7 @@ def parity_reconstruction(context: Context) -> Outcome:
     worst = round(max(errors), 3)
     ours = ("relative reconstruction error of the write by layer " + ", ".join(f"{e:.3f}" for e in errors)
             + f" ({report.get('tokens', '?')} held-out tokens)")
-    return Outcome(ours, holds(worst < RECONSTRUCTION_LIMIT), worst)
+    return no_interval(ours, worst, worst < RECONSTRUCTION_LIMIT, "the report keeps one error per layer")
 
 
 def parity_ablation(context: Context) -> Outcome:
@@ -51,7 +51,7 @@ def parity_ablation(context: Context) -> Outcome:
     ours = (f"parity {parity['loss']:.3f} -> {parity['loss_writes_zeroed']:.3f} nats/token with every bottleneck "
             f"write zeroed; GELU {gelu['loss']:.3f} -> {gelu['loss_writes_zeroed']:.3f} with every FFN write zeroed "
             f"(share {share:.3f})")
-    return Outcome(ours, holds(share >= ABLATION_SHARE), share)
+    return no_interval(ours, share, share >= ABLATION_SHARE, "the report keeps one loss per model")
 
 
 def parity_encoder_exact(context: Context) -> Outcome:
@@ -65,7 +65,7 @@ def parity_encoder_exact(context: Context) -> Outcome:
     certified = min(float(layer["certified"]) for layer in layers)
     ours = (f"lowest over layers: agreement with exhaustive search {agreement:.3f}, certified exact {certified:.3f} "
             f"(beam {report.get('design', {}).get('beam', '?')})")
-    return Outcome(ours, holds(round(agreement, 3) >= 0.99), round(agreement, 3))
+    return no_interval(ours, round(agreement, 3), round(agreement, 3) >= 0.99, "the report keeps one rate per layer")
 
 
 def max_coherence(directions_NxD: Any) -> float:
@@ -92,7 +92,8 @@ def parity_coherence(context: Context) -> Outcome:
     reference = max_coherence(random_signs)
     ours = (f"largest |cos| among {n} sampled features of each layer: {ours_value:.3f}; "
             f"{n} random +-1 vectors: {reference:.3f}")
-    return Outcome(ours, holds(round(ours_value, 3) <= round(reference, 3) + 0.05), round(ours_value, 3))
+    return no_interval(ours, round(ours_value, 3), round(ours_value, 3) <= round(reference, 3) + 0.05,
+                       "one maximum over a sample of directions")
 
 
 def parity_training_cost(context: Context) -> Outcome:
