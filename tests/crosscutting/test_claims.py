@@ -389,3 +389,70 @@ def test_parity_rows_say_not_measured_without_the_report_and_name_their_function
     assert claims_module.parity_ablation(context).verdict == NOT_MEASURED
     row = measure_claim(claim_by_id("s003-ablation"), _parity_context(tmp_path), results={})
     assert (_meets(row), row.value, row.measured_by) == (MEETS, 0.5, "circuitlab.claims.parity_ablation")
+
+
+# --- analyses/claims.json: the schema, and that it carries the same rows as claims.md ---------------------
+
+
+def check_claims_json(rows: list[dict]) -> None:
+    """The schema of analyses/claims.json (issue 37): every field, intervals around their estimates, nulls by
+    name, a config, a known verdict, and a measured row's interval or the reason it has none."""
+    from circuitlab.claims import JSON_FIELDS
+
+    assert rows and len({row["id"] for row in rows}) == len(rows)
+    for row in rows:
+        assert set(JSON_FIELDS) <= set(row), row["id"]
+        assert row["verdict"] in VERDICTS and isinstance(row["config"], str) and row["config"], row["id"]
+        assert all(isinstance(row[name], str) for name in ("id", "claim", "paper", "reason", "rule", "measured_by"))
+        estimate, ci95, null = row["estimate"], row["ci95"], row["null"]
+        assert estimate is None or isinstance(estimate, (int, float))
+        if ci95 is not None:
+            assert len(ci95) == 2 and all(isinstance(x, (int, float)) for x in ci95) and ci95[0] <= ci95[1], row["id"]
+            assert estimate is None or ci95[0] - 1e-6 <= estimate <= ci95[1] + 1e-6, row["id"]
+        assert null is None or (isinstance(null, dict) and all(
+            isinstance(name, str) and (value is None or isinstance(value, (int, float))) for name, value in null.items()))
+        if row["verdict"] in (REPRODUCED, CONTRADICTED):
+            assert ci95 is not None, f"{row['id']}: {row['verdict']!r} needs a 95% interval"
+        elif row["verdict"] != NOT_MEASURED and ci95 is None:
+            assert row["reason"], f"{row['id']}: a measured row without an interval must say why"
+        else:
+            assert row["verdict"] != NOT_MEASURED or row["reason"], f"{row['id']}: 'not measured' needs a reason"
+
+
+def test_claims_json_of_constructed_rows_round_trips(tmp_path):
+    from circuitlab.claims import claims_json, read_claims_json
+
+    rows = [ClaimRow(id="s000-a", seed="000", place="p", claim="c", paper="q", ours="2.0 [1.8, 2.2]", verdict=REPRODUCED,
+                     reason="r", rule="> 1.5", measured_by="m", value=2.0, ci95=[1.8, 2.2], null={"gelu-stories": 1.1}),
+            ClaimRow(id="s002-b", seed="002", place="p", claim="c", paper="q", ours="-", verdict=NOT_MEASURED,
+                     reason="no sweep", rule="r", measured_by="", config="centred operands")]
+    path = tmp_path / "claims.json"
+    path.write_text(claims_json(rows))
+    back = read_claims_json(path)
+    check_claims_json(back)
+    assert back[0]["estimate"] == 2.0 and back[0]["ci95"] == [1.8, 2.2] and back[0]["null"] == {"gelu-stories": 1.1}
+    assert back[1]["config"] == "centred operands" and back[1]["ci95"] is None
+    path.write_text(json.dumps([{"id": "x", "verdict": "maybe"}]))
+    with pytest.raises(UserError, match="lacks"):
+        read_claims_json(path)
+
+
+def test_the_committed_claims_json_follows_the_schema_and_matches_claims_md():
+    from circuitlab.claims import read_claims_json
+
+    rows = read_claims_json(ROOT / "analyses" / "claims.json")
+    check_claims_json(rows)
+    markdown = read_claims(ROOT / "analyses" / "claims.md")
+    assert [(r["id"], r["verdict"], r["ours"]) for r in rows] == [(r["id"], r["verdict"], r["ours"]) for r in markdown]
+
+
+@needs_models
+@pytest.mark.slow
+def test_fast_run_writes_claims_json_beside_claims_md(fast_run):
+    from circuitlab.claims import read_claims_json
+
+    out, markdown = fast_run
+    rows = read_claims_json(out.with_suffix(".json"))
+    check_claims_json(rows)
+    assert [(r["id"], r["verdict"], r["ours"], r["config"]) for r in rows] == \
+        [(r["id"], r["verdict"], r["ours"], r["config"]) for r in markdown]
