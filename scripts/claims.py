@@ -38,8 +38,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--ladder", type=Path, default=ROOT / "results" / "ladder" / "ladder_results.json",
                         help="results of `circuitlab ladder` (fills seed 000's iso-FLOP rows when present)")
     parser.add_argument("--legible-sweep", type=Path,
+                        default=ROOT / "results" / "legible-sweep-uncentred" / "legibility_regimes.json",
+                        help="results of `circuitlab report legibility` on seed 002's pressure sweep in the paper's "
+                             "configuration (uncentred operands): judges seed 002's rows")
+    parser.add_argument("--legible-sweep-centred", type=Path,
                         default=ROOT / "results" / "legible-sweep" / "legibility_regimes.json",
-                        help="results of `circuitlab report legibility` on seed 002's pressure sweep (fills its rows)")
+                        help="the same on circuitlab's centred sweep (its deviation rows)")
     parser.add_argument("--parity-report", type=Path, default=ROOT / "results" / "parity" / "parity_report.json",
                         help="results of `circuitlab report parity` (fills seed 003's reconstruction and ablation rows)")
     parser.add_argument("--only", nargs="+", metavar="ID", help="measure only these claim ids")
@@ -51,7 +55,8 @@ def main(argv: list[str] | None = None) -> int:
 
     started = time.perf_counter()
     context = Context(fast=args.fast, models_dir=args.models_dir, results_dir=args.results, ladder_results=args.ladder,
-                      legible_sweep=args.legible_sweep, parity_report=args.parity_report, progress=not args.quiet)
+                      legible_sweep=args.legible_sweep,
+                      legible_sweep_centred=args.legible_sweep_centred, parity_report=args.parity_report, progress=not args.quiet)
     with torch.no_grad():
         rows = measure_claims(context, args.only)
     command = "python scripts/claims.py" + (" --fast" if args.fast else "")

@@ -48,7 +48,8 @@ class Context:
     models_dir: Path | None = None
     results_dir: Path | None = None
     ladder_results: Path | None = None  # results/ladder/ladder_results.json of `circuitlab ladder`, when run
-    legible_sweep: Path | None = None  # results/legible-sweep/legibility_regimes.json of `circuitlab report legibility`
+    legible_sweep: Path | None = None  # the paper's (uncentred) sweep: results/legible-sweep-uncentred/legibility_regimes.json
+    legible_sweep_centred: Path | None = None  # circuitlab's centred sweep: results/legible-sweep/legibility_regimes.json
     parity_report: Path | None = None  # results/parity/parity_report.json of `circuitlab report parity`
     progress: bool = False
     _models: dict[str, Any] = field(default_factory=dict)

@@ -248,3 +248,28 @@ def binomial_outcome(ours: str, successes: int, trials: int, threshold: float, w
 
     return judged(ours, binomial_interval(successes, trials), threshold, ">", nulls,
                   f"exact binomial interval of {successes} {what} of {trials}")
+
+
+def decide(ours: str, estimate: Estimate, threshold: float | tuple[float, float], direction: str = ">",
+           nulls: Mapping[str, Null] | None = None, note: str = "", why: str = "") -> Outcome:
+    """`judged` when the estimate has an interval, else `no_interval` (saying `why`) on its point value."""
+    if estimate.low is not None:
+        return judged(ours, estimate, threshold, direction, nulls, note)
+    return no_interval(ours, estimate.value, _side(estimate.value, threshold, direction), why, nulls)
+
+
+def combine(ours: str, parts: Mapping[str, Outcome]) -> Outcome:
+    """One outcome from several that must all hold: reproduced when every part is, contradicted when any part
+    is, otherwise inconclusive (and, when no part has an interval, whether every point value meets its rule)."""
+    items = list(parts.items())
+    nulls = {f"{name}: {k}": v for name, part in items for k, v in (part.nulls or {}).items()} or None
+    reason = "; ".join(f"{name}: {part.reason}" for name, part in items)
+    for verdict in (CONTRADICTED, REPRODUCED):
+        chosen = [part for _, part in items if part.verdict == verdict]
+        if (verdict == CONTRADICTED and chosen) or (verdict == REPRODUCED and len(chosen) == len(items)):
+            return Outcome(ours, verdict, chosen[0].value, reason, chosen[0].estimate, nulls)
+    if all(part.estimate is None or part.estimate.low is None for _, part in items):
+        meets = all("point value meets" in part.reason for _, part in items)
+        return no_interval(ours, items[0][1].value, meets, f"none of {', '.join(name for name, _ in items)} has one",
+                           nulls)
+    return Outcome(ours, INCONCLUSIVE, items[0][1].value, reason, items[0][1].estimate, nulls)

@@ -108,8 +108,8 @@ def test_a_results_json_fills_a_row_the_models_cannot_measure(fast_run):
 
 @needs_models
 @pytest.mark.slow
-@pytest.mark.parametrize("claim_id", ["s000-nie-layer", "s000-max-names", "s002-attn-selective", "s002-legible-share",
-                                      "s002-quality", "s003-coherence"])
+@pytest.mark.parametrize("claim_id", ["s000-nie-layer", "s000-max-names", "s002-attn-selective-centred",
+                                      "s002-legible-share-centred", "s002-quality-centred", "s003-coherence"])
 def test_rows_agree_with_a_direct_call_of_their_measuring_function(fast_run, claim_id):
     _, rows = fast_run
     row = next(r for r in rows if r["id"] == claim_id)
@@ -143,7 +143,7 @@ def test_rows_follow_the_model_folder_they_read(tmp_path):
 
     changed = _copy_models(tmp_path)
     shipped = Context(fast=True)
-    quality, share = claim_by_id("s002-quality"), claim_by_id("s002-legible-share")
+    quality, share = claim_by_id("s002-quality-centred"), claim_by_id("s002-legible-share-centred")
     with torch.no_grad():
         before = measure_claim(quality, shipped, {}), measure_claim(share, shipped, {})
     legible = load_model("legible-stories")
@@ -179,7 +179,7 @@ def test_quality_parity_compares_both_models_on_the_same_tokens(tmp_path):
     metrics_path.write_text(json.dumps(metrics))
     context = Context(fast=True, models_dir=root)
     with torch.no_grad():
-        outcome = measure_claim(claim_by_id("s002-quality"), context, {})
+        outcome = measure_claim(claim_by_id("s002-quality-centred"), context, {})
         legible, gelu = context.held_out_loss("legible-stories"), context.held_out_loss("gelu-stories")
     assert legible == gelu and set(legible) == {"natural", "generated"}
     assert outcome.value == 1.0 and outcome.verdict == REPRODUCED
@@ -336,9 +336,9 @@ def test_sweep_rows_follow_their_rules(tmp_path, function, changes, expected):
 def test_sweep_rows_report_the_numbers_they_judge(tmp_path):
     context = _sweep_context(tmp_path, _paper_sweep(**{"both pressures": dict(attn_on=4.56, ffn_on=0.02)}))
     outcome = claims_module.sweep_both_collapse(context)
-    assert outcome.ours == "legible-both: operands ON 4.6% (attention), 0.02% (FFN)" and outcome.value == 0.02
+    assert outcome.ours == "operands ON: attention legible-both: 4.6% ON; ffn legible-both: 0.02% ON"
     depth = claims_module.sweep_depth(context)
-    assert "sparsity alone 20/30/80/90% (shallow 25, deep 85)" in depth.ours
+    assert "sparsity alone 20/30/80/90% (deep minus shallow 60.0)" in depth.ours
 
 
 def test_sweep_rows_say_not_measured_without_the_sweep_or_its_regime(tmp_path):
@@ -456,3 +456,33 @@ def test_fast_run_writes_claims_json_beside_claims_md(fast_run):
     check_claims_json(rows)
     assert [(r["id"], r["verdict"], r["ours"], r["config"]) for r in rows] == \
         [(r["id"], r["verdict"], r["ours"], r["config"]) for r in markdown]
+
+
+def _with_heads(model: dict, on: list[float]) -> dict:
+    return {**model, "by_head": [dict(layer=i // 2, head=i % 2, n_operands=64, on_fraction=v, selective=0.5)
+                                 for i, v in enumerate(on)]}
+
+
+def test_sweep_rows_bootstrap_over_heads_and_read_the_no_pressure_null(tmp_path):
+    """A rate with per-head values gets an interval over the heads; the no-pressure model is its null."""
+    crisp_heads = [0.11, 0.12, 0.13, 0.12, 0.115, 0.125, 0.12, 0.12]
+    for none_on, expected in ((0.5, REPRODUCED), (0.10, INCONCLUSIVE)):
+        models = [_with_heads(m, crisp_heads) if m["regime"] == "crispness alone" else
+                  _with_heads(m, [none_on] * 8) if m["regime"] == "none" else m for m in _paper_sweep()]
+        outcome = claims_module.paper_attention_on(_sweep_context(tmp_path, models))
+        assert outcome.verdict == expected and outcome.estimate.low is not None
+        assert outcome.estimate.low <= 12.0 <= outcome.estimate.high and outcome.nulls == {"no pressure": 100 * none_on}
+        if expected == INCONCLUSIVE:
+            assert "metric at ceiling" in outcome.reason
+    far = [_with_heads(m, [0.5] * 8) if m["regime"] == "crispness alone" else m for m in _paper_sweep()]
+    assert claims_module.paper_attention_on(_sweep_context(tmp_path, far)).verdict == CONTRADICTED
+
+
+def test_seed_002_judges_the_paper_configuration_and_names_each_deviation():
+    from circuitlab.claims import PAPER
+
+    ids = {claim.id: claim for claim in CLAIMS if claim.seed == "002"}
+    for claim_id, claim in ids.items():
+        if claim.config != PAPER:
+            assert claim_id.endswith("-centred") and "centred" in claim.config
+            assert claim_id.removesuffix("-centred") in ids and ids[claim_id.removesuffix("-centred")].config == PAPER
