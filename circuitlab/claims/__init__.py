@@ -141,6 +141,7 @@ _LAZY = {
     "max_coherence": "circuitlab.claims.seed003",
     "parity_ablation": "circuitlab.claims.seed003",
     "parity_coherence": "circuitlab.claims.seed003",
+    "linear_code_coherence": "circuitlab.claims.seed003",
     "parity_encoder_exact": "circuitlab.claims.seed003",
     "parity_reconstruction": "circuitlab.claims.seed003",
     "parity_training_cost": "circuitlab.claims.seed003",
