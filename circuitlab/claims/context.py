@@ -13,6 +13,7 @@ from circuitlab.claims.rows import VERDICTS
 from circuitlab.errors import UserError
 
 MODELS = ("sgatlin-stories", "gelu-stories", "legible-stories", "parity-stories")
+RANDOM_SGATLIN = "random-init sgatlin"
 
 
 @dataclass(frozen=True)
@@ -54,6 +55,8 @@ class Context:
     progress: bool = False
     _models: dict[str, Any] = field(default_factory=dict)
     _window_losses: dict[str, Any] = field(default_factory=dict)
+    _dbs: dict[str, Any] = field(default_factory=dict)
+    _nie: dict[str, Any] = field(default_factory=dict)
 
     @property
     def sizes(self) -> Sizes:
@@ -86,18 +89,43 @@ class Context:
 
     @cached_property
     def sgatlin_db(self) -> Any:
-        from circuitlab.analysis.circuitdb import CircuitDB
-        from circuitlab.data import held_out_stories
+        return self.db("sgatlin-stories")
 
-        return CircuitDB.build(self.model("sgatlin-stories"), held_out_stories(self.sizes.db_stories),
-                               index=None, progress=self.progress)
+    def db(self, name: str) -> Any:
+        """The circuit database of the generated held-out stories of a shipped model, or of RANDOM_SGATLIN (the
+        shipped sgatlin design, randomly initialised with seed 0): the nulls of the clustering rows."""
+        if name not in self._dbs:
+            from circuitlab.analysis.circuitdb import CircuitDB
+            from circuitlab.data import held_out_stories
+
+            model = self.random_sgatlin() if name == RANDOM_SGATLIN else self.model(name)
+            self._dbs[name] = CircuitDB.build(model, held_out_stories(self.sizes.db_stories), index=None,
+                                              progress=self.progress)
+        return self._dbs[name]
+
+    def random_sgatlin(self) -> Any:
+        import torch
+
+        shipped = self.model("sgatlin-stories")
+        torch.manual_seed(0)
+        model = type(shipped)(shipped.config).eval()
+        model.tokenizer = shipped.tokenizer
+        return model
+
+    def nie_table(self, name: str) -> Any:
+        """nie_grid of a shipped model on the fact pairs it knows (one row per pair and cell)."""
+        if name not in self._nie:
+            from circuitlab.analysis.patching import nie_grid
+
+            model = self.model(name)
+            self._nie[name] = nie_grid(model, known_fact_pairs(model, self.sizes.nie_pairs), progress=self.progress)
+        return self._nie[name]
 
     @cached_property
     def sgatlin_nie(self) -> Any:
-        from circuitlab.analysis.patching import nie_grid, nie_summary
+        from circuitlab.analysis.patching import nie_summary
 
-        model = self.model("sgatlin-stories")
-        return nie_summary(nie_grid(model, known_fact_pairs(model, self.sizes.nie_pairs), progress=self.progress))
+        return nie_summary(self.nie_table("sgatlin-stories"))
 
     @cached_property
     def sgatlin_usage(self) -> Any:

@@ -10,9 +10,10 @@ import math
 from pathlib import Path
 from typing import Any
 
-from circuitlab.claims.context import Context
+from circuitlab.claims.context import RANDOM_SGATLIN, Context
+from circuitlab.claims.nulls import bootstrap_pairs, enrichment, enrichment_per_source, nie_cells, semantic_lift
 from circuitlab.claims.rows import (
-    CLUSTER_LIFT, NOT_MEASURED, Claim, Outcome, binomial_outcome, no_interval, scale_judgement,
+    CLUSTER_LIFT, NOT_MEASURED, Claim, Outcome, binomial_outcome, judged, no_interval, scale_judgement,
 )
 
 TABLE_3_QUERY = "Once upon a time, there was a big dog named Max. Max had a red ball that he played with every day."
@@ -78,52 +79,73 @@ def equal_token_losses(context: Context) -> Outcome:
                    "needs the iso-FLOP ladder (models of several sizes per FLOP budget)")
 
 
+DENSE = "gelu-stories"
+
+
+def _cluster_nulls(context: Context, measure: Any) -> dict[str, float]:
+    """The same measurement on the dense model's MLP activations, on the randomly initialised sgatlin model
+    and with shuffled labels (`measure(db, shuffle)` -> Estimate)."""
+    return {"gelu-stories": measure(context.db(DENSE), False).value,
+            "random-init sgatlin": measure(context.db(RANDOM_SGATLIN), False).value,
+            "shuffled labels": measure(context.sgatlin_db, True).value}
+
+
 def semantic_clusters(context: Context) -> Outcome:
     db = context.sgatlin_db
     layer = min(1, max(db.layers))  # seed 000, Figure 5: the second layer
-    score = db.semantic_score(layer, n_queries=context.sizes.semantic_queries, n_shuffles=context.sizes.semantic_shuffles)
-    lift = round(score["score_other_tokens"] / score["baseline_other_tokens"], 2)
-    ours = (f"layer {layer}: {score['score_other_tokens']:.3f} of neighbours (other tokens) share the category vs "
-            f"{score['baseline_other_tokens']:.3f} shuffled ({lift:.2f}x)")
-    return no_interval(ours, lift, lift >= CLUSTER_LIFT, "one score over the sampled queries")
+    sizes = context.sizes
+
+    def lift(database: Any, shuffle: bool) -> Any:
+        return semantic_lift(database, layer, sizes.semantic_queries, sizes.semantic_shuffles, shuffle_queries=shuffle)
+
+    estimate = lift(db, False)
+    ours = f"layer {layer}: same-category share of other-token neighbours {estimate.text(2)}x the shuffled labels'"
+    return judged(ours, estimate, CLUSTER_LIFT, ">", _cluster_nulls(context, lift),
+                  f"bootstrap over {sizes.semantic_queries} query circuits")
 
 
 def category_enrichment(db: Any, layer: int, source: str, target: str, n_points: int, k: int = 10) -> float:
     """Share of the k nearest circuits (within a seeded sample) of `source`-category circuits that are in the
     `target` category, divided by the target's share of the sample (1 = chance)."""
-    import numpy as np
-
-    labels = db.metadata["category"].fillna("(none)").to_numpy()
-    sample = np.sort(np.random.default_rng(0).choice(len(db), min(len(db), n_points), replace=False))
-    sources = sample[labels[sample] == source]
-    chance = float(np.mean(labels[sample] == target))
-    if sources.size == 0 or chance == 0:
-        return math.nan
-    neighbour_ids, _ = db.neighbours(layer, sources, k, within=sample)
-    valid = neighbour_ids >= 0
-    hit = (labels[np.maximum(neighbour_ids, 0)] == target) & valid
-    return float(hit.sum() / max(valid.sum(), 1)) / chance
+    shares, chance = enrichment_per_source(db, layer, source, target, n_points, k)
+    return math.nan if shares.size == 0 or chance == 0 else float(shares.mean()) / chance
 
 
 def names_near_pronouns(context: Context) -> Outcome:
     db = context.sgatlin_db
     late_layers = [layer for layer in db.layers if layer >= 2]  # "after the second layer"
-    values = [category_enrichment(db, layer, "NAME", "PRONOUN", context.sizes.enrichment_points) for layer in late_layers]
-    finite = [v for v in values if not math.isnan(v)]
-    if not finite:
+    points = context.sizes.enrichment_points
+
+    def lift(database: Any, shuffle: bool) -> Any:
+        return enrichment(database, late_layers, "NAME", "PRONOUN", points, shuffle=shuffle)
+
+    estimate = lift(db, False)
+    if math.isnan(estimate.value):
         return Outcome("no name circuits in the sample", NOT_MEASURED, None, "too few held-out stories for names")
-    lift = round(sum(finite) / len(finite), 2)
-    ours = "pronouns among the neighbours of names: " + ", ".join(
-        f"layer {layer} {value:.2f}x" for layer, value in zip(late_layers, values)) + f" chance (mean {lift:.2f}x)"
-    return no_interval(ours, lift, lift >= CLUSTER_LIFT, "one enrichment per layer over the sample")
+    ours = (f"pronouns among the 10 nearest circuits of names, layers {', '.join(map(str, late_layers))}: "
+            f"{estimate.text(2)}x chance")
+    return judged(ours, estimate, CLUSTER_LIFT, ">", _cluster_nulls(context, lift),
+                  "bootstrap over the name circuits of the sample")
 
 
-def table_3_neighbours(context: Context, word: str) -> Any:
-    db = context.sgatlin_db
+def table_3_neighbours(context: Context, word: str, db: Any = None) -> Any:
+    db = context.sgatlin_db if db is None else db
     layer = max(max(db.layers) - 1, 0)  # the penultimate layer, as seed 000 Table 3
     hits = db.search(TABLE_3_QUERY, layer=layer, k=10)
     positions = hits.loc[hits["query_token"].str.strip() == word, "query_position"]
     return layer, (None if positions.empty else hits[hits["query_position"] == positions.min()])
+
+
+def _table_3_share(context: Context, word: str, category: str, db: Any) -> float | None:
+    _, rows = table_3_neighbours(context, word, db)
+    if rows is None:
+        return None
+    return float(((rows["category"] == category) & (rows["token"].str.strip() != word)).mean())
+
+
+def _table_3_nulls(context: Context, word: str, category: str) -> dict[str, float | None]:
+    return {"gelu-stories": _table_3_share(context, word, category, context.db(DENSE)),
+            "random-init sgatlin": _table_3_share(context, word, category, context.db(RANDOM_SGATLIN))}
 
 
 def max_neighbours_are_names(context: Context) -> Outcome:
@@ -132,7 +154,8 @@ def max_neighbours_are_names(context: Context) -> Outcome:
         return Outcome("'Max' is not one token", NOT_MEASURED, None, "the tokenizer splits the query word")
     names = int((rows["category"] == "NAME").sum())
     ours = f"layer {layer}: {names} of {len(rows)} neighbours of 'Max' are names ({' '.join(rows['token'].str.strip())})"
-    return binomial_outcome(ours, names, len(rows), 0.5, "names among the neighbours")
+    return binomial_outcome(ours, names, len(rows), 0.5, "names among the neighbours",
+                            _table_3_nulls(context, "Max", "NAME"))
 
 
 def dog_neighbours_are_animals(context: Context) -> Outcome:
@@ -143,43 +166,70 @@ def dog_neighbours_are_animals(context: Context) -> Outcome:
     ours = f"layer {layer}: {animals} of {len(rows)} neighbours of 'dog' are other animals ({' '.join(rows['token'].str.strip())})"
     chance = float((context.sgatlin_db.metadata["category"] == "ANIMAL").mean())
     return binomial_outcome(ours + f"; animals are {chance:.3f} of the database", animals, len(rows), chance,
-                            "other animals among the neighbours")
+                            "other animals among the neighbours", _table_3_nulls(context, "dog", "ANIMAL"))
 
 
-def _nie_cells(context: Context) -> tuple[dict, int]:
-    summary = context.sgatlin_nie
-    return {(row.layer, row.position): round(float(row.nie), 3) for row in summary.itertuples()}, \
-        context.model("sgatlin-stories").config.n_layers
+def _n_layers(context: Context, name: str = "sgatlin-stories") -> int:
+    return context.model(name).config.n_layers
+
+
+def _nie_row(context: Context, statistic: Any, text: Any, threshold: Any, direction: str) -> Outcome:
+    """An NIE statistic of sgatlin-stories bootstrapped over fact pairs, with gelu-stories' as its null."""
+    n_layers = _n_layers(context)
+    estimate = bootstrap_pairs(context.nie_table("sgatlin-stories"), lambda cells: statistic(cells, n_layers))
+    dense = statistic(nie_cells(context.nie_table(DENSE)), _n_layers(context, DENSE))
+    pairs = len(set(context.nie_table("sgatlin-stories")["pair"]))
+    return judged(text(nie_cells(context.nie_table("sgatlin-stories")), n_layers, estimate), estimate, threshold,
+                  direction, {"gelu-stories": dense}, f"bootstrap over {pairs} fact pairs")
+
+
+def _noun_minus_final(cells: dict, n_layers: int) -> float:
+    return sum(cells.get((l, "noun"), 0.0) - cells.get((l, "final"), 0.0) for l in range(n_layers)) / n_layers
 
 
 def nie_noun_vs_final(context: Context) -> Outcome:
-    cell, n_layers = _nie_cells(context)
-    noun = round(sum(cell.get((l, "noun"), 0.0) for l in range(n_layers)) / n_layers, 3)
-    final = round(sum(cell.get((l, "final"), 0.0) for l in range(n_layers)) / n_layers, 3)
-    return no_interval(f"mean over single layers: noun {noun:.3f}, final {final:.3f}", noun, noun > final, "one NIE per cell (mean over pairs)")
+    def text(cells: dict, n: int, estimate: Any) -> str:
+        noun = sum(cells.get((l, "noun"), 0.0) for l in range(n)) / n
+        final = sum(cells.get((l, "final"), 0.0) for l in range(n)) / n
+        return f"mean over single layers: noun {noun:.3f}, final {final:.3f} (noun minus final {estimate.text(3)})"
+    return _nie_row(context, _noun_minus_final, text, 0.0, ">")
+
+
+def _layer_1_margin(cells: dict, n_layers: int) -> float:
+    others = [cells.get((l, "noun"), math.nan) for l in range(n_layers) if l != 1]
+    return cells.get((1, "noun"), math.nan) - max(others)
 
 
 def nie_strongest_layer(context: Context) -> Outcome:
-    cell, n_layers = _nie_cells(context)
-    noun = [cell.get((l, "noun"), math.nan) for l in range(n_layers)]
-    best = max(range(n_layers), key=lambda l: -math.inf if math.isnan(noun[l]) else noun[l])
-    ours = f"layer {best} (noun position: " + ", ".join(f"L{l} {v:.2f}" for l, v in enumerate(noun)) + ")"
-    return no_interval(ours, best, best == 1, "one NIE per cell (mean over pairs)")
+    def text(cells: dict, n: int, estimate: Any) -> str:
+        noun = [cells.get((l, "noun"), math.nan) for l in range(n)]
+        best = max(range(n), key=lambda l: -math.inf if math.isnan(noun[l]) else noun[l])
+        return (f"layer {best} (noun position: " + ", ".join(f"L{l} {v:.2f}" for l, v in enumerate(noun))
+                + f"; layer 1 minus the best other {estimate.text(3)})")
+    return _nie_row(context, _layer_1_margin, text, 0.0, ">")
+
+
+def _all_over_best(cells: dict, n_layers: int) -> float:
+    best = max(cells.get((l, "noun"), -math.inf) for l in range(n_layers))
+    return cells.get(("all", "noun"), math.nan) / best if best > 0 else math.nan
 
 
 def nie_all_layers(context: Context) -> Outcome:
-    cell, n_layers = _nie_cells(context)
-    best = max(cell.get((l, "noun"), -math.inf) for l in range(n_layers))
-    together = cell.get(("all", "noun"), math.nan)
-    ours = f"all layers {together:.2f} vs best single layer {best:.2f} (noun position)"
-    return no_interval(ours, together, round(together, 2) >= 1.5 * round(best, 2), "one NIE per cell (mean over pairs)")
+    def text(cells: dict, n: int, estimate: Any) -> str:
+        best = max(cells.get((l, "noun"), -math.inf) for l in range(n))
+        return (f"all layers {cells.get(('all', 'noun'), math.nan):.2f} vs best single layer {best:.2f} (noun position; "
+                f"ratio {estimate.text(2)})")
+    return _nie_row(context, _all_over_best, text, 1.5, ">")
+
+
+def _best_single(cells: dict, n_layers: int) -> float:
+    return max(cells.get((l, "noun"), -math.inf) for l in range(n_layers))
 
 
 def nie_moderate(context: Context) -> Outcome:
-    cell, n_layers = _nie_cells(context)
-    best = round(max(cell.get((l, "noun"), -math.inf) for l in range(n_layers)), 2)
-    return no_interval(f"largest single-layer NIE {best:.2f} (noun position)", best, 0.05 <= best <= 0.6,
-                       "one NIE per cell (mean over pairs)")
+    def text(cells: dict, n: int, estimate: Any) -> str:
+        return f"largest single-layer NIE {estimate.text(2)} (noun position)"
+    return _nie_row(context, _best_single, text, (0.05, 0.6), "within")
 
 
 def neurons_used(context: Context) -> Outcome:
@@ -224,12 +274,15 @@ CLAIMS: tuple[Claim, ...] = (
     Claim("s000-semantic-clusters", "000", "sec. 4.1, Fig. 5",
           "Circuits of the second layer cluster by the meaning of their tokens",
           "clusters partly explained by token semantics (by eye, no number)",
-          f"share of neighbours with the same category (other tokens) >= {CLUSTER_LIFT}x the shuffled baseline",
+          f"the 95% interval (over query circuits) of the same-category share of other-token neighbours, over the "
+          f"shuffled labels', above {CLUSTER_LIFT}x; nulls: gelu-stories' MLP activations, a random-init sgatlin, "
+          "shuffled labels",
           semantic_clusters),
     Claim("s000-names-pronouns", "000", "sec. 4.1, Fig. 9",
           "After the second layer, names and pronouns are processed by similar circuits",
           "names cluster near pronouns from layer 3 on (by eye)",
-          f"pronouns among the 10 nearest circuits of names >= {CLUSTER_LIFT}x chance, mean over layers 2+ (from 0)",
+          f"the 95% interval (over name circuits) of pronouns among their 10 nearest circuits over chance, mean over "
+          f"layers 2+ (from 0), above {CLUSTER_LIFT}x; nulls as the clustering row",
           names_near_pronouns),
     Claim("s000-max-names", "000", "sec. 4.2, Table 3",
           "The nearest circuits of a character name are circuits of other names",
@@ -243,16 +296,20 @@ CLAIMS: tuple[Claim, ...] = (
           "the exact binomial interval of the share above that chance", dog_neighbours_are_animals),
     Claim("s000-nie-noun", "000", "sec. 4.3, Fig. 7",
           "Patching FFN circuits at the noun moves a fact more than patching at the final token",
-          "noun > final", "comparison of the mean NIE over single layers", nie_noun_vs_final),
+          "noun > final", "the 95% interval (over fact pairs) of the mean single-layer NIE at the noun minus at the "
+          "final token above 0; null: gelu-stories", nie_noun_vs_final),
     Claim("s000-nie-layer", "000", "sec. 4.3, Fig. 7",
           "Among single layers, patching the second layer has the strongest effect",
-          "the second layer (layer 1 from 0)", "the largest single-layer NIE at the noun is layer 1", nie_strongest_layer),
+          "the second layer (layer 1 from 0)", "the 95% interval (over fact pairs) of layer 1's NIE at the noun minus the best other layer's above 0; null: "
+          "gelu-stories", nie_strongest_layer),
     Claim("s000-nie-all", "000", "sec. 4.3, Fig. 7",
           "Patching all layers together has an outsized effect (the layers work in conjunction)",
-          "all layers far above any single layer", "NIE of all layers >= 1.5x the best single layer (noun)", nie_all_layers),
+          "all layers far above any single layer", "the 95% interval (over fact pairs) of the all-layer NIE over the best single layer's (noun) above 1.5; null: "
+          "gelu-stories", nie_all_layers),
     Claim("s000-nie-moderate", "000", "sec. 4.3, Fig. 7",
           "The effects of patching single layers are of moderate magnitude",
-          "moderate (facts are also stored elsewhere)", "largest single-layer NIE between 0.05 and 0.6", nie_moderate),
+          "moderate (facts are also stored elsewhere)", "the 95% interval (over fact pairs) of the largest single-layer NIE within 0.05-0.6; null: gelu-stories",
+          nie_moderate),
     Claim("s000-neurons-used", "000", "app. C.1, Fig. 8",
           "Almost all sgatlin neurons are used", "almost all",
           "every layer uses >= 90% of its neurons on the held-out sample", neurons_used),
