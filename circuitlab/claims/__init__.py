@@ -75,6 +75,7 @@ _LAZY = {
     "equal_token_losses": "circuitlab.claims.seed000",
     "ladder_nonlinearity": "circuitlab.claims.seed000",
     "ladder_peer": "circuitlab.claims.seed000",
+    "peer_router_swap": "circuitlab.claims.seed000",
     "ladder_sgatlin_vs_dense": "circuitlab.claims.seed000",
     "ladder_verdict": "circuitlab.claims.seed000",
     "max_neighbours_are_names": "circuitlab.claims.seed000",
