@@ -255,6 +255,10 @@ def decide(ours: str, estimate: Estimate, threshold: float | tuple[float, float]
     """`judged` when the estimate has an interval, else `no_interval` (saying `why`) on its point value."""
     if estimate.low is not None:
         return judged(ours, estimate, threshold, direction, nulls, note)
+    passing = [f"{name} {_value(null):.4g}" for name, null in (nulls or {}).items()
+               if _value(null) is not None and _side(_value(null), threshold, direction)]
+    if passing:
+        why += f"; a null meets the rule too, so it could not read reproduced (metric at ceiling: {', '.join(passing)})"
     return no_interval(ours, estimate.value, _side(estimate.value, threshold, direction), why, nulls)
 
 

@@ -13,8 +13,9 @@ from typing import Any
 from circuitlab.claims.context import RANDOM_SGATLIN, Context
 from circuitlab.claims.nulls import bootstrap_pairs, enrichment, enrichment_per_source, nie_cells, semantic_lift
 from circuitlab.claims.rows import (
-    CLUSTER_LIFT, NOT_MEASURED, Claim, Outcome, binomial_outcome, judged, no_interval, scale_judgement,
+    CLUSTER_LIFT, NOT_MEASURED, Claim, Outcome, binomial_outcome, decide, judged, no_interval, scale_judgement,
 )
+from circuitlab.stats import Estimate
 
 TABLE_3_QUERY = "Once upon a time, there was a big dog named Max. Max had a red ball that he played with every day."
 
@@ -240,18 +241,28 @@ def nie_moderate(context: Context) -> Outcome:
     return _nie_row(context, _best_single, text, (0.05, 0.6), "within")
 
 
+def _random_usage(context: Context) -> Any:
+    """Neuron usage of the randomly initialised sgatlin model on the same stories (the usage rows' null)."""
+    from circuitlab.analysis.usage import database_usage
+
+    return database_usage(context.db(RANDOM_SGATLIN))
+
+
 def neurons_used(context: Context) -> Outcome:
     used = [report.fraction_used for report in context.sgatlin_usage.values()]
     low = round(min(used) * 100, 1)
+    null = round(min(r.fraction_used for r in _random_usage(context).values()) * 100, 1)
     ours = "per layer " + ", ".join(f"{u:.1%}" for u in used) + f" of neurons fire at least once ({len(context.sgatlin_db)} tokens)"
-    return no_interval(ours, low, low >= 90.0, "one count per layer")
+    return decide(ours, Estimate(low), 90.0, ">", {"random-init sgatlin": null}, why="one count per layer")
 
 
 def usage_gini(context: Context) -> Outcome:
     ginis = [report.gini for report in context.sgatlin_usage.values()]
     mean = round(sum(ginis) / len(ginis), 2)
+    random_ginis = [r.gini for r in _random_usage(context).values()]
     ours = f"mean {mean:.2f} (per layer " + ", ".join(f"{g:.2f}" for g in ginis) + ")"
-    return no_interval(ours, mean, abs(mean - 0.58) <= 0.10, "one Gini per layer")
+    return decide(ours, Estimate(mean), (0.48, 0.68), "within",
+                  {"random-init sgatlin": round(sum(random_ginis) / len(random_ginis), 2)}, why="one Gini per layer")
 
 
 def subkey_coactivation(context: Context) -> Outcome:
@@ -262,7 +273,10 @@ def subkey_coactivation(context: Context) -> Outcome:
         return Outcome("no shared-subkey pairs", NOT_MEASURED, None, "the layer has no product-key subkeys")
     ratio = round(shared / other, 2) if other else math.inf
     ours = f"layer {layer}: P(j|i) {shared:.4f} for shared-subkey pairs vs {other:.4f} for other pairs ({ratio:.2f}x)"
-    return no_interval(ours, ratio, ratio > 1.1, "one co-activation ratio")
+    random = _random_usage(context)[layer]
+    null = (round(random.shared_subkey_coactivation / random.other_pair_coactivation, 2)
+            if random.shared_subkey_coactivation is not None and random.other_pair_coactivation else None)
+    return decide(ours, Estimate(ratio), 1.1, ">", {"random-init sgatlin": null}, why="one co-activation ratio")
 
 
 CLAIMS: tuple[Claim, ...] = (

@@ -9,10 +9,13 @@ from __future__ import annotations
 import math
 from typing import Any
 
+import circuitlab.claims.seed002_sweep as sweep
 from circuitlab.claims.context import Context
 from circuitlab.claims.rows import (
-    NOT_MEASURED, PARITY_PPL_RATIO, Claim, Outcome, judged, no_interval, percent_range,
+    NOT_MEASURED, PARITY_PPL_RATIO, Claim, Outcome, decide, judged, no_interval, percent_range,
 )
+from circuitlab.claims.seed002_sweep import PAPER_ON, PRESSURED, REGIMES, SWEEP_MISSING  # noqa: F401 (exported)
+from circuitlab.stats import Estimate
 
 ONE_MODEL = "one model; the per-token values are not kept"
 
@@ -21,8 +24,6 @@ def _within(value: float, low: float, high: float | None = None) -> bool:
     """The percentage rule on a point value: inside the paper's range widened by PERCENT_TOLERANCE."""
     lo, hi = percent_range(low, high)
     return lo <= round(value, 1) <= hi
-import circuitlab.claims.seed002_sweep as sweep
-from circuitlab.claims.seed002_sweep import PAPER_ON, PRESSURED, REGIMES, SWEEP_MISSING  # noqa: F401 (exported)
 
 
 def _legible_summary(context: Context) -> dict[str, Any]:
@@ -33,9 +34,21 @@ def _legible_summary(context: Context) -> dict[str, Any]:
     return {row["surface"]: row for row in summary.to_dict("records") if row.get("family", "operator") == "operator"}
 
 
+CENTRED_NULL = "no pressure (results/legible-sweep)"
+
+
+def _centred_null(context: Context, surface: str, column: str) -> dict[str, float | None]:
+    """The centred sweep's no-pressure model's value of the same column: the shipped model's null."""
+    models = sweep.sweep_models(context, "legible_sweep_centred")
+    if not models or "none" not in models:
+        return {CENTRED_NULL: None}
+    return {CENTRED_NULL: round(float(sweep.operator_summary(models["none"], surface)[column]), 1)}
+
+
 def _percent_row(context: Context, surface: str, column: str, label: str, low: float, high: float | None = None) -> Outcome:
     value = float(_legible_summary(context)[surface][column])
-    return no_interval(f"{value:.1f}% {label}", round(value, 1), _within(value, low, high), ONE_MODEL)
+    return decide(f"{value:.1f}% {label}", Estimate(round(value, 1)), percent_range(low, high), "within",
+                  _centred_null(context, surface, column), why=ONE_MODEL)
 
 
 def attention_selective(context: Context) -> Outcome:
@@ -71,7 +84,9 @@ def ffn_alive(context: Context) -> Outcome:
     summary = _legible_summary(context)
     ffn, attention = float(summary["ffn"]["alive"]), float(summary["attention"]["alive"])
     ours = f"{ffn:.1f}% of FFN and {attention:.1f}% of attention operand channels alive (ON for 1-99% of tokens)"
-    return no_interval(ours, round(ffn, 1), round(ffn, 1) >= 50 and round(attention, 1) >= 50, ONE_MODEL)
+    if round(attention, 1) < 50:  # both surfaces must be alive; the FFN's number is the row's estimate
+        return no_interval(ours, round(ffn, 1), False, ONE_MODEL, _centred_null(context, "ffn", "alive"))
+    return decide(ours, Estimate(round(ffn, 1)), 50.0, ">", _centred_null(context, "ffn", "alive"), why=ONE_MODEL)
 
 
 def attention_depth(context: Context) -> Outcome:
