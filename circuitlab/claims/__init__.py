@@ -86,6 +86,8 @@ _LAZY = {
     "nie_noun_vs_final": "circuitlab.claims.seed000",
     "nie_strongest_layer": "circuitlab.claims.seed000",
     "semantic_clusters": "circuitlab.claims.seed000",
+    "semantic_clusters_natural": "circuitlab.claims.seed000",
+    "names_near_pronouns_natural": "circuitlab.claims.seed000",
     "subkey_coactivation": "circuitlab.claims.seed000",
     "table_3_neighbours": "circuitlab.claims.seed000",
     "usage_gini": "circuitlab.claims.seed000",

@@ -91,17 +91,25 @@ class Context:
     def sgatlin_db(self) -> Any:
         return self.db("sgatlin-stories")
 
-    def db(self, name: str) -> Any:
-        """The circuit database of the generated held-out stories of a shipped model, or of RANDOM_SGATLIN (the
-        shipped sgatlin design, randomly initialised with seed 0): the nulls of the clustering rows."""
-        if name not in self._dbs:
+    def db(self, name: str, text: str = "generated") -> Any:
+        """The circuit database of a shipped model, or of RANDOM_SGATLIN (the shipped sgatlin design, randomly
+        initialised with seed 0; the nulls of the clustering rows), on the generated held-out stories or on the
+        natural held-out split (`text` "natural": its first db_stories // 4 stories, about four times as long,
+        each word labelled by circuitlab.data's lexicon)."""
+        if (name, text) not in self._dbs:
+            from types import SimpleNamespace
+
             from circuitlab.analysis.circuitdb import CircuitDB
-            from circuitlab.data import held_out_stories
+            from circuitlab.data import held_out_stories, label_text, load_natural_stories
 
             model = self.random_sgatlin() if name == RANDOM_SGATLIN else self.model(name)
-            self._dbs[name] = CircuitDB.build(model, held_out_stories(self.sizes.db_stories), index=None,
-                                              progress=self.progress)
-        return self._dbs[name]
+            if text == "natural":
+                stories = load_natural_stories().held_out()[: max(self.sizes.db_stories // 4, 4)]
+                texts = [SimpleNamespace(text=story.text, spans=label_text(story.text)) for story in stories]
+            else:
+                texts = held_out_stories(self.sizes.db_stories)
+            self._dbs[(name, text)] = CircuitDB.build(model, texts, index=None, progress=self.progress)
+        return self._dbs[(name, text)]
 
     def random_sgatlin(self) -> Any:
         import torch
