@@ -267,30 +267,41 @@ def comparison_table(rows: list[tuple[str, str, str, str]]) -> str:
     return "\n".join(lines)
 
 
-CLAIMS_FILE = Path(__file__).resolve().parent / "claims.md"
+CLAIMS_FILE = Path(__file__).resolve().parent / "claims.json"
 
 
 def claims_verdicts(ids: list[str], path: Path | None = None) -> None:
-    """Show the rows `ids` of analyses/claims.md (the papers' claims measured on the shipped models by
-    scripts/claims.py) as a markdown table: claim, paper, ours, verdict. These verdicts, not the notebook's
-    own readings, are what the README quotes."""
-    from circuitlab.claims import read_claims
+    """Show the rows `ids` of analyses/claims.json (the papers' claims measured on the shipped models by
+    scripts/claims.py; the same rows as claims.md), each followed by its deviation rows (`id-...`), as a markdown
+    table: claim, config, paper, ours, estimate with its 95% interval, nulls, verdict. These verdicts, not the
+    notebook's own readings, are what the README quotes."""
+    from circuitlab.claims import read_claims_json
 
     path = CLAIMS_FILE if path is None else Path(path)
     if not path.is_file():
         print(f"{path.name} is missing: write it with `python scripts/claims.py` (or --fast)")
         return
-    rows = {row["id"]: row for row in read_claims(path)}
+    rows = {row["id"]: row for row in read_claims_json(path)}
     missing = [claim_id for claim_id in ids if claim_id not in rows]
     if missing:
         raise KeyError(f"{path.name} has no rows {missing}: rewrite it with `python scripts/claims.py`")
-    lines = ["| claim | paper | ours (shipped models) | verdict |", "|---|---|---|---|"]
-    for claim_id in ids:
+    chosen = [claim_id for base in ids for claim_id in [base] + [i for i in rows if i.startswith(f"{base}-")]]
+
+    def number(value) -> str:
+        return "-" if value is None else f"{value:.4g}"
+
+    lines = ["| claim | config | paper | ours (shipped models) | estimate [95% interval] | nulls | verdict |",
+             "|---|---|---|---|---|---|---|"]
+    for claim_id in dict.fromkeys(chosen):
         row = rows[claim_id]
         verdict = row["verdict"] + (f" ({row['reason']})" if row["reason"] not in ("", "-") else "")
-        cells = [f"{row['claim']} ({row['place']})", row["paper"], row["ours"], f"**{verdict}**"]
+        interval = number(row["estimate"]) + ("" if row["ci95"] is None else
+                                              f" [{number(row['ci95'][0])}, {number(row['ci95'][1])}]")
+        nulls = "-" if not row["null"] else "; ".join(f"{k} {number(v)}" for k, v in row["null"].items())
+        cells = [f"{row['claim']} ({row['place']})", row["config"], row["paper"], row["ours"], interval, nulls,
+                 f"**{verdict}**"]
         lines.append("| " + " | ".join(str(c).replace("|", "\\|") for c in cells) + " |")
-    markdown("**Verdicts from analyses/claims.md** (rules stated there)\n\n" + "\n".join(lines))
+    markdown("**Verdicts from analyses/claims.md** (analyses/claims.json; rules stated in claims.md)\n\n" + "\n".join(lines))
 
 
 def figures_dir() -> Path | None:

@@ -85,3 +85,33 @@ def seed_spread(values: Sequence[float]) -> dict[str, float]:
     values = np.asarray(values, dtype=np.float64)
     return {"mean": float(values.mean()), "std": float(values.std(ddof=1)) if values.size > 1 else 0.0,
             "min": float(values.min()), "max": float(values.max()), "n": int(values.size)}
+
+
+def binomial_interval(successes: int, trials: int) -> Estimate:
+    """successes / trials with the exact (Clopper-Pearson) 95% interval of a binomial proportion."""
+    from scipy.stats import beta
+
+    if trials <= 0 or not 0 <= successes <= trials:
+        raise ValueError(f"need 0 <= successes <= trials and trials > 0, got {successes} of {trials}")
+    low = 0.0 if successes == 0 else float(beta.ppf(0.025, successes, trials - successes + 1))
+    high = 1.0 if successes == trials else float(beta.ppf(0.975, successes + 1, trials - successes))
+    return Estimate(successes / trials, low, high)
+
+
+def bootstrap_pairs_over_seeds(groups: Sequence[Sequence[float]], n_resamples: int = N_RESAMPLES,
+                               seed: int = 0) -> Estimate:
+    """The mean of per-unit values pooled over training seeds (one list per seed), resampling the seeds and,
+    within each drawn seed, its units: the interval covers both the data and the seed-to-seed spread."""
+    arrays = [np.asarray(group, dtype=np.float64) for group in groups if len(group)]
+    if not arrays:
+        raise ValueError("need at least one non-empty group")
+    value = float(np.mean([a.mean() for a in arrays]))
+    if len(arrays) == 1 and arrays[0].size < 2:
+        return Estimate(value)
+    rng = np.random.default_rng(seed)
+    means = np.empty(n_resamples)
+    for index in range(n_resamples):
+        picked = rng.integers(0, len(arrays), size=len(arrays))
+        means[index] = np.mean([arrays[i][rng.integers(0, arrays[i].size, arrays[i].size)].mean() for i in picked])
+    low, high = np.percentile(means, [2.5, 97.5])
+    return Estimate(value, float(low), float(high))

@@ -5,6 +5,8 @@ drift apart:
   (benchmarks/results/current.json names each row's file and field);
 - docs/generated/models.md and the README's `generated:models` block: the shipped models' card figures
   (models/*/metrics.json);
+- the README's `generated:claims` block: what holds, what is contradicted and what these models are too small
+  to test, from analyses/claims.json (written by scripts/claims.py);
 - docs/figures/: the notebook figures the docs show (copied from analyses/figures/), and the shipped models'
   validation curves (docs/figures/validation_curves.png, drawn from their training logs; not part of --check,
   since a PNG's bytes depend on the browser that renders it).
@@ -137,6 +139,60 @@ def benchmarks_md(table: str) -> str:
             "`benchmarks/results/history.md`; how to measure is in `docs/performance.md`.\n\n" + table)
 
 
+CLAIMS_JSON = ROOT / "analyses" / "claims.json"
+
+
+def _estimate(row: dict) -> str:
+    if row["estimate"] is None:
+        return ""
+    interval = "" if row["ci95"] is None else f" [{row['ci95'][0]:.3g}, {row['ci95'][1]:.3g}]"
+    return f", {row['estimate']:.3g}{interval}"
+
+
+def claims_section(rows: list[dict] | None = None) -> str:
+    """The README's claims block: verdict counts, then the claims that hold, those contradicted and those the
+    models are too small to test, each with its estimate and interval (all from analyses/claims.json)."""
+    if rows is None:
+        if not CLAIMS_JSON.is_file():
+            return "The claims have not been measured yet: run `python scripts/claims.py`.\n"
+        rows = json.loads(CLAIMS_JSON.read_text())
+    verdicts = ("reproduced", "contradicted", "inconclusive", "not tested at the paper's scale", "not measured")
+    paper = [row for row in rows if row["config"] == "paper"]
+    counts = ", ".join(f"{sum(r['verdict'] == v for r in paper)} {v}" for v in verdicts)
+
+    def listed(verdict: str, with_reason: bool = False) -> str:
+        chosen = [row for row in paper if row["verdict"] == verdict]
+        if not chosen:
+            return "none"
+        return "; ".join(f"{row['claim'][0].lower()}{row['claim'][1:]} (`{row['id']}`{_estimate(row)}"
+                         + (f": {row['reason']}" if with_reason else "") + ")" for row in chosen)
+
+    ceiling = [row["id"] for row in paper if row["verdict"] == "inconclusive" and "metric at ceiling" in row["reason"]]
+    deviations = [row for row in rows if row["config"] != "paper"]
+    lines = [
+        f"The papers' claims ([`analyses/claims.md`](analyses/claims.md), `analyses/claims.json`): of the "
+        f"{len(paper)} rows judged on the papers' configurations, {counts}; {len(deviations)} more rows measure "
+        "circuitlab's deviations from the papers, each named in its row. A verdict needs the 95% interval of the "
+        "effect to clear the rule and no null (dense model, random initialisation, shuffled labels) to pass it.",
+        "",
+        f"- **Holds**: {listed('reproduced')}.",
+        f"- **Contradicted**: {listed('contradicted')}.",
+        f"- **Too small to test**: {listed(NOT_AT_SCALE, with_reason=True)}.",
+        f"- **Inconclusive** ({sum(r['verdict'] == 'inconclusive' for r in paper)} rows; the metric is at ceiling, "
+        f"a null passing it too, in {len(ceiling)}" + (f": {', '.join(f'`{i}`' for i in ceiling)}" if ceiling else "")
+        + "); the rest have an interval that straddles the rule or no interval, and say which.",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+NOT_AT_SCALE = "not tested at the paper's scale"
+
+
+def readme(text: str) -> str:
+    """The README with its generated blocks rendered afresh from their sources."""
+    return replace_block(replace_block(text, "models", models_table()), "claims", claims_section())
+
+
 def replace_block(text: str, name: str, body: str) -> str:
     start, end = f"<!-- generated:{name} -->", f"<!-- /generated:{name} -->"
     if start not in text or end not in text:
@@ -153,7 +209,7 @@ def outputs() -> dict[Path, str | bytes]:
         GENERATED / "performance.md": performance,
         GENERATED / "models.md": models,
         ROOT / "BENCHMARKS.md": benchmarks_md(performance),
-        ROOT / "README.md": replace_block((ROOT / "README.md").read_text(encoding="utf-8"), "models", models),
+        ROOT / "README.md": readme((ROOT / "README.md").read_text(encoding="utf-8")),
     }
     for name in FIGURES:
         files[ROOT / "docs" / "figures" / name] = (ROOT / "analyses" / "figures" / name).read_bytes()

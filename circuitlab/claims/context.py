@@ -13,6 +13,7 @@ from circuitlab.claims.rows import VERDICTS
 from circuitlab.errors import UserError
 
 MODELS = ("sgatlin-stories", "gelu-stories", "legible-stories", "parity-stories")
+RANDOM_SGATLIN = "random-init sgatlin"
 
 
 @dataclass(frozen=True)
@@ -48,10 +49,14 @@ class Context:
     models_dir: Path | None = None
     results_dir: Path | None = None
     ladder_results: Path | None = None  # results/ladder/ladder_results.json of `circuitlab ladder`, when run
-    legible_sweep: Path | None = None  # results/legible-sweep/legibility_regimes.json of `circuitlab report legibility`
+    legible_sweep: Path | None = None  # the paper's (uncentred) sweep: results/legible-sweep-uncentred/legibility_regimes.json
+    legible_sweep_centred: Path | None = None  # circuitlab's centred sweep: results/legible-sweep/legibility_regimes.json
     parity_report: Path | None = None  # results/parity/parity_report.json of `circuitlab report parity`
     progress: bool = False
     _models: dict[str, Any] = field(default_factory=dict)
+    _window_losses: dict[str, Any] = field(default_factory=dict)
+    _dbs: dict[str, Any] = field(default_factory=dict)
+    _nie: dict[str, Any] = field(default_factory=dict)
 
     @property
     def sizes(self) -> Sizes:
@@ -84,18 +89,51 @@ class Context:
 
     @cached_property
     def sgatlin_db(self) -> Any:
-        from circuitlab.analysis.circuitdb import CircuitDB
-        from circuitlab.data import held_out_stories
+        return self.db("sgatlin-stories")
 
-        return CircuitDB.build(self.model("sgatlin-stories"), held_out_stories(self.sizes.db_stories),
-                               index=None, progress=self.progress)
+    def db(self, name: str, text: str = "generated") -> Any:
+        """The circuit database of a shipped model, or of RANDOM_SGATLIN (the shipped sgatlin design, randomly
+        initialised with seed 0; the nulls of the clustering rows), on the generated held-out stories or on the
+        natural held-out split (`text` "natural": its first db_stories // 4 stories, about four times as long,
+        each word labelled by circuitlab.data's lexicon)."""
+        if (name, text) not in self._dbs:
+            from types import SimpleNamespace
+
+            from circuitlab.analysis.circuitdb import CircuitDB
+            from circuitlab.data import held_out_stories, label_text, load_natural_stories
+
+            model = self.random_sgatlin() if name == RANDOM_SGATLIN else self.model(name)
+            if text == "natural":
+                stories = load_natural_stories().held_out()[: max(self.sizes.db_stories // 4, 4)]
+                texts = [SimpleNamespace(text=story.text, spans=label_text(story.text)) for story in stories]
+            else:
+                texts = held_out_stories(self.sizes.db_stories)
+            self._dbs[(name, text)] = CircuitDB.build(model, texts, index=None, progress=self.progress)
+        return self._dbs[(name, text)]
+
+    def random_sgatlin(self) -> Any:
+        import torch
+
+        shipped = self.model("sgatlin-stories")
+        torch.manual_seed(0)
+        model = type(shipped)(shipped.config).eval()
+        model.tokenizer = shipped.tokenizer
+        return model
+
+    def nie_table(self, name: str) -> Any:
+        """nie_grid of a shipped model on the fact pairs it knows (one row per pair and cell)."""
+        if name not in self._nie:
+            from circuitlab.analysis.patching import nie_grid
+
+            model = self.model(name)
+            self._nie[name] = nie_grid(model, known_fact_pairs(model, self.sizes.nie_pairs), progress=self.progress)
+        return self._nie[name]
 
     @cached_property
     def sgatlin_nie(self) -> Any:
-        from circuitlab.analysis.patching import nie_grid, nie_summary
+        from circuitlab.analysis.patching import nie_summary
 
-        model = self.model("sgatlin-stories")
-        return nie_summary(nie_grid(model, known_fact_pairs(model, self.sizes.nie_pairs), progress=self.progress))
+        return nie_summary(self.nie_table("sgatlin-stories"))
 
     @cached_property
     def sgatlin_usage(self) -> Any:
@@ -129,28 +167,36 @@ class Context:
         return {"natural": [story.text for story in load_natural_stories().held_out()],
                 "generated": [story.text for story in held_out_stories(self.sizes.db_stories)]}
 
-    def held_out_loss(self, name: str) -> dict[str, float]:
-        """Mean next-token loss (nats/token) of a model on `held_out_text`, cut into the same windows for every
-        model (the shipped models share one tokenizer), so two models' losses compare on identical tokens."""
+    def held_out_window_losses(self, name: str) -> dict[str, tuple[list[float], list[int]]]:
+        """Summed next-token loss (nats) and token count of every window of `held_out_text`, cut into the same
+        windows for every model (the shipped models share one tokenizer), so two models compare on identical
+        tokens and a bootstrap over windows can pair them."""
         import torch
         import torch.nn.functional as F
 
         from circuitlab.analysis.legibility import held_out_windows
 
+        if name in self._window_losses:
+            return self._window_losses[name]
         model = self.model(name)
         losses = {}
         for which, texts in self.held_out_text.items():
             windows = held_out_windows(model, texts, seq_len=self.sizes.legibility_seq_len)
             windows = windows[: self.sizes.legibility_windows]
-            total, count = 0.0, 0
+            sums: list[float] = []
             with torch.no_grad():
                 for batch in windows.split(16):
                     logits = model(batch).float()[:, :-1]
-                    total += F.cross_entropy(logits.reshape(-1, logits.shape[-1]), batch[:, 1:].reshape(-1),
-                                             reduction="sum").item()
-                    count += batch[:, 1:].numel()
-            losses[which] = total / count
+                    per_token = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), batch[:, 1:].reshape(-1),
+                                                reduction="none").view(batch.shape[0], -1)
+                    sums += per_token.sum(dim=1).tolist()
+            losses[which] = (sums, [windows.shape[1] - 1] * len(sums))
+        self._window_losses[name] = losses
         return losses
+
+    def held_out_loss(self, name: str) -> dict[str, float]:
+        """Mean next-token loss (nats/token) of a model on `held_out_text` (see `held_out_window_losses`)."""
+        return {which: sum(sums) / sum(counts) for which, (sums, counts) in self.held_out_window_losses(name).items()}
 
     def result_file(self, name: str) -> dict[str, Any] | None:
         """The JSON of `legible_sweep` or `parity_report` (by field name), or None when it is not given or absent."""

@@ -9,7 +9,7 @@ import circuitlab.claims.seed000 as seed000
 import circuitlab.claims.seed002 as seed002
 import circuitlab.claims.seed003 as seed003
 from circuitlab.claims.context import Context
-from circuitlab.claims.rows import NOT_MEASURED, Claim, ClaimRow
+from circuitlab.claims.rows import CONTRADICTED, INCONCLUSIVE, NOT_MEASURED, REPRODUCED, Claim, ClaimRow
 from circuitlab.errors import UserError
 
 CLAIMS: tuple[Claim, ...] = seed000.CLAIMS + seed002.CLAIMS + seed003.CLAIMS
@@ -25,18 +25,26 @@ def claim_by_id(claim_id: str) -> Claim:
 def measure_claim(claim: Claim, context: Context, results: dict[str, dict[str, Any]] | None = None) -> ClaimRow:
     """One row: the claim's own measurement, else a results-file entry, else "not measured" with its reason."""
     results = context.results() if results is None else results
-    base = dict(id=claim.id, seed=claim.seed, place=claim.place, claim=claim.claim, paper=claim.paper, rule=claim.rule)
+    base = dict(id=claim.id, seed=claim.seed, place=claim.place, claim=claim.claim, paper=claim.paper, rule=claim.rule,
+                config=claim.config)
     entry = results.get(claim.id)
     if claim.measure is not None:
         outcome = claim.measure(context)
         if outcome.verdict != NOT_MEASURED or entry is None:
+            estimate = outcome.estimate
             return ClaimRow(**base, ours=outcome.ours, verdict=outcome.verdict, reason=outcome.reason,
-                            measured_by=claim.measured_by, value=outcome.value)
+                            measured_by=claim.measured_by, value=outcome.value,
+                            ci95=None if estimate is None else estimate.ci95, null=outcome.nulls)
     if entry is not None:
-        value = entry.get("value")
-        return ClaimRow(**base, ours=str(entry["ours"]), verdict=entry["verdict"], reason=str(entry.get("reason", "")),
+        value, ci95, verdict = entry.get("value"), entry.get("ci95"), entry["verdict"]
+        reason = str(entry.get("reason", ""))
+        if verdict in (REPRODUCED, CONTRADICTED) and not (isinstance(ci95, list) and len(ci95) == 2):
+            verdict, reason = INCONCLUSIVE, f"the results file says {entry['verdict']!r} without a 95% interval (ci95)"
+        return ClaimRow(**base, ours=str(entry["ours"]), verdict=verdict, reason=reason,
                         measured_by=f"{entry.get('measured_by', '')} (analyses/results/{entry['source']})".strip(),
-                        value=float(value) if isinstance(value, (int, float)) else None)
+                        value=float(value) if isinstance(value, (int, float)) else None,
+                        ci95=[float(x) for x in ci95] if isinstance(ci95, list) and len(ci95) == 2 else None,
+                        null=entry.get("null") if isinstance(entry.get("null"), dict) else None)
     return ClaimRow(**base, ours="-", verdict=NOT_MEASURED, reason=claim.blocked, measured_by="")
 
 

@@ -10,39 +10,73 @@ import math
 from pathlib import Path
 from typing import Any
 
-from circuitlab.claims.context import Context
-from circuitlab.claims.rows import CLUSTER_LIFT, NOT_MEASURED, NOT_REPRODUCED, REPRODUCED, Claim, Outcome, holds
+from circuitlab.claims.context import RANDOM_SGATLIN, Context
+from circuitlab.claims.nulls import bootstrap_pairs, enrichment, enrichment_per_source, nie_cells, semantic_lift
+from circuitlab.claims.rows import (
+    CLUSTER_LIFT, NOT_MEASURED, Claim, Outcome, binomial_outcome, decide, judged, no_interval, scale_judgement,
+)
+from circuitlab.stats import Estimate
 
 TABLE_3_QUERY = "Once upon a time, there was a big dog named Max. Max had a red ball that he played with every day."
 
-# circuitlab.training.ladder_report words its verdicts "supported" / "contradicted" / "mixed" / "not measured"
-_LADDER_VERDICTS = {"supported": REPRODUCED, "contradicted": NOT_REPRODUCED, "mixed": NOT_REPRODUCED,
-                    "within noise": NOT_REPRODUCED, "not measured": NOT_MEASURED}
+# seed 000's iso-FLOP budgets (sec. 3.1): 1e17 to 6e18 training FLOPs
+PAPER_BUDGETS = (1e17, 6e18)
 
 
-def ladder_verdict(context: Context, index: int) -> Outcome | None:
+def ladder_scale(results: dict[str, Any], archs: tuple[str, ...]) -> tuple[tuple[float, float], str]:
+    """The smallest and largest budget at which every one of `archs` has a finished run, how many sizes and
+    seeds each such budget had, and the tokens each run saw (the ladder records no passes over its data)."""
+    from collections import Counter
+
+    runs = [run for run in results.get("runs", []) if run.get("arch") in archs and run.get("status", "done") == "done"]
+    budgets = sorted(b for b in {float(run["budget_flops"]) for run in runs}
+                     if all(any(r["arch"] == a and float(r["budget_flops"]) == b for r in runs) for a in archs))
+    if not budgets:
+        return (0.0, 0.0), "no finished runs"
+    seeds = Counter((run["arch"], float(run["budget_flops"]), run.get("scale")) for run in runs)
+    parts = []
+    for budget in budgets:
+        mine = [r for r in runs if float(r["budget_flops"]) == budget]
+        tokens = [float(r.get("tokens", 0)) for r in mine]
+        parts.append(f"{budget:.2g} FLOPs: {len({r.get('scale') for r in mine})} size(s), "
+                     f"{max(n for (a, b, s), n in seeds.items() if b == budget)} seed(s) per size, "
+                     f"{min(tokens) / 1e6:.1f}-{max(tokens) / 1e6:.1f}M tokens a run")
+    return (budgets[0], budgets[-1]), "; ".join(parts)
+
+
+def ladder_verdict(context: Context, index: int, archs: tuple[str, ...]) -> Outcome | None:
     """Verdict `index` of ladder_report.verdicts (0: sgatlin vs dense, 1: PEER, 2: nonlinearity) on the iso-FLOP
-    ladder's results, or None when no ladder has been run."""
+    ladder's results, read against the paper's budgets; None when no ladder has been run."""
     if context.ladder_results is None or not Path(context.ladder_results).is_file():
         return None
     from circuitlab.training.ladder_report import load_results, verdicts
 
-    found = verdicts(load_results(context.ladder_results))[index]
-    verdict = _LADDER_VERDICTS.get(found.verdict, NOT_REPRODUCED)
-    return Outcome(f"{found.verdict}: {found.detail}", verdict, None,
-                   "ladder results of `circuitlab ladder`" if verdict != NOT_MEASURED else found.detail)
+    results = load_results(context.ladder_results)
+    found = verdicts(results)[index]
+    ours, detail = ladder_scale(results, archs)
+    scale = scale_judgement(ours, PAPER_BUDGETS, "training FLOPs")
+    text = f"{found.verdict}: {found.detail} ({detail})"
+    if scale is not None:
+        return Outcome(text, scale.verdict, None, scale.reason)
+    return no_interval(text, None, found.verdict == "supported",
+                       "the ladder keeps one loss per run; an interval needs the per-story losses of every seed")
 
 
 def ladder_sgatlin_vs_dense(context: Context) -> Outcome:
-    return ladder_verdict(context, 0) or equal_token_losses(context)
+    return ladder_verdict(context, 0, ("sgatlin", "mlp", "swiglu")) or equal_token_losses(context)
+
+
+def peer_router_swap(context: Context) -> Outcome:
+    return Outcome("-", NOT_MEASURED, None, "no sgatlin model with PEER's router in place of its gating exists (seed "
+                   "000 swaps the router only); the ladder swaps the whole layer: row s000-peer-layer")
 
 
 def ladder_peer(context: Context) -> Outcome:
-    return ladder_verdict(context, 1) or Outcome("-", NOT_MEASURED, None, "needs the iso-FLOP ladder with PEER")
+    return ladder_verdict(context, 1, ("sgatlin", "peer")) or Outcome("-", NOT_MEASURED, None, "needs the iso-FLOP ladder with PEER")
 
 
 def ladder_nonlinearity(context: Context) -> Outcome:
-    return ladder_verdict(context, 2) or Outcome("-", NOT_MEASURED, None, "needs the ablation models at one ladder budget")
+    return ladder_verdict(context, 2, ("sgatlin", "sgatlin-gelu")) or Outcome("-", NOT_MEASURED, None, "needs the ablation models at one ladder budget")
 
 
 def equal_token_losses(context: Context) -> Outcome:
@@ -54,52 +88,90 @@ def equal_token_losses(context: Context) -> Outcome:
                    "needs the iso-FLOP ladder (models of several sizes per FLOP budget)")
 
 
-def semantic_clusters(context: Context) -> Outcome:
-    db = context.sgatlin_db
+DENSE = "gelu-stories"
+
+
+def _cluster_nulls(context: Context, measure: Any, text: str = "generated") -> dict[str, float]:
+    """The same measurement on the dense model's MLP activations, on the randomly initialised sgatlin model
+    and with shuffled labels (`measure(db, shuffle)` -> Estimate), on the same held-out text."""
+    return {"gelu-stories": measure(context.db(DENSE, text), False).value,
+            "random-init sgatlin": measure(context.db(RANDOM_SGATLIN, text), False).value,
+            "shuffled labels": measure(context.db("sgatlin-stories", text), True).value}
+
+
+def _semantic_clusters(context: Context, text: str) -> Outcome:
+    db = context.db("sgatlin-stories", text)
     layer = min(1, max(db.layers))  # seed 000, Figure 5: the second layer
-    score = db.semantic_score(layer, n_queries=context.sizes.semantic_queries, n_shuffles=context.sizes.semantic_shuffles)
-    lift = round(score["score_other_tokens"] / score["baseline_other_tokens"], 2)
-    ours = (f"layer {layer}: {score['score_other_tokens']:.3f} of neighbours (other tokens) share the category vs "
-            f"{score['baseline_other_tokens']:.3f} shuffled ({lift:.2f}x)")
-    return Outcome(ours, holds(lift >= CLUSTER_LIFT), lift)
+    sizes = context.sizes
+
+    def lift(database: Any, shuffle: bool) -> Any:
+        return semantic_lift(database, layer, sizes.semantic_queries, sizes.semantic_shuffles, shuffle_queries=shuffle)
+
+    estimate = lift(db, False)
+    ours = (f"{text} held-out text, layer {layer}: same-category share of other-token neighbours {estimate.text(2)}x "
+            "the shuffled labels'")
+    return judged(ours, estimate, CLUSTER_LIFT, ">", _cluster_nulls(context, lift, text),
+                  f"bootstrap over up to {sizes.semantic_queries} query circuits")
+
+
+def semantic_clusters(context: Context) -> Outcome:
+    return _semantic_clusters(context, "generated")
+
+
+def semantic_clusters_natural(context: Context) -> Outcome:
+    return _semantic_clusters(context, "natural")
 
 
 def category_enrichment(db: Any, layer: int, source: str, target: str, n_points: int, k: int = 10) -> float:
     """Share of the k nearest circuits (within a seeded sample) of `source`-category circuits that are in the
     `target` category, divided by the target's share of the sample (1 = chance)."""
-    import numpy as np
+    shares, chance = enrichment_per_source(db, layer, source, target, n_points, k)
+    return math.nan if shares.size == 0 or chance == 0 else float(shares.mean()) / chance
 
-    labels = db.metadata["category"].fillna("(none)").to_numpy()
-    sample = np.sort(np.random.default_rng(0).choice(len(db), min(len(db), n_points), replace=False))
-    sources = sample[labels[sample] == source]
-    chance = float(np.mean(labels[sample] == target))
-    if sources.size == 0 or chance == 0:
-        return math.nan
-    neighbour_ids, _ = db.neighbours(layer, sources, k, within=sample)
-    valid = neighbour_ids >= 0
-    hit = (labels[np.maximum(neighbour_ids, 0)] == target) & valid
-    return float(hit.sum() / max(valid.sum(), 1)) / chance
+
+def _names_near_pronouns(context: Context, text: str) -> Outcome:
+    db = context.db("sgatlin-stories", text)
+    late_layers = [layer for layer in db.layers if layer >= 2]  # "after the second layer"
+    points = context.sizes.enrichment_points
+
+    def lift(database: Any, shuffle: bool) -> Any:
+        return enrichment(database, late_layers, "NAME", "PRONOUN", points, shuffle=shuffle)
+
+    estimate = lift(db, False)
+    if math.isnan(estimate.value):
+        return Outcome("no name circuits in the sample", NOT_MEASURED, None, "too few held-out stories for names")
+    ours = (f"{text} held-out text: pronouns among the 10 nearest circuits of names, layers "
+            f"{', '.join(map(str, late_layers))}: {estimate.text(2)}x chance")
+    return judged(ours, estimate, CLUSTER_LIFT, ">", _cluster_nulls(context, lift, text),
+                  "bootstrap over the name circuits of the sample")
 
 
 def names_near_pronouns(context: Context) -> Outcome:
-    db = context.sgatlin_db
-    late_layers = [layer for layer in db.layers if layer >= 2]  # "after the second layer"
-    values = [category_enrichment(db, layer, "NAME", "PRONOUN", context.sizes.enrichment_points) for layer in late_layers]
-    finite = [v for v in values if not math.isnan(v)]
-    if not finite:
-        return Outcome("no name circuits in the sample", NOT_MEASURED, None, "too few held-out stories for names")
-    lift = round(sum(finite) / len(finite), 2)
-    ours = "pronouns among the neighbours of names: " + ", ".join(
-        f"layer {layer} {value:.2f}x" for layer, value in zip(late_layers, values)) + f" chance (mean {lift:.2f}x)"
-    return Outcome(ours, holds(lift >= CLUSTER_LIFT), lift)
+    return _names_near_pronouns(context, "generated")
 
 
-def table_3_neighbours(context: Context, word: str) -> Any:
-    db = context.sgatlin_db
+def names_near_pronouns_natural(context: Context) -> Outcome:
+    return _names_near_pronouns(context, "natural")
+
+
+def table_3_neighbours(context: Context, word: str, db: Any = None) -> Any:
+    db = context.sgatlin_db if db is None else db
     layer = max(max(db.layers) - 1, 0)  # the penultimate layer, as seed 000 Table 3
     hits = db.search(TABLE_3_QUERY, layer=layer, k=10)
     positions = hits.loc[hits["query_token"].str.strip() == word, "query_position"]
     return layer, (None if positions.empty else hits[hits["query_position"] == positions.min()])
+
+
+def _table_3_share(context: Context, word: str, category: str, db: Any) -> float | None:
+    _, rows = table_3_neighbours(context, word, db)
+    if rows is None:
+        return None
+    return float(((rows["category"] == category) & (rows["token"].str.strip() != word)).mean())
+
+
+def _table_3_nulls(context: Context, word: str, category: str) -> dict[str, float | None]:
+    return {"gelu-stories": _table_3_share(context, word, category, context.db(DENSE)),
+            "random-init sgatlin": _table_3_share(context, word, category, context.db(RANDOM_SGATLIN))}
 
 
 def max_neighbours_are_names(context: Context) -> Outcome:
@@ -108,7 +180,8 @@ def max_neighbours_are_names(context: Context) -> Outcome:
         return Outcome("'Max' is not one token", NOT_MEASURED, None, "the tokenizer splits the query word")
     names = int((rows["category"] == "NAME").sum())
     ours = f"layer {layer}: {names} of {len(rows)} neighbours of 'Max' are names ({' '.join(rows['token'].str.strip())})"
-    return Outcome(ours, holds(names >= 8), names)
+    return binomial_outcome(ours, names, len(rows), 0.5, "names among the neighbours",
+                            _table_3_nulls(context, "Max", "NAME"))
 
 
 def dog_neighbours_are_animals(context: Context) -> Outcome:
@@ -117,56 +190,96 @@ def dog_neighbours_are_animals(context: Context) -> Outcome:
         return Outcome("'dog' is not one token", NOT_MEASURED, None, "the tokenizer splits the query word")
     animals = int(((rows["category"] == "ANIMAL") & (rows["token"].str.strip() != "dog")).sum())
     ours = f"layer {layer}: {animals} of {len(rows)} neighbours of 'dog' are other animals ({' '.join(rows['token'].str.strip())})"
-    return Outcome(ours, holds(animals >= 3), animals)
+    chance = float((context.sgatlin_db.metadata["category"] == "ANIMAL").mean())
+    return binomial_outcome(ours + f"; animals are {chance:.3f} of the database", animals, len(rows), chance,
+                            "other animals among the neighbours", _table_3_nulls(context, "dog", "ANIMAL"))
 
 
-def _nie_cells(context: Context) -> tuple[dict, int]:
-    summary = context.sgatlin_nie
-    return {(row.layer, row.position): round(float(row.nie), 3) for row in summary.itertuples()}, \
-        context.model("sgatlin-stories").config.n_layers
+def _n_layers(context: Context, name: str = "sgatlin-stories") -> int:
+    return context.model(name).config.n_layers
+
+
+def _nie_row(context: Context, statistic: Any, text: Any, threshold: Any, direction: str) -> Outcome:
+    """An NIE statistic of sgatlin-stories bootstrapped over fact pairs, with gelu-stories' as its null."""
+    n_layers = _n_layers(context)
+    estimate = bootstrap_pairs(context.nie_table("sgatlin-stories"), lambda cells: statistic(cells, n_layers))
+    dense = statistic(nie_cells(context.nie_table(DENSE)), _n_layers(context, DENSE))
+    pairs = len(set(context.nie_table("sgatlin-stories")["pair"]))
+    return judged(text(nie_cells(context.nie_table("sgatlin-stories")), n_layers, estimate), estimate, threshold,
+                  direction, {"gelu-stories": dense}, f"bootstrap over {pairs} fact pairs")
+
+
+def _noun_minus_final(cells: dict, n_layers: int) -> float:
+    return sum(cells.get((l, "noun"), 0.0) - cells.get((l, "final"), 0.0) for l in range(n_layers)) / n_layers
 
 
 def nie_noun_vs_final(context: Context) -> Outcome:
-    cell, n_layers = _nie_cells(context)
-    noun = round(sum(cell.get((l, "noun"), 0.0) for l in range(n_layers)) / n_layers, 3)
-    final = round(sum(cell.get((l, "final"), 0.0) for l in range(n_layers)) / n_layers, 3)
-    return Outcome(f"mean over single layers: noun {noun:.3f}, final {final:.3f}", holds(noun > final), noun)
+    def text(cells: dict, n: int, estimate: Any) -> str:
+        noun = sum(cells.get((l, "noun"), 0.0) for l in range(n)) / n
+        final = sum(cells.get((l, "final"), 0.0) for l in range(n)) / n
+        return f"mean over single layers: noun {noun:.3f}, final {final:.3f} (noun minus final {estimate.text(3)})"
+    return _nie_row(context, _noun_minus_final, text, 0.0, ">")
+
+
+def _layer_1_margin(cells: dict, n_layers: int) -> float:
+    others = [cells.get((l, "noun"), math.nan) for l in range(n_layers) if l != 1]
+    return cells.get((1, "noun"), math.nan) - max(others)
 
 
 def nie_strongest_layer(context: Context) -> Outcome:
-    cell, n_layers = _nie_cells(context)
-    noun = [cell.get((l, "noun"), math.nan) for l in range(n_layers)]
-    best = max(range(n_layers), key=lambda l: -math.inf if math.isnan(noun[l]) else noun[l])
-    ours = f"layer {best} (noun position: " + ", ".join(f"L{l} {v:.2f}" for l, v in enumerate(noun)) + ")"
-    return Outcome(ours, holds(best == 1), best)
+    def text(cells: dict, n: int, estimate: Any) -> str:
+        noun = [cells.get((l, "noun"), math.nan) for l in range(n)]
+        best = max(range(n), key=lambda l: -math.inf if math.isnan(noun[l]) else noun[l])
+        return (f"layer {best} (noun position: " + ", ".join(f"L{l} {v:.2f}" for l, v in enumerate(noun))
+                + f"; layer 1 minus the best other {estimate.text(3)})")
+    return _nie_row(context, _layer_1_margin, text, 0.0, ">")
+
+
+def _all_over_best(cells: dict, n_layers: int) -> float:
+    best = max(cells.get((l, "noun"), -math.inf) for l in range(n_layers))
+    return cells.get(("all", "noun"), math.nan) / best if best > 0 else math.nan
 
 
 def nie_all_layers(context: Context) -> Outcome:
-    cell, n_layers = _nie_cells(context)
-    best = max(cell.get((l, "noun"), -math.inf) for l in range(n_layers))
-    together = cell.get(("all", "noun"), math.nan)
-    ours = f"all layers {together:.2f} vs best single layer {best:.2f} (noun position)"
-    return Outcome(ours, holds(round(together, 2) >= 1.5 * round(best, 2)), together)
+    def text(cells: dict, n: int, estimate: Any) -> str:
+        best = max(cells.get((l, "noun"), -math.inf) for l in range(n))
+        return (f"all layers {cells.get(('all', 'noun'), math.nan):.2f} vs best single layer {best:.2f} (noun position; "
+                f"ratio {estimate.text(2)})")
+    return _nie_row(context, _all_over_best, text, 1.5, ">")
+
+
+def _best_single(cells: dict, n_layers: int) -> float:
+    return max(cells.get((l, "noun"), -math.inf) for l in range(n_layers))
 
 
 def nie_moderate(context: Context) -> Outcome:
-    cell, n_layers = _nie_cells(context)
-    best = round(max(cell.get((l, "noun"), -math.inf) for l in range(n_layers)), 2)
-    return Outcome(f"largest single-layer NIE {best:.2f} (noun position)", holds(0.05 <= best <= 0.6), best)
+    def text(cells: dict, n: int, estimate: Any) -> str:
+        return f"largest single-layer NIE {estimate.text(2)} (noun position)"
+    return _nie_row(context, _best_single, text, (0.05, 0.6), "within")
+
+
+def _random_usage(context: Context) -> Any:
+    """Neuron usage of the randomly initialised sgatlin model on the same stories (the usage rows' null)."""
+    from circuitlab.analysis.usage import database_usage
+
+    return database_usage(context.db(RANDOM_SGATLIN))
 
 
 def neurons_used(context: Context) -> Outcome:
     used = [report.fraction_used for report in context.sgatlin_usage.values()]
     low = round(min(used) * 100, 1)
+    null = round(min(r.fraction_used for r in _random_usage(context).values()) * 100, 1)
     ours = "per layer " + ", ".join(f"{u:.1%}" for u in used) + f" of neurons fire at least once ({len(context.sgatlin_db)} tokens)"
-    return Outcome(ours, holds(low >= 90.0), low)
+    return decide(ours, Estimate(low), 90.0, ">", {"random-init sgatlin": null}, why="one count per layer")
 
 
 def usage_gini(context: Context) -> Outcome:
     ginis = [report.gini for report in context.sgatlin_usage.values()]
     mean = round(sum(ginis) / len(ginis), 2)
+    random_ginis = [r.gini for r in _random_usage(context).values()]
     ours = f"mean {mean:.2f} (per layer " + ", ".join(f"{g:.2f}" for g in ginis) + ")"
-    return Outcome(ours, holds(abs(mean - 0.58) <= 0.10), mean)
+    return decide(ours, Estimate(mean), (0.48, 0.68), "within",
+                  {"random-init sgatlin": round(sum(random_ginis) / len(random_ginis), 2)}, why="one Gini per layer")
 
 
 def subkey_coactivation(context: Context) -> Outcome:
@@ -177,7 +290,10 @@ def subkey_coactivation(context: Context) -> Outcome:
         return Outcome("no shared-subkey pairs", NOT_MEASURED, None, "the layer has no product-key subkeys")
     ratio = round(shared / other, 2) if other else math.inf
     ours = f"layer {layer}: P(j|i) {shared:.4f} for shared-subkey pairs vs {other:.4f} for other pairs ({ratio:.2f}x)"
-    return Outcome(ours, holds(ratio > 1.1), ratio)
+    random = _random_usage(context)[layer]
+    null = (round(random.shared_subkey_coactivation / random.other_pair_coactivation, 2)
+            if random.shared_subkey_coactivation is not None and random.other_pair_coactivation else None)
+    return decide(ours, Estimate(ratio), 1.1, ">", {"random-init sgatlin": null}, why="one co-activation ratio")
 
 
 CLAIMS: tuple[Claim, ...] = (
@@ -193,37 +309,61 @@ CLAIMS: tuple[Claim, ...] = (
     Claim("s000-peer-router", "000", "sec. 3.2, Table 1",
           "sgatlin's gating network is as good as PEER's router",
           "PEER router 18.30 vs sgatlin 18.19",
-          "reproduced when PEER does not beat sgatlin at any ladder scale (ladder_report.verdicts)", ladder_peer),
+          "sgatlin with PEER's router swapped in does not beat sgatlin at equal FLOPs", peer_router_swap),
+    Claim("s000-peer-layer", "000", "sec. 3.2, Table 1",
+          "sgatlin's gating network is as good as PEER's router",
+          "PEER router 18.30 vs sgatlin 18.19",
+          "the whole PEER layer does not beat sgatlin at any ladder scale (ladder_report.verdicts), read against the "
+          "paper's budgets", ladder_peer, config="whole PEER layer (the ladder), not a router swap"),
     Claim("s000-semantic-clusters", "000", "sec. 4.1, Fig. 5",
           "Circuits of the second layer cluster by the meaning of their tokens",
           "clusters partly explained by token semantics (by eye, no number)",
-          f"share of neighbours with the same category (other tokens) >= {CLUSTER_LIFT}x the shuffled baseline",
+          f"the 95% interval (over query circuits) of the same-category share of other-token neighbours, over the "
+          f"shuffled labels', above {CLUSTER_LIFT}x; nulls: gelu-stories' MLP activations, a random-init sgatlin, "
+          "shuffled labels",
           semantic_clusters),
     Claim("s000-names-pronouns", "000", "sec. 4.1, Fig. 9",
           "After the second layer, names and pronouns are processed by similar circuits",
           "names cluster near pronouns from layer 3 on (by eye)",
-          f"pronouns among the 10 nearest circuits of names >= {CLUSTER_LIFT}x chance, mean over layers 2+ (from 0)",
+          f"the 95% interval (over name circuits) of pronouns among their 10 nearest circuits over chance, mean over "
+          f"layers 2+ (from 0), above {CLUSTER_LIFT}x; nulls as the clustering row",
           names_near_pronouns),
+    Claim("s000-semantic-clusters-natural", "000", "sec. 4.1, Fig. 5",
+          "Circuits of the second layer cluster by the meaning of their tokens (natural held-out stories)",
+          "clusters partly explained by token semantics (by eye, no number)",
+          "as s000-semantic-clusters, on the natural held-out split (words labelled by circuitlab.data's lexicon)",
+          semantic_clusters_natural),
+    Claim("s000-names-pronouns-natural", "000", "sec. 4.1, Fig. 9",
+          "After the second layer, names and pronouns are processed by similar circuits (natural held-out stories)",
+          "names cluster near pronouns from layer 3 on (by eye)",
+          "as s000-names-pronouns, on the natural held-out split (words labelled by circuitlab.data's lexicon)",
+          names_near_pronouns_natural),
     Claim("s000-max-names", "000", "sec. 4.2, Table 3",
           "The nearest circuits of a character name are circuits of other names",
           "10 of 10 neighbours of 'Max' are names",
-          "at least 8 of 10 neighbours are names (penultimate layer)", max_neighbours_are_names),
+          "names are most of the 10 neighbours (penultimate layer): the exact binomial interval of the share above 0.5",
+          max_neighbours_are_names),
     Claim("s000-dog-animals", "000", "sec. 4.2, Table 3",
           "The nearest circuits of an animal noun include other animals",
           "5 of 10 neighbours of 'dog' are other animals",
-          "at least 3 of 10 neighbours are other animals (penultimate layer)", dog_neighbours_are_animals),
+          "other animals among the 10 neighbours above the animals' share of the database (penultimate layer): "
+          "the exact binomial interval of the share above that chance", dog_neighbours_are_animals),
     Claim("s000-nie-noun", "000", "sec. 4.3, Fig. 7",
           "Patching FFN circuits at the noun moves a fact more than patching at the final token",
-          "noun > final", "comparison of the mean NIE over single layers", nie_noun_vs_final),
+          "noun > final", "the 95% interval (over fact pairs) of the mean single-layer NIE at the noun minus at the "
+          "final token above 0; null: gelu-stories", nie_noun_vs_final),
     Claim("s000-nie-layer", "000", "sec. 4.3, Fig. 7",
           "Among single layers, patching the second layer has the strongest effect",
-          "the second layer (layer 1 from 0)", "the largest single-layer NIE at the noun is layer 1", nie_strongest_layer),
+          "the second layer (layer 1 from 0)", "the 95% interval (over fact pairs) of layer 1's NIE at the noun minus the best other layer's above 0; null: "
+          "gelu-stories", nie_strongest_layer),
     Claim("s000-nie-all", "000", "sec. 4.3, Fig. 7",
           "Patching all layers together has an outsized effect (the layers work in conjunction)",
-          "all layers far above any single layer", "NIE of all layers >= 1.5x the best single layer (noun)", nie_all_layers),
+          "all layers far above any single layer", "the 95% interval (over fact pairs) of the all-layer NIE over the best single layer's (noun) above 1.5; null: "
+          "gelu-stories", nie_all_layers),
     Claim("s000-nie-moderate", "000", "sec. 4.3, Fig. 7",
           "The effects of patching single layers are of moderate magnitude",
-          "moderate (facts are also stored elsewhere)", "largest single-layer NIE between 0.05 and 0.6", nie_moderate),
+          "moderate (facts are also stored elsewhere)", "the 95% interval (over fact pairs) of the largest single-layer NIE within 0.05-0.6; null: gelu-stories",
+          nie_moderate),
     Claim("s000-neurons-used", "000", "app. C.1, Fig. 8",
           "Almost all sgatlin neurons are used", "almost all",
           "every layer uses >= 90% of its neurons on the held-out sample", neurons_used),

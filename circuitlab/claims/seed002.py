@@ -9,9 +9,21 @@ from __future__ import annotations
 import math
 from typing import Any
 
+import circuitlab.claims.seed002_sweep as sweep
 from circuitlab.claims.context import Context
-from circuitlab.claims.rows import NOT_MEASURED, PARITY_PPL_RATIO, REPRODUCED, Claim, Outcome, holds, percent_verdict
-from circuitlab.errors import UserError
+from circuitlab.claims.rows import (
+    NOT_MEASURED, PARITY_PPL_RATIO, Claim, Outcome, decide, judged, no_interval, percent_range,
+)
+from circuitlab.claims.seed002_sweep import PAPER_ON, PRESSURED, REGIMES, SWEEP_MISSING  # noqa: F401 (exported)
+from circuitlab.stats import Estimate
+
+ONE_MODEL = "one model; the per-token values are not kept"
+
+
+def _within(value: float, low: float, high: float | None = None) -> bool:
+    """The percentage rule on a point value: inside the paper's range widened by PERCENT_TOLERANCE."""
+    lo, hi = percent_range(low, high)
+    return lo <= round(value, 1) <= hi
 
 
 def _legible_summary(context: Context) -> dict[str, Any]:
@@ -22,9 +34,21 @@ def _legible_summary(context: Context) -> dict[str, Any]:
     return {row["surface"]: row for row in summary.to_dict("records") if row.get("family", "operator") == "operator"}
 
 
+CENTRED_NULL = "no pressure (results/legible-sweep)"
+
+
+def _centred_null(context: Context, surface: str, column: str) -> dict[str, float | None]:
+    """The centred sweep's no-pressure model's value of the same column: the shipped model's null."""
+    models = sweep.sweep_models(context, "legible_sweep_centred")
+    if not models or "none" not in models:
+        return {CENTRED_NULL: None}
+    return {CENTRED_NULL: round(float(sweep.operator_summary(models["none"], surface)[column]), 1)}
+
+
 def _percent_row(context: Context, surface: str, column: str, label: str, low: float, high: float | None = None) -> Outcome:
     value = float(_legible_summary(context)[surface][column])
-    return Outcome(f"{value:.1f}% {label}", percent_verdict(value, low, high), round(value, 1))
+    return decide(f"{value:.1f}% {label}", Estimate(round(value, 1)), percent_range(low, high), "within",
+                  _centred_null(context, surface, column), why=ONE_MODEL)
 
 
 def attention_selective(context: Context) -> Outcome:
@@ -60,7 +84,9 @@ def ffn_alive(context: Context) -> Outcome:
     summary = _legible_summary(context)
     ffn, attention = float(summary["ffn"]["alive"]), float(summary["attention"]["alive"])
     ours = f"{ffn:.1f}% of FFN and {attention:.1f}% of attention operand channels alive (ON for 1-99% of tokens)"
-    return Outcome(ours, holds(round(ffn, 1) >= 50 and round(attention, 1) >= 50), round(ffn, 1))
+    if round(attention, 1) < 50:  # both surfaces must be alive; the FFN's number is the row's estimate
+        return no_interval(ours, round(ffn, 1), False, ONE_MODEL, _centred_null(context, "ffn", "alive"))
+    return decide(ours, Estimate(round(ffn, 1)), 50.0, ">", _centred_null(context, "ffn", "alive"), why=ONE_MODEL)
 
 
 def attention_depth(context: Context) -> Outcome:
@@ -72,7 +98,7 @@ def attention_depth(context: Context) -> Outcome:
     middle = len(selective) // 2
     shallow, deep = sum(selective[:middle]) / max(middle, 1), sum(selective[middle:]) / max(len(selective) - middle, 1)
     ours = "SELECTIVE by layer " + ", ".join(f"{v}%" for v in selective) + f" (shallow half {shallow:.0f}%, deep half {deep:.0f}%)"
-    return Outcome(ours, holds(round(deep) > round(shallow)), round(deep - shallow))
+    return no_interval(ours, round(deep - shallow), round(deep) > round(shallow), ONE_MODEL)
 
 
 def ffn_crisp_every_layer(context: Context) -> Outcome:
@@ -81,7 +107,8 @@ def ffn_crisp_every_layer(context: Context) -> Outcome:
     by_layer = legibility_by_layer(context.legible_stats)
     operands = by_layer[(by_layer["surface"] == "ffn") & (by_layer["family"] == "operator")]  # A and B, as Table 5
     crisp = [round(v * 100, 1) for v in operands.sort_values("layer")["atom_crisp"]]
-    return Outcome("operand crispness by layer " + ", ".join(f"{v:.1f}%" for v in crisp), holds(min(crisp) > 50), min(crisp))
+    return no_interval("operand crispness by layer " + ", ".join(f"{v:.1f}%" for v in crisp), min(crisp), min(crisp) > 50,
+                       ONE_MODEL)
 
 
 def legible_share(table: Any) -> dict[str, float]:
@@ -105,13 +132,14 @@ def legible_attribution(context: Context) -> Outcome:
     table = context.legible_dla
     share = round(legible_share(table)["legible"] * 100, 1)
     ours = f"{share:.1f}% of |DLA| of {table.attrs['target']!r} after 'The turtle was' (named operators + bounded heads)"
-    return Outcome(ours, holds(abs(share - 75) <= 15), share)
+    return no_interval(ours, share, abs(share - 75) <= 15, "one prompt")
 
 
 def attention_weak(context: Context) -> Outcome:
     share = legible_share(context.legible_dla)
     ours = f"largest |head| {share['max_head']:.2f} vs largest FFN unit {share['max_unit']:+.2f}"
-    return Outcome(ours, holds(round(share["max_head"], 2) < round(share["max_unit"], 2)), round(share["max_head"], 2))
+    return no_interval(ours, round(share["max_head"], 2), round(share["max_head"], 2) < round(share["max_unit"], 2),
+                       "one prompt")
 
 
 def quality_parity(context: Context) -> Outcome:
@@ -121,234 +149,270 @@ def quality_parity(context: Context) -> Outcome:
     distribution of. The generated held-out stories come from today's story generator, which `legible-stories`
     trained on and the older shipped models (trained on its 71-frame predecessor) did not, so their generated
     perplexities are printed for reference, not judged."""
-    legible, gelu = context.held_out_loss("legible-stories"), context.held_out_loss("gelu-stories")
-    ratios = {name: math.exp(legible[name] - gelu[name]) for name in ("natural", "generated")}
-    ours = "; ".join(f"{name} held-out ppl {math.exp(legible[name]):.2f} vs GELU {math.exp(gelu[name]):.2f} "
-                     f"({ratio:.3f}x)" for name, ratio in ratios.items())
+    import numpy as np
+
+    from circuitlab.stats import Estimate, bootstrap_difference
+
+    legible, gelu = context.held_out_window_losses("legible-stories"), context.held_out_window_losses("gelu-stories")
+    ratios = {}
+    for name in ("natural", "generated"):
+        (a_sum, a_count), (b_sum, b_count) = legible[name], gelu[name]
+        diff = bootstrap_difference(a_sum, a_count, b_sum, b_count)
+        ratios[name] = Estimate(*(float(np.exp(x)) for x in (diff.value, diff.low, diff.high))) if diff.low is not None \
+            else Estimate(float(np.exp(diff.value)))
+    loss = {name: {m: sum(s) / sum(c) for m, (s, c) in (("legible", legible[name]), ("gelu", gelu[name]))}
+            for name in ratios}
+    ours = "; ".join(f"{name} held-out ppl {math.exp(loss[name]['legible']):.2f} vs GELU {math.exp(loss[name]['gelu']):.2f} "
+                     f"({ratio.value:.3f}x)" for name, ratio in ratios.items())
     ours += " (same windows for both; judged on natural text)"
-    return Outcome(ours, holds(round(ratios["natural"], 3) <= PARITY_PPL_RATIO), round(ratios["natural"], 3))
+    natural = ratios["natural"]
+    rounded = Estimate(round(natural.value, 3), natural.low, natural.high)
+    return judged(ours, rounded, PARITY_PPL_RATIO, "<",
+                  note=f"paired bootstrap over {len(legible['natural'][0])} natural held-out windows")
 
 
-# the rows below read seed 002's pressure sweep (results/legible-sweep/legibility_regimes.json)
-SWEEP_MISSING = ("needs the pressure sweep's results (results/legible-sweep/legibility_regimes.json of "
-                 "`circuitlab report legibility`: no pressure, sparsity alone, crispness alone, both)")
-REGIMES = ("none", "sparsity alone", "crispness alone", "both pressures")
-PRESSURED = REGIMES[1:]
-# seed 002's operand ON rates per regime (percent): Table 1 (attention, Boolean head-100), Table 5 (NC-FFN)
-PAPER_ON = {"attention": {"sparsity alone": 2.2, "crispness alone": 12.1, "both pressures": 0.9},
-            "ffn": {"none": 0.9, "crispness alone": 32.7, "both pressures": 3.5}}
+# rows on the paper's configuration, read from the uncentred sweep (seed002_sweep), and on the centred one
+PAPER_FIELD, CENTRED_FIELD = "legible_sweep", "legible_sweep_centred"
+CENTRED_SHIPPED = "centred operands (the shipped legible-stories)"
+CENTRED_SWEEP = "centred operands (results/legible-sweep)"
 
 
-def _sweep_models(context: Context) -> dict[str, dict[str, Any]] | None:
-    """The sweep's models by regime, or None when no sweep results are given."""
-    record = context.result_file("legible_sweep")
-    if record is None:
-        return None
-    models = record.get("models")
-    if not isinstance(models, list) or not all(isinstance(m, dict) and "regime" in m for m in models):
-        raise UserError(f"{context.legible_sweep}: 'models' must be a list of models with a 'regime'")
-    return {model["regime"]: model for model in models}
+def paper_attention_selective(context: Context) -> Outcome:
+    return sweep.e2e("attention", "selective", "SELECTIVE (combined values)", 30, 35)(context, PAPER_FIELD)
 
 
-def _operator_summary(model: dict[str, Any], surface: str) -> dict[str, Any]:
-    """The operator family's summary row of one surface (Tables 1 and 5 leave the quantifiers out)."""
-    for row in model.get("summary", []):
-        if row.get("surface") == surface and row.get("family", "operator") == "operator":
-            return row
-    raise UserError(f"sweep model {model.get('name', '?')!r} has no {surface} operator summary")
+def paper_attention_constant(context: Context) -> Outcome:
+    return sweep.e2e("attention", "constant", "CONSTANT (combined values)", 64, 69)(context, PAPER_FIELD)
 
 
-def _sweep_regime(context: Context, regime: str) -> dict[str, Any] | Outcome:
-    """The regime's model, or a "not measured" outcome saying what is missing."""
-    models = _sweep_models(context)
-    if models is None:
-        return Outcome("-", NOT_MEASURED, None, SWEEP_MISSING)
-    if regime not in models:
-        return Outcome("-", NOT_MEASURED, None, f"the pressure sweep has no {regime!r} model")
-    return models[regime]
+def paper_attention_crisp(context: Context) -> Outcome:
+    return sweep.e2e("attention", "atom_crisp", "of operand values crisp", 63, 73)(context, PAPER_FIELD)
+
+
+def paper_attention_on(context: Context) -> Outcome:
+    return sweep.e2e("attention", "on_percent", "of operand values ON", 12)(context, PAPER_FIELD)
+
+
+def paper_ffn_crisp(context: Context) -> Outcome:
+    return sweep.e2e("ffn", "atom_crisp", "of operand values crisp", 91)(context, PAPER_FIELD)
+
+
+def paper_ffn_on(context: Context) -> Outcome:
+    return sweep.e2e("ffn", "on_percent", "of operand values ON", 32.7)(context, PAPER_FIELD)
+
+
+def paper_ffn_selective(context: Context) -> Outcome:
+    return sweep.e2e("ffn", "selective_operands", "of operand channels SELECTIVE", 25)(context, PAPER_FIELD)
+
+
+def paper_ffn_alive(context: Context) -> Outcome:
+    return sweep.alive(context, PAPER_FIELD)
+
+
+def paper_attention_depth(context: Context) -> Outcome:
+    return sweep.e2e_depth(context, PAPER_FIELD)
+
+
+def paper_ffn_crisp_every_layer(context: Context) -> Outcome:
+    return sweep.ffn_crisp_every_layer(context, PAPER_FIELD)
+
+
+def _weights_not_kept(context: Context, why: str) -> Outcome:
+    model = sweep.regime(context, "crispness alone", PAPER_FIELD)
+    if isinstance(model, Outcome):
+        return model
+    return Outcome("-", NOT_MEASURED, None, f"the weights of the uncentred crispness-alone model ({model['name']}) "
+                   f"were not kept: {why}")
+
+
+def paper_quality(context: Context) -> Outcome:
+    return _weights_not_kept(context, "its recorded held-out loss is on other windows than gelu-stories'")
+
+
+def paper_legible_share(context: Context) -> Outcome:
+    return _weights_not_kept(context, "its mean share over held-out positions is row s002-sweep-legible-share")
+
+
+def paper_attention_weak(context: Context) -> Outcome:
+    return _weights_not_kept(context, "no attribution of single heads and units is kept in the results file")
 
 
 def sweep_both_collapse(context: Context) -> Outcome:
-    model = _sweep_regime(context, "both pressures")
-    if isinstance(model, Outcome):
-        return model
-    attention = float(_operator_summary(model, "attention")["on_percent"])
-    ffn = float(_operator_summary(model, "ffn")["on_percent"])
-    ours = f"{model['name']}: operands ON {attention:.1f}% (attention), {ffn:.2f}% (FFN)"
-    verdict = holds(percent_verdict(attention, 0.2, 0.9) == REPRODUCED and percent_verdict(ffn, 1.9, 3.5) == REPRODUCED)
-    return Outcome(ours, verdict, round(ffn, 2))
+    return sweep.both_collapse(context, PAPER_FIELD)
 
 
 def sweep_plain_illegible(context: Context) -> Outcome:
-    model = _sweep_regime(context, "none")
-    if isinstance(model, Outcome):
-        return model
-    ffn = _operator_summary(model, "ffn")
-    crisp, selective = float(ffn["atom_crisp"]), float(ffn["selective_operands"])
-    ours = f"{model['name']}: FFN op-crisp {crisp:.1f}%, SELECTIVE {selective:.1f}% of operand channels"
-    verdict = holds(percent_verdict(crisp, 50) == REPRODUCED and percent_verdict(selective, 0) == REPRODUCED)
-    return Outcome(ours, verdict, round(crisp, 1))
+    return sweep.plain_illegible(context, PAPER_FIELD)
 
 
 def sweep_sparsity_inert(context: Context) -> Outcome:
-    plain, sparse = _sweep_regime(context, "none"), _sweep_regime(context, "sparsity alone")
-    for model in (plain, sparse):
-        if isinstance(model, Outcome):
-            return model
-    before, after = (float(_operator_summary(m, "ffn")["atom_crisp"]) for m in (plain, sparse))
-    ours = f"FFN op-crisp {before:.1f}% (no pressure) -> {after:.1f}% (sparsity alone)"
-    return Outcome(ours, percent_verdict(after, 51), round(after, 1),
-                   "the sweep's sparsity presses the operands (Table 5's presses the operator output)")
-
-
-def _on_rates(context: Context, surface: str) -> Outcome:
-    models = _sweep_models(context)
-    if models is None:
-        return Outcome("-", NOT_MEASURED, None, SWEEP_MISSING)
-    paper = PAPER_ON[surface]
-    missing = [regime for regime in paper if regime not in models]
-    if missing:
-        return Outcome("-", NOT_MEASURED, None, f"the pressure sweep has no {', '.join(missing)} model")
-    ours = {regime: float(_operator_summary(models[regime], surface)["on_percent"]) for regime in paper}
-    text = "; ".join(f"{regime} {ours[regime]:.1f}% (paper {paper[regime]}%)" for regime in paper)
-    verdict = holds(all(percent_verdict(ours[regime], paper[regime]) == REPRODUCED for regime in paper))
-    return Outcome(text, verdict, round(ours["crispness alone"], 1))
+    return sweep.sparsity_inert(context, PAPER_FIELD)
 
 
 def sweep_attention_on(context: Context) -> Outcome:
-    return _on_rates(context, "attention")
+    return sweep.on_rates(context, PAPER_FIELD, "attention")
 
 
 def sweep_ffn_on(context: Context) -> Outcome:
-    return _on_rates(context, "ffn")
+    return sweep.on_rates(context, PAPER_FIELD, "ffn")
 
 
 def sweep_crispness_keeps_on(context: Context) -> Outcome:
-    models = _sweep_models(context)
-    if models is None:
-        return Outcome("-", NOT_MEASURED, None, SWEEP_MISSING)
-    if "crispness alone" not in models or len(models) < 2:
-        return Outcome("-", NOT_MEASURED, None, "the pressure sweep needs the crispness-alone model and another regime")
-    parts, highest = [], True
-    for surface in ("attention", "ffn"):
-        on = {regime: round(float(_operator_summary(model, surface)["on_percent"]), 1)
-              for regime, model in models.items()}
-        highest &= all(on["crispness alone"] > value for regime, value in on.items() if regime != "crispness alone")
-        parts.append(f"{surface}: " + ", ".join(f"{regime} {value:.1f}%" for regime, value in on.items()))
-    return Outcome("operands ON " + "; ".join(parts), holds(highest))
-
-
-def _depth_halves(model: dict[str, Any]) -> tuple[list[float], float, float]:
-    """Attention SELECTIVE (combined values, percent) by layer, and the mean of the shallow and deep halves."""
-    rows = sorted((r for r in model.get("by_layer", []) if r.get("surface") == "attention"
-                   and r.get("family", "operator") == "operator"), key=lambda r: r["layer"])
-    if len(rows) < 2:
-        raise UserError(f"sweep model {model.get('name', '?')!r} has fewer than 2 attention layers in 'by_layer'")
-    selective = [round(100 * float(r["selective"]), 1) for r in rows]
-    middle = len(selective) // 2
-    return selective, sum(selective[:middle]) / middle, sum(selective[middle:]) / (len(selective) - middle)
+    return sweep.crispness_keeps_on(context, PAPER_FIELD)
 
 
 def sweep_depth(context: Context) -> Outcome:
-    models = _sweep_models(context)
-    if models is None:
-        return Outcome("-", NOT_MEASURED, None, SWEEP_MISSING)
-    pressured = [regime for regime in PRESSURED if regime in models]
-    if not pressured:
-        return Outcome("-", NOT_MEASURED, None, "the pressure sweep has no pressured model")
-    parts, rises = [], True
-    for regime in pressured:
-        selective, shallow, deep = _depth_halves(models[regime])
-        rises &= round(deep) > round(shallow)
-        parts.append(f"{regime} {'/'.join(f'{v:.0f}' for v in selective)}% (shallow {shallow:.0f}, deep {deep:.0f})")
-    return Outcome("attention SELECTIVE by layer: " + "; ".join(parts), holds(rises))
+    return sweep.depth(context, PAPER_FIELD)
 
 
 def sweep_legible_share(context: Context) -> Outcome:
-    model = _sweep_regime(context, "crispness alone")
-    if isinstance(model, Outcome):
-        return model
-    attribution = model.get("attribution") or {}
-    if "share_mean" not in attribution:
-        return Outcome("-", NOT_MEASURED, None, f"sweep model {model['name']!r} has no logit attribution")
-    share = round(100 * float(attribution["share_mean"]), 1)
-    parts = attribution.get("parts_mean", {})
-    detail = ", ".join(f"{name.replace('_', ' ')} {100 * float(v):.1f}%" for name, v in parts.items())
-    ours = (f"{model['name']}: {share:.1f}% legible, mean over {attribution.get('n_positions', '?')} held-out "
-            f"positions ({detail})")
-    return Outcome(ours, holds(abs(share - 75) <= 15), share)
+    return sweep.legible_share(context, PAPER_FIELD)
 
 
-CLAIMS: tuple[Claim, ...] = (
-    Claim("s002-attn-selective", "002", "sec. 5.4, Fig. 2b",
-          "In the end-to-end model (crispness alone), a third of the attention value channels are SELECTIVE",
-          "30-35% SELECTIVE", "percentage rule", attention_selective),
-    Claim("s002-attn-constant", "002", "sec. 5.4, Fig. 2b",
-          "... and about two thirds are CONSTANT", "64-69% CONSTANT", "percentage rule", attention_constant),
-    Claim("s002-attn-crisp", "002", "sec. 5.4",
-          "The end-to-end attention operands are crisp", "63-73% crisp", "percentage rule", attention_crisp),
-    Claim("s002-attn-on", "002", "sec. 5.4",
-          "Under crispness alone the attention operands stay alive", "ON 12%", "percentage rule", attention_on),
-    Claim("s002-attn-depth", "002", "abstract, sec. 4.2, Fig. 2a, 3 and 4",
-          "Attention legibility rises with depth",
-          "deep half 70-95% SELECTIVE (specialised designs); end-to-end: shallow near 0, peak 87-88% at layers 8-9",
-          "the deep half's mean SELECTIVE exceeds the shallow half's", attention_depth),
-    Claim("s002-ffn-crisp", "002", "sec. 5.3, Table 5",
-          "Crispness alone makes the NC-FFN operands crisp", "op-crisp 91% (25% operators, as ours)", "percentage rule", ffn_crisp),
-    Claim("s002-ffn-on", "002", "sec. 5.3, Table 5",
-          "Crispness alone keeps the NC-FFN operators alive", "ON 32.7% (25% operators)", "percentage rule", ffn_on),
-    Claim("s002-ffn-selective", "002", "sec. 5.3, Table 5",
-          "Crispness alone gives the most SELECTIVE FFN operands", "SELECTIVE 25% (25% operators)",
-          "percentage rule (regime read on the operands)", ffn_selective),
+def sweep_both_collapse_centred(context: Context) -> Outcome:
+    return sweep.both_collapse(context, CENTRED_FIELD)
+
+
+def sweep_plain_illegible_centred(context: Context) -> Outcome:
+    return sweep.plain_illegible(context, CENTRED_FIELD)
+
+
+def sweep_sparsity_inert_centred(context: Context) -> Outcome:
+    return sweep.sparsity_inert(context, CENTRED_FIELD)
+
+
+def sweep_attention_on_centred(context: Context) -> Outcome:
+    return sweep.on_rates(context, CENTRED_FIELD, "attention")
+
+
+def sweep_ffn_on_centred(context: Context) -> Outcome:
+    return sweep.on_rates(context, CENTRED_FIELD, "ffn")
+
+
+def sweep_crispness_keeps_on_centred(context: Context) -> Outcome:
+    return sweep.crispness_keeps_on(context, CENTRED_FIELD)
+
+
+def sweep_depth_centred(context: Context) -> Outcome:
+    return sweep.depth(context, CENTRED_FIELD)
+
+
+def sweep_legible_share_centred(context: Context) -> Outcome:
+    return sweep.legible_share(context, CENTRED_FIELD)
+
+
+_RANGE = "the 95% interval (over heads or layers) inside the paper's range widened by 5 points; null: the sweep's no-pressure model"
+_SHIPPED = "percentage rule on the shipped model's point value (no interval: the per-token values are not kept)"
+
+# (id, place, claim, paper, rule, paper-config measure, centred measure, centred rule)
+_E2E = (
+    ("s002-attn-selective", "sec. 5.4, Fig. 2b",
+     "In the end-to-end model (crispness alone), a third of the attention value channels are SELECTIVE",
+     "30-35% SELECTIVE", paper_attention_selective, attention_selective),
+    ("s002-attn-constant", "sec. 5.4, Fig. 2b", "... and about two thirds are CONSTANT", "64-69% CONSTANT",
+     paper_attention_constant, attention_constant),
+    ("s002-attn-crisp", "sec. 5.4", "The end-to-end attention operands are crisp", "63-73% crisp",
+     paper_attention_crisp, attention_crisp),
+    ("s002-attn-on", "sec. 5.4", "Under crispness alone the attention operands stay alive", "ON 12%",
+     paper_attention_on, attention_on),
+    ("s002-ffn-crisp", "sec. 5.3, Table 5", "Crispness alone makes the NC-FFN operands crisp",
+     "op-crisp 91% (25% operators, as ours)", paper_ffn_crisp, ffn_crisp),
+    ("s002-ffn-on", "sec. 5.3, Table 5", "Crispness alone keeps the NC-FFN operators alive", "ON 32.7% (25% operators)",
+     paper_ffn_on, ffn_on),
+    ("s002-ffn-selective", "sec. 5.3, Table 5", "Crispness alone gives the most SELECTIVE FFN operands",
+     "SELECTIVE 25% (25% operators)", paper_ffn_selective, ffn_selective),
+)
+
+CLAIMS: tuple[Claim, ...] = tuple(
+    Claim(claim_id, "002", place, claim, paper, _RANGE, measure) for claim_id, place, claim, paper, measure, _ in _E2E
+) + (
     Claim("s002-ffn-alive", "002", "sec. 5.3 (ON read per channel)",
-          "Crispness alone keeps operand channels alive, not stuck on or off",
-          "alive (no per-channel number)",
-          "at least half of the FFN and of the attention operand channels are ON for 1-99% of tokens", ffn_alive),
-    Claim("s002-ffn-every-depth", "002", "sec. 5.4, Fig. 3",
-          "The feed-forward operands are crisp at every depth", "crisp at every depth",
-          "operand crispness > 50% in every layer", ffn_crisp_every_layer),
+          "Crispness alone keeps operand channels alive, not stuck on or off", "alive (no per-channel number)",
+          "the 95% interval of the share of FFN and of attention operand channels ON for 1-99% of tokens above 50% "
+          "(over layers / heads); null: the no-pressure model", paper_ffn_alive),
+    Claim("s002-attn-depth", "002", "abstract, sec. 4.2, Fig. 2a, 3 and 4", "Attention legibility rises with depth",
+          "deep half 70-95% SELECTIVE (specialised designs); end-to-end: shallow near 0, peak 87-88% at layers 8-9",
+          "the 95% interval of the deep half's mean attention SELECTIVE minus the shallow half's above 0 (heads of "
+          "each half resampled); null: the no-pressure model", paper_attention_depth),
+    Claim("s002-ffn-every-depth", "002", "sec. 5.4, Fig. 3", "The feed-forward operands are crisp at every depth",
+          "crisp at every depth", "operand crispness > 50% in every layer (one rate per layer: no interval)",
+          paper_ffn_crisp_every_layer),
     Claim("s002-legible-share", "002", "sec. 5.5, Fig. 5",
           "Most of a prediction's direct logit attribution is carried by named units and bounded heads",
-          "about three-quarters", "within 15 points of 75%", legible_attribution),
+          "about three-quarters", "within 15 points of 75%", paper_legible_share),
     Claim("s002-attn-weak", "002", "sec. 5.5, Fig. 5",
           "Attention contributes less to a prediction than the largest FFN units",
-          "largest |head| 0.77 vs FFN +2.14", "largest |head| below the largest FFN unit", attention_weak),
+          "largest |head| 0.77 vs FFN +2.14", "largest |head| below the largest FFN unit", paper_attention_weak),
     Claim("s002-quality", "002", "abstract, sec. 5.2, Tables 4 and 7",
           "The end-to-end legible model is at the quality of a GELU baseline",
           "parity band (LAMBADA 0.25-0.26, ppl 109-116 vs 109)",
-          "natural held-out perplexity within 10% of gelu-stories' on the same windows", quality_parity),
+          "the 95% interval of the natural held-out perplexity ratio to gelu-stories below 1.10", paper_quality),
     Claim("s002-both-collapse", "002", "sec. 4.2, Table 1; sec. 5.3, Table 5",
           "Both pressures together starve Boolean operators into a constant-off collapse",
           "ON 0.2-0.9% (attention), 1.9-3.5% (FFN)",
-          "percentage rule on the both-pressures model of the sweep, on both surfaces", sweep_both_collapse),
-    Claim("s002-plain-illegible", "002", "sec. 5.3, Table 5",
-          "Without pressure the FFN operands are illegible", "op-crisp about 50%, SELECTIVE about 0%",
-          "percentage rule on the no-pressure model of the sweep (op-crisp 50%, SELECTIVE operand channels 0%)",
-          sweep_plain_illegible),
+          "ON rates of the both-pressures model within the paper's ranges +- 5 points on both surfaces (95% intervals "
+          "over heads / layers); null: the no-pressure model", sweep_both_collapse),
+    Claim("s002-plain-illegible", "002", "sec. 5.3, Table 5", "Without pressure the FFN operands are illegible",
+          "op-crisp about 50%, SELECTIVE about 0%",
+          "the no-pressure model's FFN op-crisp within 45-55% and SELECTIVE operand channels within 0-5% (95% "
+          "intervals over layers)", sweep_plain_illegible),
     Claim("s002-sparsity-inert", "002", "sec. 5.3, Table 5",
           "Sparsity on the operator output does not crispen the operands", "op-crisp 50% -> 51%",
-          "percentage rule (51%) on the op-crisp of the sweep's sparsity-alone model", sweep_sparsity_inert),
-    Claim("s002-sweep-attn-on", "002", "sec. 4.2, Table 1",
-          "Operand ON rates of the attention under each pressure regime",
+          "the sparsity-alone model's FFN op-crisp within 46-56% (95% interval over layers)", sweep_sparsity_inert),
+    Claim("s002-sweep-attn-on", "002", "sec. 4.2, Table 1", "Operand ON rates of the attention under each pressure regime",
           "ON 2.2% (sparsity alone), 12.1% (crispness alone), 0.9% (both)",
-          "percentage rule in each of the three regimes of the sweep", sweep_attention_on),
-    Claim("s002-sweep-ffn-on", "002", "sec. 5.3, Table 5",
-          "Operand ON rates of the NC-FFN under each pressure regime",
+          "each regime's ON rate within the paper's +- 5 points (95% intervals over heads)", sweep_attention_on),
+    Claim("s002-sweep-ffn-on", "002", "sec. 5.3, Table 5", "Operand ON rates of the NC-FFN under each pressure regime",
           "ON 0.9% (none), 32.7% (crispness alone), 3.5% (both)",
-          "percentage rule in each of the three regimes of the sweep", sweep_ffn_on),
+          "each regime's ON rate within the paper's +- 5 points (95% intervals over layers)", sweep_ffn_on),
     Claim("s002-sweep-crisp-alive", "002", "sec. 4.2, Table 1; sec. 5.3, Table 5",
           "Crispness alone keeps the most operands ON, on both surfaces",
           "attention 12.1% vs 2.2% and 0.9%; FFN 32.7% vs 0.9% and 3.5%",
-          "the crispness-alone model's ON rate exceeds every other regime's of the sweep, attention and FFN (as printed)",
+          "the 95% interval of the crispness-alone ON rate minus every other regime's above 0, attention and FFN",
           sweep_crispness_keeps_on),
     Claim("s002-sweep-depth", "002", "abstract, sec. 4.2, Fig. 2a",
           "Under selectivity pressure, attention SELECTIVE rises with depth",
           "deep half 70-95% SELECTIVE, shallow layers lower",
-          "in every pressured regime of the sweep the deep half's mean attention SELECTIVE exceeds the shallow half's",
+          "in every pressured regime the 95% interval of deep-half minus shallow-half attention SELECTIVE above 0",
           sweep_depth),
     Claim("s002-sweep-legible-share", "002", "sec. 5.5, Fig. 5",
           "About three quarters of the logit attribution is legible, averaged over held-out text",
           "about three-quarters (one prediction)",
-          "mean legible share of the crispness-alone model over held-out positions within 15 points of 75%",
+          "mean legible share of the crispness-alone model within 15 points of 75% (the file keeps no interval)",
           sweep_legible_share),
+) + tuple(
+    Claim(f"{claim_id}-centred", "002", place, claim, paper, _SHIPPED, measure, config=CENTRED_SHIPPED)
+    for claim_id, place, claim, paper, _, measure in _E2E
+) + (
+    Claim("s002-ffn-alive-centred", "002", "sec. 5.3 (ON read per channel)",
+          "Crispness alone keeps operand channels alive, not stuck on or off", "alive (no per-channel number)",
+          "at least half of the FFN and attention operand channels ON for 1-99% of tokens (point value)", ffn_alive,
+          config=CENTRED_SHIPPED),
+    Claim("s002-attn-depth-centred", "002", "abstract, sec. 4.2, Fig. 2a, 3 and 4",
+          "Attention legibility rises with depth", "deep half above shallow half",
+          "the deep half's mean SELECTIVE exceeds the shallow half's (point value)", attention_depth,
+          config=CENTRED_SHIPPED),
+    Claim("s002-ffn-every-depth-centred", "002", "sec. 5.4, Fig. 3", "The feed-forward operands are crisp at every depth",
+          "crisp at every depth", "operand crispness > 50% in every layer (point value)", ffn_crisp_every_layer,
+          config=CENTRED_SHIPPED),
+    Claim("s002-legible-share-centred", "002", "sec. 5.5, Fig. 5",
+          "Most of a prediction's direct logit attribution is carried by named units and bounded heads",
+          "about three-quarters", "within 15 points of 75% (one prompt)", legible_attribution, config=CENTRED_SHIPPED),
+    Claim("s002-attn-weak-centred", "002", "sec. 5.5, Fig. 5",
+          "Attention contributes less to a prediction than the largest FFN units",
+          "largest |head| 0.77 vs FFN +2.14", "largest |head| below the largest FFN unit (one prompt)", attention_weak,
+          config=CENTRED_SHIPPED),
+    Claim("s002-quality-centred", "002", "abstract, sec. 5.2, Tables 4 and 7",
+          "The end-to-end legible model is at the quality of a GELU baseline",
+          "parity band (LAMBADA 0.25-0.26, ppl 109-116 vs 109)",
+          "the 95% interval of the natural held-out perplexity ratio to gelu-stories below 1.10 (paired bootstrap over "
+          "windows)", quality_parity, config=CENTRED_SHIPPED),
+)
+_CENTRED_SWEEP = {measure.__name__: measure for measure in (
+    sweep_both_collapse_centred, sweep_plain_illegible_centred, sweep_sparsity_inert_centred, sweep_attention_on_centred,
+    sweep_ffn_on_centred, sweep_crispness_keeps_on_centred, sweep_depth_centred, sweep_legible_share_centred)}
+CLAIMS += tuple(
+    Claim(f"{claim.id}-centred", "002", claim.place, claim.claim, claim.paper, claim.rule,
+          _CENTRED_SWEEP[f"{claim.measure.__name__}_centred"], config=CENTRED_SWEEP)
+    for claim in CLAIMS if claim.config == "paper" and f"{claim.measure.__name__}_centred" in _CENTRED_SWEEP
 )
