@@ -101,8 +101,8 @@ def test_hook_q_is_read_by_qk_norm_and_rope():
 @pytest.mark.parametrize("name", ["gelu-stories", "legible-stories", "parity-stories", "sgatlin-stories"])
 def test_shipped_models_load_and_give_the_logits_recorded_before_the_hook_changes(name):
     """Moving hooks (hook_q before RoPE, hook_mlp_out after the bottleneck) changed no computation: the
-    shipped models give the logits recorded with the code before it (legible-stories and parity-stories were
-    replaced later and recorded when they were shipped, so they pin their weights and the forward pass)."""
+    shipped models give the logits recorded with the code before it. Models replaced later were recorded when
+    they were shipped (scripts/record_shipped_logits.py), so the entries pin their weights and the forward pass."""
     import json
     from pathlib import Path
 
