@@ -99,7 +99,15 @@ def models_table() -> str:
     baselines_path = ROOT / "results" / "baselines" / "natural.json"
     baselines = json.loads(baselines_path.read_text()) if baselines_path.is_file() else None
     spans: dict[str, tuple[float, float]] = {}
+    reference_tokenizer = (ROOT / "models" / SHIPPED[0] / "tokenizer.json").read_bytes()
+    earlier = []
     for name in SHIPPED:
+        if (ROOT / "models" / name / "tokenizer.json").read_bytes() != reference_tokenizer:
+            earlier.append(name)  # trained before the shared mixture: its losses are on other tokens
+            metrics = json.loads((ROOT / "models" / name / "metrics.json").read_text())
+            lines.append(f"| `{name}` | earlier model, another tokenizer and mixture: not comparable "
+                         f"(results/models/{name}/NOTE.md) | {metrics['parameters'] / 1e6:.1f}M | | | | | | |")
+            continue
         metrics = json.loads((ROOT / "models" / name / "metrics.json").read_text())
         config = json.loads((ROOT / "models" / name / "config.json").read_text())
         ffn = config["feedforward"]["type"] + (" + parity bottleneck" if config.get("bottleneck") else "")
@@ -127,6 +135,8 @@ def models_table() -> str:
         notes.append(f"Counting alone on the same training text and tokenizer (`scripts/corpus_baselines.py`): unigram "
                      f"{_interval(b['unigram'])}, Kneser-Ney bigram {_interval(b['bigram'])}, Kneser-Ney trigram "
                      f"{_interval(b['trigram'])}.")
+    if earlier:
+        notes.append(f"Not retrained on the shared mixture: {', '.join(f'`{n}`' for n in earlier)} (its note says why).")
     if spans:
         notes.append("Between designs, where the seeds' intervals do not overlap: " + "; ".join(model_comparisons(spans)) + ".")
     return "\n".join(lines) + "\n" + "\n".join(notes) + "\n"

@@ -105,16 +105,16 @@ def train_log_figure(log: pandas.DataFrame) -> Any:
 
 def validation_curves(models_root: Path, results_root: Path, names: list[str]) -> pandas.DataFrame:
     """The validation loss each shipped model logged as it trained, one row per evaluation: model, seed, step,
-    tokens seen, loss. Seed 0 is the shipped folder's log (models_root/<name>/train_log.jsonl); the other
-    seeds are those kept in results_root/<name>/seed<N>/train_log.jsonl."""
+    tokens seen, loss. Every seed kept in results_root/<name>/seed<N>/train_log.jsonl (the record of the
+    latest training of all seeds); without a kept seed 0, the shipped folder's log
+    (models_root/<name>/train_log.jsonl)."""
     import pandas as pd
 
     frames = []
     for name in names:
-        logs = {0: models_root / name / "train_log.jsonl"}
-        for path in sorted((results_root / name).glob("seed*/train_log.jsonl")):
-            seed = int(path.parent.name.removeprefix("seed"))
-            logs.setdefault(seed, path)
+        logs = {int(path.parent.name.removeprefix("seed")): path
+                for path in (results_root / name).glob("seed*/train_log.jsonl")}
+        logs.setdefault(0, models_root / name / "train_log.jsonl")
         for seed, path in sorted(logs.items()):
             if not path.is_file():
                 continue

@@ -16,9 +16,11 @@ def write_log(path, evaluations, extra_lines=()):
 def test_curves_hold_each_seeds_evaluations_and_the_figure_one_trace_per_seed(tmp_path):
     models, results = tmp_path / "models", tmp_path / "results"
     write_log(models / "a" / "train_log.jsonl", [(10, 4.0), (20, 3.5)], ['{"step": 21, "loss"'])  # a cut line
-    write_log(results / "a" / "seed0" / "train_log.jsonl", [(10, 99.0)])  # the shipped folder's log wins
+    write_log(results / "b" / "seed0" / "train_log.jsonl", [(10, 5.5)])  # a kept seed 0 wins over the folder's
     write_log(results / "a" / "seed2" / "train_log.jsonl", [(10, 4.2), (20, 3.7), (30, 3.6)])
     write_log(models / "b" / "train_log.jsonl", [(10, 5.0)])
+    assert validation_curves(models, results, ["b"])["loss"].tolist() == [5.5]
+    (results / "b" / "seed0" / "train_log.jsonl").unlink()
     (models / "c").mkdir(parents=True)  # no log at all: left out
     curves = validation_curves(models, results, ["a", "b", "c"])
     assert curves[["model", "seed"]].drop_duplicates().values.tolist() == [["a", 0], ["a", 2], ["b", 0]]
