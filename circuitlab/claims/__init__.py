@@ -15,7 +15,7 @@ once a run writes one there:
 `scripts/claims.py` writes the file; `measure_claims` returns the rows; `read_claims` parses the file back.
 
 Modules: `rows` (claims, outcomes, rows and the verdict rules), `context` (the models and the analyses rows
-share), `seed000`, `seed002` and `seed003` (each seed's measuring functions and its rows), `registry` (every
+share), `seed000`, `seed002` (with `seed002_sweep`, and `seed002_null` on `selectivity`: SELECTIVE read against a pressure-free control) and `seed003` (each seed's measuring functions and its rows), `registry` (every
 claim in order, and measuring them) and `markdown` (writing and reading analyses/claims.md). Every public name
 is exported here, and a row names its measuring function by this package (`circuitlab.claims.parity_ablation`).
 
@@ -138,6 +138,20 @@ _LAZY = {
     "sweep_legible_share": "circuitlab.claims.seed002",
     "sweep_plain_illegible": "circuitlab.claims.seed002",
     "sweep_sparsity_inert": "circuitlab.claims.seed002",
+    "attention_selective_beyond_null": "circuitlab.claims.seed002_null",
+    "ffn_selective_beyond_null": "circuitlab.claims.seed002_null",
+    "attention_sparse_detectors": "circuitlab.claims.seed002_null",
+    "ffn_sparse_detectors": "circuitlab.claims.seed002_null",
+    "sweep_sparse_detectors": "circuitlab.claims.seed002_null",
+    "paper_attention_sparse": "circuitlab.claims.seed002_null",
+    "paper_ffn_sparse": "circuitlab.claims.seed002_null",
+    "paper_selective_beyond_null": "circuitlab.claims.seed002_null",
+    "control_selective": "circuitlab.claims.seed002_null",
+    "control_values": "circuitlab.claims.selectivity",
+    "pressure_free_stats": "circuitlab.claims.selectivity",
+    "crispness_cut": "circuitlab.claims.selectivity",
+    "selective_beyond": "circuitlab.claims.selectivity",
+    "sparse_detectors": "circuitlab.claims.selectivity",
     "ABLATION_SHARE": "circuitlab.claims.seed003",
     "PARITY_MISSING": "circuitlab.claims.seed003",
     "RECONSTRUCTION_LIMIT": "circuitlab.claims.seed003",

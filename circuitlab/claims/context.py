@@ -142,14 +142,39 @@ class Context:
         return database_usage(self.sgatlin_db)
 
     @cached_property
-    def legible_stats(self) -> Any:
-        from circuitlab.analysis.legibility import held_out_windows, legibility_stats
+    def legible_tokens(self) -> Any:
+        """The natural held-out windows seed 002's per-channel statistics are read on (every model alike)."""
+        from circuitlab.analysis.legibility import held_out_windows
         from circuitlab.data import load_natural_stories
 
-        model = self.model("legible-stories")
         texts = [story.text for story in load_natural_stories().held_out()]
-        tokens = held_out_windows(model, texts, seq_len=self.sizes.legibility_seq_len)[: self.sizes.legibility_windows]
-        return legibility_stats(model, tokens, progress=self.progress)
+        model = self.model("legible-stories")
+        return held_out_windows(model, texts, seq_len=self.sizes.legibility_seq_len)[: self.sizes.legibility_windows]
+
+    @cached_property
+    def legible_stats(self) -> Any:
+        from circuitlab.analysis.legibility import legibility_stats
+
+        return legibility_stats(self.model("legible-stories"), self.legible_tokens, progress=self.progress)
+
+    @cached_property
+    def random_legible_stats(self) -> Any:
+        """The same statistics of the shipped legible design, randomly initialised (seed 0): a null."""
+        import torch
+
+        from circuitlab.analysis.legibility import legibility_stats
+
+        shipped = self.model("legible-stories")
+        torch.manual_seed(0)
+        model = type(shipped)(shipped.config).eval()
+        return legibility_stats(model, self.legible_tokens, progress=self.progress)
+
+    @cached_property
+    def pressure_free_stats(self) -> Any:
+        """gelu-stories' MLP pre-activations through sigmoid(4z) on the same windows (circuitlab.claims.selectivity)."""
+        from circuitlab.claims.selectivity import pressure_free_stats
+
+        return pressure_free_stats(self.model("gelu-stories"), self.legible_tokens)
 
     @cached_property
     def legible_dla(self) -> Any:

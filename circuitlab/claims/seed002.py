@@ -47,8 +47,13 @@ def _centred_null(context: Context, surface: str, column: str) -> dict[str, floa
 
 def _percent_row(context: Context, surface: str, column: str, label: str, low: float, high: float | None = None) -> Outcome:
     value = float(_legible_summary(context)[surface][column])
-    return decide(f"{value:.1f}% {label}", Estimate(round(value, 1)), percent_range(low, high), "within",
-                  _centred_null(context, surface, column), why=ONE_MODEL)
+    nulls: dict[str, float | None] = dict(_centred_null(context, surface, column))
+    if column in ("selective", "selective_operands"):  # the paper's thresholds pass the pressure-free control too
+        from circuitlab.claims.seed002_null import CONTROL, control_selective
+
+        nulls[CONTROL] = control_selective(context)
+    return decide(f"{value:.1f}% {label}", Estimate(round(value, 1)), percent_range(low, high), "within", nulls,
+                  why=ONE_MODEL)
 
 
 def attention_selective(context: Context) -> Outcome:
