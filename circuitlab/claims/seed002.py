@@ -306,7 +306,9 @@ def sweep_legible_share_centred(context: Context) -> Outcome:
     return sweep.legible_share(context, CENTRED_FIELD)
 
 
-_RANGE = "the 95% interval (over heads or layers) inside the paper's range widened by 5 points; null: the sweep's no-pressure model"
+_RANGE = ("the 95% interval (over heads or layers) inside the paper's range widened by 5 points; null: the sweep's "
+          "no-pressure model (and, for SELECTIVE, the pressure-free control: rows s002-*-beyond-null read SELECTIVE "
+          "against its distribution)")
 _SHIPPED = "percentage rule on the shipped model's point value (no interval: the per-token values are not kept)"
 
 # (id, place, claim, paper, rule, paper-config measure, centred measure, centred rule)
