@@ -149,7 +149,7 @@ def _claims(surface: str, name: str, place: str, on: str) -> tuple[Claim, ...]:
     paper_beyond, centred_beyond, paper_sparse, centred_sparse = measures[surface]
     short = {"attention": "attn", "ffn": "ffn"}[surface]
     beyond = f"Crispness alone makes {name} SELECTIVE beyond what a pressure-free sigmoid gives"
-    sparse = f"Crispness alone leaves sparse detectors among the {surface} operand channels, beyond a null"
+    sparse = f"Crispness alone leaves sparse detectors among the {SURFACE_TEXT[surface].split()[0]} operand channels, beyond a null"
     return (
         Claim(f"s002-{short}-beyond-null", "002", place, beyond, PAPER_BEYOND, _BEYOND, paper_beyond),
         Claim(f"s002-{short}-sparse", "002", place, sparse, PAPER_SPARSE.format(on=on), _SPARSE_SWEEP, paper_sparse),
