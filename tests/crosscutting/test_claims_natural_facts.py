@@ -42,3 +42,19 @@ def test_natural_twins_of_seed_000_rows():
         twin = ids[f"{base}-natural"]
         assert twin.paper == ids[base].paper and twin.config == ids[base].config
         assert twin.measured_by.startswith("circuitlab.claims.") and twin.measured_by.endswith("_natural")
+
+
+def test_natural_fact_pairs_on_the_shipped_tokenizer():
+    from circuitlab.architectures.transformer import load_model
+    from circuitlab.claims.natural_facts import natural_fact_pairs, natural_facts
+    from circuitlab.data import load_natural_stories
+
+    facts = natural_facts()
+    assert len(facts) >= 10
+    training = " ".join(story.text for story in load_natural_stories().train())
+    for fact in facts[:5]:  # each mined sentence occurs in the training split
+        assert f"The {fact.noun} was {fact.adjective}" in training
+    model = load_model("sgatlin-stories")
+    pairs = natural_fact_pairs(model, 8)
+    assert len(pairs) == 8 and all(pair.clean_noun != pair.patch_noun for pair in pairs)
+    assert {pair.clean_noun for pair in pairs} <= {fact.noun for fact in facts}
