@@ -15,9 +15,12 @@ once a run writes one there:
 `scripts/claims.py` writes the file; `measure_claims` returns the rows; `read_claims` parses the file back.
 
 Modules: `rows` (claims, outcomes, rows and the verdict rules), `context` (the models and the analyses rows
-share), `seed000` (with `seed000_natural`: its rows on natural text, facts mined by `natural_facts`), `seed002` (with `seed002_sweep`, and `seed002_null` on `selectivity`: SELECTIVE read against a pressure-free control) and `seed003` (each seed's measuring functions and its rows), `registry` (every
-claim in order, and measuring them) and `markdown` (writing and reading analyses/claims.md). Every public name
-is exported here, and a row names its measuring function by this package (`circuitlab.claims.parity_ablation`).
+share), `nulls` (the per-unit measurements and their null databases), `seed000` (with `seed000_natural`: its
+rows on natural text, the facts mined by `natural_facts`), `seed002` (with `seed002_sweep`: the pressure
+sweeps, and `seed002_null` on `selectivity`: SELECTIVE read against a pressure-free control) and `seed003`
+(each seed's measuring functions and its rows), `registry` (every claim in order, and measuring them) and
+`markdown` (writing and reading analyses/claims.md). Every public name is exported here, and a row names its
+measuring function by this package (`circuitlab.claims.parity_ablation`).
 
 The names below import on first use, so importing one submodule loads no other.
 """

@@ -14,7 +14,7 @@ from typing import Any
 
 import circuitlab.claims.seed002_sweep as sweep
 from circuitlab.claims.context import Context
-from circuitlab.claims.rows import NOT_MEASURED, Claim, Outcome, combine, judged
+from circuitlab.claims.rows import NOT_MEASURED, Claim, Outcome, judged
 from circuitlab.claims.selectivity import (
     CONTROL, NULL_QUANTILE, SPARSE_ON, channels, crispness_cut, selective_beyond, share, sparse_detectors,
 )
