@@ -49,7 +49,7 @@ def _percent_row(context: Context, surface: str, column: str, label: str, low: f
     value = float(_legible_summary(context)[surface][column])
     nulls: dict[str, float | None] = dict(_centred_null(context, surface, column))
     if column in ("selective", "selective_operands"):  # the paper's thresholds pass the pressure-free control too
-        from circuitlab.claims.seed002_null import CONTROL, control_selective
+        from circuitlab.claims.selectivity import CONTROL, control_selective
 
         nulls[CONTROL] = control_selective(context)
     return decide(f"{value:.1f}% {label}", Estimate(round(value, 1)), percent_range(low, high), "within", nulls,

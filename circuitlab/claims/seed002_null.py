@@ -16,7 +16,8 @@ import circuitlab.claims.seed002_sweep as sweep
 from circuitlab.claims.context import Context
 from circuitlab.claims.rows import NOT_MEASURED, Claim, Outcome, judged
 from circuitlab.claims.selectivity import (
-    CONTROL, NULL_QUANTILE, SPARSE_ON, channels, crispness_cut, selective_beyond, share, sparse_detectors,
+    CONTROL, NULL_QUANTILE, SPARSE_ON, channels, control_selective, crispness_cut, selective_beyond, share,
+    sparse_detectors,
 )
 from circuitlab.stats import Estimate, binomial_interval
 
@@ -25,11 +26,6 @@ CENTRED_SHIPPED = "centred operands (the shipped legible-stories)"
 # Table 1 / 2 read SELECTIVE on the attention values (combined), Table 5 on the FFN operands
 READ_ON_OPERANDS = {"attention": False, "ffn": True}
 SURFACE_TEXT = {"attention": "attention value channels", "ffn": "FFN operand channels"}
-
-
-def control_selective(context: Context) -> float:
-    """The pressure-free control's SELECTIVE share (percent) under seed 002's own thresholds: its ceiling."""
-    return round(100 * float((context.pressure_free_stats["regime"] == "SELECTIVE").mean()), 1)
 
 
 def _selective(context: Context, surface: str) -> Outcome:

@@ -241,7 +241,7 @@ def e2e(surface: str, column: str, label: str, low: float, high: float | None = 
     def measure(context: Context, field: str) -> Outcome:
         extra = None
         if column in ("selective", "selective_operands"):  # the fixed thresholds pass the pressure-free control too
-            from circuitlab.claims.seed002_null import CONTROL, control_selective
+            from circuitlab.claims.selectivity import CONTROL, control_selective
 
             extra = {CONTROL: control_selective(context)}
         return percent_row(context, field, "crispness alone", surface, column, label, low, high, extra_nulls=extra)

@@ -92,3 +92,9 @@ def channels(stats: Any, surface: str, operand: bool) -> Any:
     """The operator family's operand channels (operand=True) or combined channels of one surface."""
     family = stats["family"] == "operator" if "family" in stats.columns else True
     return stats[(stats["surface"] == surface) & family & stats["operand" if operand else "combined"].astype(bool)]
+
+
+def control_selective(context: Any) -> float:
+    """The pressure-free control's SELECTIVE share (percent) under seed 002's own thresholds (its ceiling), from
+    a claims Context's `pressure_free_stats`."""
+    return round(100 * float((context.pressure_free_stats["regime"] == "SELECTIVE").mean()), 1)
