@@ -17,7 +17,16 @@ from torch import Tensor, nn
 
 def parameter_groups(model: nn.Module, weight_decay: float, decay_embeddings: bool = True) -> list[dict[str, Any]]:
     """AdamW groups: matrices decayed, vectors and scalars (norm scales, biases, decay logits) not; the
-    token/position embeddings follow `decay_embeddings` (see the module docstring for why they default on)."""
+    token/position embeddings follow `decay_embeddings`.
+
+    Vectors and scalars are not decayed: decay would pull norm scales towards zero and quantifier decays
+    towards a half-life of one token, a change of function, not a regulariser. Embeddings are decayed by
+    default: seed 000 decays everything but scalar parameters, and the embedding is a matrix. The usual reason
+    to exempt embeddings (a row is only updated when its token occurs, so decay keeps shrinking rare rows) is
+    weaker here: every preset ties the embedding to the unembedding, so each row also gets a gradient from every
+    softmax, and the matrix is the model's output layer, which decay regularises as in any dense layer. Rows
+    of tokens that never occur shrink towards a logit of 0, which is harmless. `decay_embeddings=False` (CLI
+    --no-embedding-decay) opts out, e.g. for untied embeddings."""
     decayed, undecayed = [], []
     for name, param in model.named_parameters():
         if not param.requires_grad or param.numel() == 0:  # zero-size (e.g. W_V when every head is Boolean)

@@ -34,6 +34,18 @@ def wsd_multiplier(step: int, total_steps: int, warmup_steps: int, decay_fractio
     return warm * (1.0 - math.sqrt(progress))  # seed 000, appendix B.1: square-root decay
 
 
-def wsd_lr(step: int, total_steps: int, peak_lr: float, warmup_steps: int, decay_fraction: float = 0.2) -> float:
-    """Learning rate at optimizer step `step` of a warmup-stable-decay schedule."""
-    return peak_lr * wsd_multiplier(step, total_steps, warmup_steps, decay_fraction)
+def wsd_lr(step: int, total_steps: int, peak_lr: float, warmup_steps: int, decay_fraction: float = 0.2,
+           decay_step: int | None = None) -> float:
+    """Learning rate at optimizer step `step` of a warmup-stable-decay schedule; `decay_step` (default `step`)
+    is the step the decay reads, warm-up always reads `step` (budget_step gives it under a time budget)."""
+    if decay_step is None or decay_step == step:
+        return peak_lr * wsd_multiplier(step, total_steps, warmup_steps, decay_fraction)
+    warm = 1.0 if warmup_steps == 0 else min(step / warmup_steps, 1.0)
+    return peak_lr * warm * wsd_multiplier(decay_step, total_steps, 0, decay_fraction)
+
+
+def budget_step(step: int, total_steps: int, budget_used: float) -> int:
+    """The step the decay reads when a run has a time budget (`circuitlab train --fit-to-time`): whichever is
+    further along, the optimizer step or the share of the budget used as a step of `total_steps`. A run that
+    cannot reach `total_steps` in time so still ends its decay as the budget ends."""
+    return min(total_steps - 1, max(step, int(budget_used * total_steps)))

@@ -1,16 +1,8 @@
 """The training loop: AdamW, warmup-stable-decay, clipping, bf16 autocast, gradient accumulation, held-out
 evaluation, selectivity pressures, a divergence guard, and checkpoints that resume bit for bit.
 
-Optimizer (seed 000, appendix B.1): AdamW with weight decay 0.1 on matrices only. Vectors and scalars
-(norm scales, biases, NC-FFN decay logits) are not decayed: decay would pull norm scales towards zero and
-quantifier decays towards a half-life of one token, which is a change of function, not a regulariser.
-Embeddings ARE decayed (`decay_embeddings=True`, the default). Seed 000 decays everything but scalar
-parameters, and the embedding is a matrix. The usual reason to exempt embeddings (a row is only updated
-when its token occurs, so decay keeps shrinking rare rows between updates) is weaker here: every preset ties
-the embedding to the unembedding, so each row also gets a gradient from every softmax, and the matrix is the
-model's output layer, which decay regularises in any dense layer. Rows of tokens that never occur shrink
-towards zero, a logit of 0, which is harmless. `decay_embeddings=False` (CLI --no-embedding-decay) opts out,
-e.g. for untied embeddings.
+Optimizer (seed 000, appendix B.1): AdamW with weight decay 0.1 on matrices and the tied embedding, not on
+vectors and scalars (circuitlab.training.batches.parameter_groups says why).
 
 Data: `train_windows` holds fixed-length windows of seq_len + 1 tokens (inputs are the first seq_len, targets
 the last seq_len). The order is a pure function of (seed, step): sample p of the run is window
@@ -19,14 +11,13 @@ checkpoint is just its step, and a resumed run draws exactly the batches the uni
 
 Speed: on CUDA the model is compiled with torch.compile unless `compile=False` (CLI --no-compile); the
 circuitlab fast paths are custom operators, so the compiled graph keeps them. On one CUDA device the default
-`compile_mode` is "reduce-overhead": the compiled steps replay as CUDA graphs, so the GPU no longer waits
-while the host launches each kernel (what held legible-stories back: docs/performance.md). Runs
-over several ranks, and models with a layer that cannot be captured (the product parity bottleneck), keep
-torch's default mode (`default_compile_mode`), and so does a run after it first runs out of GPU memory. A step of `batch_size` sequences
-runs as micro-batches of `micro_batch` sequences per rank with gradients accumulated (`micro_batch=0`, the
-default: batch_size / (ranks x grad_accum)); with the default on one CUDA device, running out of memory halves
-the micro-batch and redoes the step, so the largest micro-batch that fits is found while the effective batch
-stays the one asked for.
+`compile_mode` is "reduce-overhead": the compiled steps replay as CUDA graphs, so the GPU no longer waits while
+the host launches each kernel (docs/performance.md). Runs over several ranks, models with a layer that cannot
+be captured (the product parity bottleneck), and a run after it first runs out of GPU memory keep torch's
+default mode (`default_compile_mode`). A step of `batch_size` sequences runs as micro-batches of `micro_batch`
+sequences per rank with gradients accumulated (`micro_batch=0`, the default: batch_size / (ranks x
+grad_accum)); with the default on one CUDA device, running out of memory halves the micro-batch and redoes the
+step, so the largest micro-batch that fits is found while the effective batch stays the one asked for.
 
 Checkpoints are written every `ckpt_every` steps by `circuitlab.training.resume` (atomic folders,
 safetensors + JSON, never pickled). On CPU a resumed run logs losses bitwise equal to an uninterrupted run's.
@@ -73,7 +64,7 @@ from circuitlab.training.interrupt import InterruptFlag, TrainingInterrupted
 from circuitlab.training.guard import DivergenceError, DivergenceGuard
 from circuitlab.training.overfit import overfitting_warnings, report_warnings
 from circuitlab.training.pressure import LOG_PREFIX, TERMS, pressure_scale
-from circuitlab.training.schedule import wsd_multiplier
+from circuitlab.training.schedule import budget_step, wsd_lr
 from circuitlab.training.selection import BestWeights
 from circuitlab.training.settings import RESUMABLE_CHANGES, TrainConfig
 
@@ -326,22 +317,17 @@ class Trainer:
             self.micro_batch = smaller
 
     def _schedule_step(self, step: int) -> int:
-        """The step the schedule's decay reads: the optimizer step, or under fit_to_time the share of the time
-        budget (max_minutes, counted from the run's start) already used, as a step of `steps`, when that is
-        further along. A run on a fixed budget of device time so still ends with its full decay, at whatever
-        step the budget allows; warm-up always counts optimizer steps."""
-        config = self.config
-        if not config.fit_to_time or config.max_minutes is None:
+        """The step the decay reads (circuitlab.training.schedule.budget_step under fit_to_time)."""
+        if not self.config.fit_to_time or self.config.max_minutes is None:
             return step
-        used = (time.monotonic() - self.clock_start) / (60.0 * config.max_minutes)
+        used = (time.monotonic() - self.clock_start) / (60.0 * self.config.max_minutes)
         if self.context.world_size > 1:  # every rank reads the same clock share, so the ranks' rates agree
             used = float(all_reduce_mean(torch.tensor([used], device=self.device), self.context)[0])
-        return min(config.steps - 1, max(step, int(used * config.steps)))
+        return budget_step(step, self.config.steps, used)
 
     def _train_step_at(self, step: int) -> dict[str, Any]:
         config = self.config
-        warm = 1.0 if config.warmup == 0 else min(step / config.warmup, 1.0)
-        lr = config.lr * warm * wsd_multiplier(self._schedule_step(step), config.steps, 0, config.decay_fraction)
+        lr = wsd_lr(step, config.steps, config.lr, config.warmup, config.decay_fraction, self._schedule_step(step))
         for group in self.optimizer.param_groups:
             group["lr"] = lr
         rows = self.sampler.batch_indices(step)

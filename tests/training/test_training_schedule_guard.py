@@ -128,3 +128,14 @@ def test_guard_rejects_bad_settings():
         DivergenceGuard(factor=1.0)
     with pytest.raises(ValueError, match="window"):
         DivergenceGuard(window=1)
+
+
+def test_budget_step_and_the_decay_it_drives():
+    from circuitlab.training.schedule import budget_step, wsd_lr
+
+    assert budget_step(10, 1000, 0.0) == 10  # the budget behind the steps: the step itself
+    assert budget_step(10, 1000, 0.5) == 500  # the budget ahead: its share as a step
+    assert budget_step(10, 1000, 1.7) == 999  # never past the last step
+    # decay read at step 900 of 1000 (halfway through the last 20%), warm-up at step 5 of 10
+    assert wsd_lr(5, 1000, 1.0, 10, 0.2, decay_step=900) == pytest.approx(0.5 * (1 - 0.5**0.5))
+    assert wsd_lr(50, 1000, 1.0, 10, 0.2, decay_step=50) == wsd_lr(50, 1000, 1.0, 10, 0.2) == 1.0
