@@ -183,7 +183,7 @@ def claims_section(rows: list[dict] | None = None) -> str:
         f"The papers' claims ([`analyses/claims.md`](analyses/claims.md), `analyses/claims.json`): of the "
         f"{len(paper)} rows judged on the papers' configurations, {counts}; {len(deviations)} more rows measure "
         "circuitlab's deviations from the papers, each named in its row. A verdict needs the 95% interval of the "
-        "effect to clear the rule and no null (dense model, random initialisation, shuffled labels) to pass it.",
+        "effect to clear the rule and no null (dense model, random initialisation, shuffled labels, raw token embeddings, a pressure-free control) to pass it.",
         "",
         f"- **Holds**: {listed('reproduced')}.",
         f"- **Contradicted**: {listed('contradicted')}.",

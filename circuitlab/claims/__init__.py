@@ -15,9 +15,12 @@ once a run writes one there:
 `scripts/claims.py` writes the file; `measure_claims` returns the rows; `read_claims` parses the file back.
 
 Modules: `rows` (claims, outcomes, rows and the verdict rules), `context` (the models and the analyses rows
-share), `seed000`, `seed002` and `seed003` (each seed's measuring functions and its rows), `registry` (every
-claim in order, and measuring them) and `markdown` (writing and reading analyses/claims.md). Every public name
-is exported here, and a row names its measuring function by this package (`circuitlab.claims.parity_ablation`).
+share), `nulls` (the per-unit measurements and their null databases), `seed000` (with `seed000_natural`: its
+rows on natural text, the facts mined by `natural_facts`), `seed002` (with `seed002_sweep`: the pressure
+sweeps, and `seed002_null` on `selectivity`: SELECTIVE read against a pressure-free control) and `seed003`
+(each seed's measuring functions and its rows), `registry` (every claim in order, and measuring them) and
+`markdown` (writing and reading analyses/claims.md). Every public name is exported here, and a row names its
+measuring function by this package (`circuitlab.claims.parity_ablation`).
 
 The names below import on first use, so importing one submodule loads no other.
 """
@@ -91,6 +94,18 @@ _LAZY = {
     "subkey_coactivation": "circuitlab.claims.seed000",
     "table_3_neighbours": "circuitlab.claims.seed000",
     "usage_gini": "circuitlab.claims.seed000",
+    "nie_noun_vs_final_natural": "circuitlab.claims.seed000_natural",
+    "nie_strongest_layer_natural": "circuitlab.claims.seed000_natural",
+    "nie_all_layers_natural": "circuitlab.claims.seed000_natural",
+    "nie_moderate_natural": "circuitlab.claims.seed000_natural",
+    "neurons_used_natural": "circuitlab.claims.seed000_natural",
+    "usage_gini_natural": "circuitlab.claims.seed000_natural",
+    "subkey_coactivation_natural": "circuitlab.claims.seed000_natural",
+    "natural_claims": "circuitlab.claims.seed000_natural",
+    "mine_facts": "circuitlab.claims.natural_facts",
+    "natural_facts": "circuitlab.claims.natural_facts",
+    "natural_fact_pairs": "circuitlab.claims.natural_facts",
+    "count_patterns": "circuitlab.claims.natural_facts",
     "PAPER_ON": "circuitlab.claims.seed002",
     "PRESSURED": "circuitlab.claims.seed002",
     "REGIMES": "circuitlab.claims.seed002",
@@ -138,6 +153,20 @@ _LAZY = {
     "sweep_legible_share": "circuitlab.claims.seed002",
     "sweep_plain_illegible": "circuitlab.claims.seed002",
     "sweep_sparsity_inert": "circuitlab.claims.seed002",
+    "attention_selective_beyond_null": "circuitlab.claims.seed002_null",
+    "ffn_selective_beyond_null": "circuitlab.claims.seed002_null",
+    "attention_sparse_detectors": "circuitlab.claims.seed002_null",
+    "ffn_sparse_detectors": "circuitlab.claims.seed002_null",
+    "sweep_sparse_detectors": "circuitlab.claims.seed002_null",
+    "paper_attention_sparse": "circuitlab.claims.seed002_null",
+    "paper_ffn_sparse": "circuitlab.claims.seed002_null",
+    "paper_selective_beyond_null": "circuitlab.claims.seed002_null",
+    "control_values": "circuitlab.claims.selectivity",
+    "pressure_free_stats": "circuitlab.claims.selectivity",
+    "crispness_cut": "circuitlab.claims.selectivity",
+    "selective_beyond": "circuitlab.claims.selectivity",
+    "sparse_detectors": "circuitlab.claims.selectivity",
+    "control_selective": "circuitlab.claims.selectivity",
     "ABLATION_SHARE": "circuitlab.claims.seed003",
     "PARITY_MISSING": "circuitlab.claims.seed003",
     "RECONSTRUCTION_LIMIT": "circuitlab.claims.seed003",

@@ -56,7 +56,7 @@ class Context:
     _models: dict[str, Any] = field(default_factory=dict)
     _window_losses: dict[str, Any] = field(default_factory=dict)
     _dbs: dict[str, Any] = field(default_factory=dict)
-    _nie: dict[str, Any] = field(default_factory=dict)
+    _nie: dict[tuple[str, str], Any] = field(default_factory=dict)
 
     @property
     def sizes(self) -> Sizes:
@@ -111,6 +111,17 @@ class Context:
             self._dbs[(name, text)] = CircuitDB.build(model, texts, index=None, progress=self.progress)
         return self._dbs[(name, text)]
 
+    def embedding_db(self, text: str = "generated") -> Any:
+        """The raw-token-embedding null of the clustering rows: sgatlin's W_E row of each circuit's token in
+        `db("sgatlin-stories", text)` (circuitlab.claims.nulls.EmbeddingNeighbours)."""
+        if ("embedding", text) not in self._dbs:
+            from circuitlab.claims.nulls import EmbeddingNeighbours
+
+            db = self.db("sgatlin-stories", text)
+            embedding = self.model("sgatlin-stories").W_E.detach().float().cpu().numpy()
+            self._dbs[("embedding", text)] = EmbeddingNeighbours(db.metadata, embedding, db.layers)
+        return self._dbs[("embedding", text)]
+
     def random_sgatlin(self) -> Any:
         import torch
 
@@ -120,14 +131,18 @@ class Context:
         model.tokenizer = shipped.tokenizer
         return model
 
-    def nie_table(self, name: str) -> Any:
-        """nie_grid of a shipped model on the fact pairs it knows (one row per pair and cell)."""
-        if name not in self._nie:
+    def nie_table(self, name: str, facts: str = "planted") -> Any:
+        """nie_grid of a shipped model (one row per pair and cell) on the planted fact pairs it knows, or (`facts`
+        "natural") on the pairs of facts mined from the natural training split (circuitlab.claims.natural_facts)."""
+        if (name, facts) not in self._nie:
             from circuitlab.analysis.patching import nie_grid
+            from circuitlab.claims.natural_facts import natural_fact_pairs
 
             model = self.model(name)
-            self._nie[name] = nie_grid(model, known_fact_pairs(model, self.sizes.nie_pairs), progress=self.progress)
-        return self._nie[name]
+            pairs = natural_fact_pairs(model, self.sizes.nie_pairs) if facts == "natural" else \
+                known_fact_pairs(model, self.sizes.nie_pairs)
+            self._nie[(name, facts)] = nie_grid(model, pairs, progress=self.progress)
+        return self._nie[(name, facts)]
 
     @cached_property
     def sgatlin_nie(self) -> Any:
@@ -141,15 +156,50 @@ class Context:
 
         return database_usage(self.sgatlin_db)
 
+    def usage(self, name: str, text: str = "generated") -> Any:
+        """database_usage of `db(name, text)` (cached with the database's other analyses)."""
+        key = ("usage", name, text)
+        if key not in self._dbs:
+            from circuitlab.analysis.usage import database_usage
+
+            self._dbs[key] = self.sgatlin_usage if (name, text) == ("sgatlin-stories", "generated") else \
+                database_usage(self.db(name, text))
+        return self._dbs[key]
+
     @cached_property
-    def legible_stats(self) -> Any:
-        from circuitlab.analysis.legibility import held_out_windows, legibility_stats
+    def legible_tokens(self) -> Any:
+        """The natural held-out windows seed 002's per-channel statistics are read on (every model alike)."""
+        from circuitlab.analysis.legibility import held_out_windows
         from circuitlab.data import load_natural_stories
 
-        model = self.model("legible-stories")
         texts = [story.text for story in load_natural_stories().held_out()]
-        tokens = held_out_windows(model, texts, seq_len=self.sizes.legibility_seq_len)[: self.sizes.legibility_windows]
-        return legibility_stats(model, tokens, progress=self.progress)
+        model = self.model("legible-stories")
+        return held_out_windows(model, texts, seq_len=self.sizes.legibility_seq_len)[: self.sizes.legibility_windows]
+
+    @cached_property
+    def legible_stats(self) -> Any:
+        from circuitlab.analysis.legibility import legibility_stats
+
+        return legibility_stats(self.model("legible-stories"), self.legible_tokens, progress=self.progress)
+
+    @cached_property
+    def random_legible_stats(self) -> Any:
+        """The same statistics of the shipped legible design, randomly initialised (seed 0): a null."""
+        import torch
+
+        from circuitlab.analysis.legibility import legibility_stats
+
+        shipped = self.model("legible-stories")
+        torch.manual_seed(0)
+        model = type(shipped)(shipped.config).eval()
+        return legibility_stats(model, self.legible_tokens, progress=self.progress)
+
+    @cached_property
+    def pressure_free_stats(self) -> Any:
+        """gelu-stories' MLP pre-activations through sigmoid(4z) on the same windows (circuitlab.claims.selectivity)."""
+        from circuitlab.claims.selectivity import pressure_free_stats
+
+        return pressure_free_stats(self.model("gelu-stories"), self.legible_tokens)
 
     @cached_property
     def legible_dla(self) -> Any:

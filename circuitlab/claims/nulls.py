@@ -130,3 +130,41 @@ def nie_cells(table: Any) -> dict[tuple[Any, str], float]:
         table = table[~table["excluded"].astype(bool)]
     table = table.dropna(subset=["nie"])
     return {(layer, position): float(v) for (layer, position), v in table.groupby(["layer", "position"])["nie"].mean().items()}
+
+
+class EmbeddingNeighbours:
+    """A stand-in circuit database for the raw-token-embedding null: every circuit is its token's row of the
+    embedding matrix, neighbours by cosine similarity among the circuits of other tokens (a token's embedding is
+    the same at every position, so its own copies would fill every neighbour list). It answers what
+    `semantic_per_query` and `enrichment_per_source` ask of a CircuitDB: `metadata`, `len`, `layers` (those of the
+    database it mirrors; the embedding is the same in each) and `neighbours`."""
+
+    def __init__(self, metadata: Any, embedding: np.ndarray, layers: list[int]):
+        self.metadata = metadata
+        self.layers = list(layers)
+        tokens = metadata["token_id"].to_numpy()
+        vectors = np.asarray(embedding, dtype=np.float32)[tokens]
+        norms = np.linalg.norm(vectors, axis=1, keepdims=True)
+        self._unit = vectors / np.where(norms > 0, norms, 1.0)
+        self._tokens = tokens
+
+    def __len__(self) -> int:
+        return len(self.metadata)
+
+    def neighbours(self, layer: int, circuit_ids: Any, k: int = 10, *, within: Any = None) -> tuple[np.ndarray, np.ndarray]:
+        """(ids [Q, k] padded with -1, cosine distances [Q, k]) of the k nearest circuits of other tokens."""
+        ids = np.asarray(circuit_ids, dtype=np.int64)
+        pool = np.arange(len(self)) if within is None else np.asarray(within, dtype=np.int64)
+        found = np.full((ids.size, k), -1, dtype=np.int64)
+        distance = np.full((ids.size, k), np.inf, dtype=np.float32)
+        for start in range(0, ids.size, 256):
+            chunk = ids[start:start + 256]
+            similarity = self._unit[chunk] @ self._unit[pool].T
+            similarity[self._tokens[chunk][:, None] == self._tokens[pool][None, :]] = -np.inf
+            take = min(k, pool.size)
+            order = np.argsort(-similarity, axis=1, kind="stable")[:, :take]
+            best = np.take_along_axis(similarity, order, axis=1)
+            valid = np.isfinite(best)
+            found[start:start + chunk.size, :take] = np.where(valid, pool[order], -1)
+            distance[start:start + chunk.size, :take] = np.where(valid, 1 - best, np.inf)
+        return found, distance

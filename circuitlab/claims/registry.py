@@ -6,13 +6,15 @@ from collections.abc import Iterable
 from typing import Any
 
 import circuitlab.claims.seed000 as seed000
+import circuitlab.claims.seed000_natural as seed000_natural
 import circuitlab.claims.seed002 as seed002
+import circuitlab.claims.seed002_null as seed002_null
 import circuitlab.claims.seed003 as seed003
 from circuitlab.claims.context import Context
 from circuitlab.claims.rows import CONTRADICTED, INCONCLUSIVE, NOT_MEASURED, REPRODUCED, Claim, ClaimRow
 from circuitlab.errors import UserError
 
-CLAIMS: tuple[Claim, ...] = seed000.CLAIMS + seed002.CLAIMS + seed003.CLAIMS
+CLAIMS: tuple[Claim, ...] = seed000.CLAIMS + seed000_natural.natural_claims(seed000.CLAIMS) + seed002.CLAIMS + seed002_null.CLAIMS + seed003.CLAIMS
 
 
 def claim_by_id(claim_id: str) -> Claim:

@@ -22,9 +22,13 @@ VERDICT_RULES = """\
   or wholly on the other side (contradicted). An interval that straddles the threshold, or a row with no
   interval, is **inconclusive** (`judge`).
 - **Nulls**: every interpretability metric is measured again where no interpretable structure is built in
-  (the dense gelu-stories model, a randomly initialised model of the same design, shuffled labels, or the
-  unpressured model of a sweep). A metric that a null also passes (its point value meets the same rule)
-  cannot read "reproduced": the row is inconclusive with "metric at ceiling" in its reason.
+  (the dense gelu-stories model, a randomly initialised model of the same design, shuffled labels, raw token
+  embeddings, or the unpressured model of a sweep). A metric that a null also passes (its point value meets
+  the same rule) cannot read "reproduced": the row is inconclusive with "metric at ceiling" in its reason.
+  Where a fixed threshold saturates (seed 002's SELECTIVE: a pressure-free control, gelu-stories' MLP
+  pre-activations standardised per unit through sigmoid(4z), scores about 100%), the metric is also read
+  against the null's distribution (a channel counts only above the control's 95th percentile; sparse
+  detectors are counted apart) in rows of their own, each saying how in its rule.
 - **Not tested at the paper's scale**: a claim about scale whose experiment lies more than 10x below the
   paper's smallest setting, or that repeats its training data, with both numbers in the row.
 - **Not measured**: the experiment needs a set-up the shipped models lack (the reason says which); the row

@@ -89,14 +89,17 @@ def equal_token_losses(context: Context) -> Outcome:
 
 
 DENSE = "gelu-stories"
+EMBEDDING = "raw token embeddings (sgatlin W_E)"
 
 
 def _cluster_nulls(context: Context, measure: Any, text: str = "generated") -> dict[str, float]:
-    """The same measurement on the dense model's MLP activations, on the randomly initialised sgatlin model
-    and with shuffled labels (`measure(db, shuffle)` -> Estimate), on the same held-out text."""
+    """The same measurement on the dense model's MLP activations, on the randomly initialised sgatlin model,
+    with shuffled labels and on the raw token embeddings (circuitlab.claims.nulls.EmbeddingNeighbours);
+    `measure(db, shuffle)` -> Estimate, on the same held-out text."""
     return {"gelu-stories": measure(context.db(DENSE, text), False).value,
             "random-init sgatlin": measure(context.db(RANDOM_SGATLIN, text), False).value,
-            "shuffled labels": measure(context.db("sgatlin-stories", text), True).value}
+            "shuffled labels": measure(context.db("sgatlin-stories", text), True).value,
+            EMBEDDING: measure(context.embedding_db(text), False).value}
 
 
 def _semantic_clusters(context: Context, text: str) -> Outcome:
@@ -199,26 +202,31 @@ def _n_layers(context: Context, name: str = "sgatlin-stories") -> int:
     return context.model(name).config.n_layers
 
 
-def _nie_row(context: Context, statistic: Any, text: Any, threshold: Any, direction: str) -> Outcome:
-    """An NIE statistic of sgatlin-stories bootstrapped over fact pairs, with gelu-stories' as its null."""
+def _nie_row(context: Context, statistic: Any, text: Any, threshold: Any, direction: str,
+             facts: str = "planted") -> Outcome:
+    """An NIE statistic of sgatlin-stories bootstrapped over fact pairs (the planted facts, or those mined from
+    the natural training split: `facts` "natural"), with gelu-stories' on the same facts as its null."""
     n_layers = _n_layers(context)
-    estimate = bootstrap_pairs(context.nie_table("sgatlin-stories"), lambda cells: statistic(cells, n_layers))
-    dense = statistic(nie_cells(context.nie_table(DENSE)), _n_layers(context, DENSE))
-    pairs = len(set(context.nie_table("sgatlin-stories")["pair"]))
-    return judged(text(nie_cells(context.nie_table("sgatlin-stories")), n_layers, estimate), estimate, threshold,
-                  direction, {"gelu-stories": dense}, f"bootstrap over {pairs} fact pairs")
+    table = context.nie_table("sgatlin-stories", facts)
+    estimate = bootstrap_pairs(table, lambda cells: statistic(cells, n_layers))
+    dense = statistic(nie_cells(context.nie_table(DENSE, facts)), _n_layers(context, DENSE))
+    pairs = len(set(table["pair"]))
+    ours = text(nie_cells(table), n_layers, estimate) + ("" if facts == "planted" else
+                                                         f" ({pairs} pairs of facts mined from the natural training split)")
+    return judged(ours, estimate, threshold, direction, {"gelu-stories": dense},
+                  f"bootstrap over {pairs} {'natural ' if facts == 'natural' else ''}fact pairs")
 
 
 def _noun_minus_final(cells: dict, n_layers: int) -> float:
     return sum(cells.get((l, "noun"), 0.0) - cells.get((l, "final"), 0.0) for l in range(n_layers)) / n_layers
 
 
-def nie_noun_vs_final(context: Context) -> Outcome:
+def nie_noun_vs_final(context: Context, facts: str = "planted") -> Outcome:
     def text(cells: dict, n: int, estimate: Any) -> str:
         noun = sum(cells.get((l, "noun"), 0.0) for l in range(n)) / n
         final = sum(cells.get((l, "final"), 0.0) for l in range(n)) / n
         return f"mean over single layers: noun {noun:.3f}, final {final:.3f} (noun minus final {estimate.text(3)})"
-    return _nie_row(context, _noun_minus_final, text, 0.0, ">")
+    return _nie_row(context, _noun_minus_final, text, 0.0, ">", facts)
 
 
 def _layer_1_margin(cells: dict, n_layers: int) -> float:
@@ -226,13 +234,13 @@ def _layer_1_margin(cells: dict, n_layers: int) -> float:
     return cells.get((1, "noun"), math.nan) - max(others)
 
 
-def nie_strongest_layer(context: Context) -> Outcome:
+def nie_strongest_layer(context: Context, facts: str = "planted") -> Outcome:
     def text(cells: dict, n: int, estimate: Any) -> str:
         noun = [cells.get((l, "noun"), math.nan) for l in range(n)]
         best = max(range(n), key=lambda l: -math.inf if math.isnan(noun[l]) else noun[l])
         return (f"layer {best} (noun position: " + ", ".join(f"L{l} {v:.2f}" for l, v in enumerate(noun))
                 + f"; layer 1 minus the best other {estimate.text(3)})")
-    return _nie_row(context, _layer_1_margin, text, 0.0, ">")
+    return _nie_row(context, _layer_1_margin, text, 0.0, ">", facts)
 
 
 def _all_over_best(cells: dict, n_layers: int) -> float:
@@ -240,57 +248,56 @@ def _all_over_best(cells: dict, n_layers: int) -> float:
     return cells.get(("all", "noun"), math.nan) / best if best > 0 else math.nan
 
 
-def nie_all_layers(context: Context) -> Outcome:
+def nie_all_layers(context: Context, facts: str = "planted") -> Outcome:
     def text(cells: dict, n: int, estimate: Any) -> str:
         best = max(cells.get((l, "noun"), -math.inf) for l in range(n))
         return (f"all layers {cells.get(('all', 'noun'), math.nan):.2f} vs best single layer {best:.2f} (noun position; "
                 f"ratio {estimate.text(2)})")
-    return _nie_row(context, _all_over_best, text, 1.5, ">")
+    return _nie_row(context, _all_over_best, text, 1.5, ">", facts)
 
 
 def _best_single(cells: dict, n_layers: int) -> float:
     return max(cells.get((l, "noun"), -math.inf) for l in range(n_layers))
 
 
-def nie_moderate(context: Context) -> Outcome:
+def nie_moderate(context: Context, facts: str = "planted") -> Outcome:
     def text(cells: dict, n: int, estimate: Any) -> str:
         return f"largest single-layer NIE {estimate.text(2)} (noun position)"
-    return _nie_row(context, _best_single, text, (0.05, 0.6), "within")
+    return _nie_row(context, _best_single, text, (0.05, 0.6), "within", facts)
 
 
-def _random_usage(context: Context) -> Any:
+def _random_usage(context: Context, text: str = "generated") -> Any:
     """Neuron usage of the randomly initialised sgatlin model on the same stories (the usage rows' null)."""
-    from circuitlab.analysis.usage import database_usage
-
-    return database_usage(context.db(RANDOM_SGATLIN))
+    return context.usage(RANDOM_SGATLIN, text)
 
 
-def neurons_used(context: Context) -> Outcome:
-    used = [report.fraction_used for report in context.sgatlin_usage.values()]
+def neurons_used(context: Context, text: str = "generated") -> Outcome:
+    used = [report.fraction_used for report in context.usage("sgatlin-stories", text).values()]
     low = round(min(used) * 100, 1)
-    null = round(min(r.fraction_used for r in _random_usage(context).values()) * 100, 1)
-    ours = "per layer " + ", ".join(f"{u:.1%}" for u in used) + f" of neurons fire at least once ({len(context.sgatlin_db)} tokens)"
+    null = round(min(r.fraction_used for r in _random_usage(context, text).values()) * 100, 1)
+    ours = ("per layer " + ", ".join(f"{u:.1%}" for u in used) + " of neurons fire at least once "
+            f"({len(context.db('sgatlin-stories', text))} tokens of {text} held-out text)")
     return decide(ours, Estimate(low), 90.0, ">", {"random-init sgatlin": null}, why="one count per layer")
 
 
-def usage_gini(context: Context) -> Outcome:
-    ginis = [report.gini for report in context.sgatlin_usage.values()]
+def usage_gini(context: Context, text: str = "generated") -> Outcome:
+    ginis = [report.gini for report in context.usage("sgatlin-stories", text).values()]
     mean = round(sum(ginis) / len(ginis), 2)
-    random_ginis = [r.gini for r in _random_usage(context).values()]
-    ours = f"mean {mean:.2f} (per layer " + ", ".join(f"{g:.2f}" for g in ginis) + ")"
+    random_ginis = [r.gini for r in _random_usage(context, text).values()]
+    ours = f"{text} held-out text: mean {mean:.2f} (per layer " + ", ".join(f"{g:.2f}" for g in ginis) + ")"
     return decide(ours, Estimate(mean), (0.48, 0.68), "within",
                   {"random-init sgatlin": round(sum(random_ginis) / len(random_ginis), 2)}, why="one Gini per layer")
 
 
-def subkey_coactivation(context: Context) -> Outcome:
-    reports = context.sgatlin_usage
+def subkey_coactivation(context: Context, text: str = "generated") -> Outcome:
+    reports = context.usage("sgatlin-stories", text)
     layer = max(max(reports) - 1, min(reports))
     shared, other = reports[layer].shared_subkey_coactivation, reports[layer].other_pair_coactivation
     if shared is None or other is None:
         return Outcome("no shared-subkey pairs", NOT_MEASURED, None, "the layer has no product-key subkeys")
     ratio = round(shared / other, 2) if other else math.inf
-    ours = f"layer {layer}: P(j|i) {shared:.4f} for shared-subkey pairs vs {other:.4f} for other pairs ({ratio:.2f}x)"
-    random = _random_usage(context)[layer]
+    ours = f"{text} held-out text, layer {layer}: P(j|i) {shared:.4f} for shared-subkey pairs vs {other:.4f} for other pairs ({ratio:.2f}x)"
+    random = _random_usage(context, text)[layer]
     null = (round(random.shared_subkey_coactivation / random.other_pair_coactivation, 2)
             if random.shared_subkey_coactivation is not None and random.other_pair_coactivation else None)
     return decide(ours, Estimate(ratio), 1.1, ">", {"random-init sgatlin": null}, why="one co-activation ratio")
@@ -320,7 +327,8 @@ CLAIMS: tuple[Claim, ...] = (
           "clusters partly explained by token semantics (by eye, no number)",
           f"the 95% interval (over query circuits) of the same-category share of other-token neighbours, over the "
           f"shuffled labels', above {CLUSTER_LIFT}x; nulls: gelu-stories' MLP activations, a random-init sgatlin, "
-          "shuffled labels",
+          "shuffled labels, raw token embeddings (sgatlin's W_E row of each circuit's token; neighbours among other "
+          "tokens')",
           semantic_clusters),
     Claim("s000-names-pronouns", "000", "sec. 4.1, Fig. 9",
           "After the second layer, names and pronouns are processed by similar circuits",

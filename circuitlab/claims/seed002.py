@@ -47,8 +47,13 @@ def _centred_null(context: Context, surface: str, column: str) -> dict[str, floa
 
 def _percent_row(context: Context, surface: str, column: str, label: str, low: float, high: float | None = None) -> Outcome:
     value = float(_legible_summary(context)[surface][column])
-    return decide(f"{value:.1f}% {label}", Estimate(round(value, 1)), percent_range(low, high), "within",
-                  _centred_null(context, surface, column), why=ONE_MODEL)
+    nulls: dict[str, float | None] = dict(_centred_null(context, surface, column))
+    if column in ("selective", "selective_operands"):  # the paper's thresholds pass the pressure-free control too
+        from circuitlab.claims.selectivity import CONTROL, control_selective
+
+        nulls[CONTROL] = control_selective(context)
+    return decide(f"{value:.1f}% {label}", Estimate(round(value, 1)), percent_range(low, high), "within", nulls,
+                  why=ONE_MODEL)
 
 
 def attention_selective(context: Context) -> Outcome:
@@ -301,7 +306,9 @@ def sweep_legible_share_centred(context: Context) -> Outcome:
     return sweep.legible_share(context, CENTRED_FIELD)
 
 
-_RANGE = "the 95% interval (over heads or layers) inside the paper's range widened by 5 points; null: the sweep's no-pressure model"
+_RANGE = ("the 95% interval (over heads or layers) inside the paper's range widened by 5 points; null: the sweep's "
+          "no-pressure model (and, for SELECTIVE, the pressure-free control: rows s002-*-beyond-null read SELECTIVE "
+          "against its distribution)")
 _SHIPPED = "percentage rule on the shipped model's point value (no interval: the per-token values are not kept)"
 
 # (id, place, claim, paper, rule, paper-config measure, centred measure, centred rule)

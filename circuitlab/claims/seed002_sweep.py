@@ -90,7 +90,8 @@ def regime(context: Context, name: str, field: str) -> dict[str, Any] | Outcome:
 
 
 def percent_row(context: Context, field: str, regime_name: str, surface: str, column: str, label: str,
-                low: float, high: float | None = None, with_null: bool = True, direction: str = "within") -> Outcome:
+                low: float, high: float | None = None, with_null: bool = True, direction: str = "within",
+                extra_nulls: dict[str, float | None] | None = None) -> Outcome:
     """One percentage of one regime's model against the paper's range (+- PERCENT_TOLERANCE; with direction
     ">" or "<", against `low` itself), with the no-pressure model of the same sweep as its null."""
     model = regime(context, regime_name, field)
@@ -101,6 +102,8 @@ def percent_row(context: Context, field: str, regime_name: str, surface: str, co
     if with_null and regime_name != "none":
         plain = regime(context, "none", field)
         nulls = {NULL: None if isinstance(plain, Outcome) else unit_estimate(plain, surface, column).value}
+    if extra_nulls:
+        nulls = {**(nulls or {}), **extra_nulls}
     ours = f"{model['name']}: {estimate.text(2 if abs(estimate.value) < 1 else 1)}% {label}"
     threshold = percent_range(low, high) if direction == "within" else low
     return decide(ours, estimate, threshold, direction, nulls, _units_note(model, surface),
@@ -236,7 +239,12 @@ def legible_share(context: Context, field: str) -> Outcome:
 
 def e2e(surface: str, column: str, label: str, low: float, high: float | None = None) -> Callable[[Context, str], Outcome]:
     def measure(context: Context, field: str) -> Outcome:
-        return percent_row(context, field, "crispness alone", surface, column, label, low, high)
+        extra = None
+        if column in ("selective", "selective_operands"):  # the fixed thresholds pass the pressure-free control too
+            from circuitlab.claims.selectivity import CONTROL, control_selective
+
+            extra = {CONTROL: control_selective(context)}
+        return percent_row(context, field, "crispness alone", surface, column, label, low, high, extra_nulls=extra)
     return measure
 
 

@@ -66,3 +66,23 @@ def test_pair_bootstrap_of_nie_cells_by_hand():
     estimate = bootstrap_pairs(table, lambda c: c[(0, "noun")] - c[(0, "final")], n_resamples=200)
     # every pair's difference is exactly 0.3, so every resample gives 0.3
     assert estimate.value == pytest.approx(0.3) and estimate.low == pytest.approx(0.3) and estimate.high == pytest.approx(0.3)
+
+
+def test_embedding_neighbours_by_hand():
+    from circuitlab.claims.nulls import EmbeddingNeighbours
+
+    # tokens 0, 1, 2 with embeddings along x, near x, along y; circuits: tokens [0, 1, 2, 0]
+    embedding = np.array([[1.0, 0.0], [0.9, 0.1], [0.0, 1.0]])
+    metadata = pd.DataFrame({"token_id": [0, 1, 2, 0], "category": ["A", "A", "B", "A"]})
+    db = EmbeddingNeighbours(metadata, embedding, [0, 1])
+    ids, distance = db.neighbours(1, [0, 2], k=3)
+    # circuit 0 (token 0): other-token circuits 1 (cos 0.994) then 2 (cos 0); its copy (circuit 3) is left out
+    assert ids[0].tolist() == [1, 2, -1]
+    assert distance[0, 0] == pytest.approx(1 - 0.9 / np.hypot(0.9, 0.1), abs=1e-6)
+    # circuit 2 (token 2): circuit 1 (cos 0.110) before circuits 0 and 3 (cos 0)
+    assert ids[1].tolist() == [1, 0, 3]
+    within, _ = db.neighbours(0, [0], k=2, within=[2, 3])
+    assert within.tolist() == [[2, -1]]
+    score, _ = semantic_per_query(db, 1, n_queries=4, n_shuffles=2, k=1)
+    # nearest other-token circuit: 0 -> 1 (A, A), 1 -> 0 (A, A), 2 -> 1 (B, A), 3 -> 1 (A, A)
+    assert sorted(score.tolist()) == [0.0, 1.0, 1.0, 1.0]

@@ -1,0 +1,91 @@
+"""Seed 002's SELECTIVE read against the pressure-free control (circuitlab.claims.selectivity, seed002_null):
+the control measured on a tiny dense model against a hand computation, the null-relative counts on constructed
+tables, and the sweep's sparse-detector row on a constructed histogram."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+
+from circuitlab import CircuitTransformer, ModelConfig
+from circuitlab.claims import CONTRADICTED, NOT_MEASURED, REPRODUCED, Context
+from circuitlab.claims.selectivity import (
+    control_values, crispness_cut, pressure_free_stats, selective_beyond, share, sparse_detectors,
+)
+from circuitlab.claims.seed002_null import paper_selective_beyond_null, sweep_sparse_detectors
+
+
+def test_control_values_by_hand():
+    pre = torch.tensor([[0.0, 3.0], [2.0, 3.0]])  # unit 0: mean 1, std 1 -> z = -1, +1; unit 1 never varies -> z = 0
+    values = control_values(pre)
+    sig4 = 1 / (1 + math.exp(-4))
+    assert values[:, 0].tolist() == pytest.approx([1 - sig4, sig4])
+    assert values[:, 1].tolist() == pytest.approx([0.5, 0.5])
+
+
+def test_pressure_free_stats_on_a_tiny_dense_model_by_hand():
+    torch.manual_seed(0)
+    model = CircuitTransformer(ModelConfig.preset("tiny-gelu")).eval()
+    tokens = torch.randint(0, model.cfg.d_vocab, (3, 12))
+    stats = pressure_free_stats(model, tokens, batch_size=2)
+    with torch.no_grad():
+        _, cache = model.run_with_cache(tokens)
+    for layer in range(model.cfg.n_layers):
+        pre = cache[f"blocks.{layer}.mlp.hook_pre"].reshape(-1, cache[f"blocks.{layer}.mlp.hook_pre"].shape[-1])
+        pre = pre.double().numpy()
+        z = (pre - pre.mean(0)) / pre.std(0)  # numpy's std is the population one
+        v = 1 / (1 + np.exp(-4 * z))
+        rows = stats[stats["layer"] == layer].sort_values("channel")
+        assert len(rows) == pre.shape[1]
+        assert rows["crispness"].to_numpy() == pytest.approx((np.minimum(v, 1 - v) < 0.1).mean(0), abs=1e-12)
+        assert rows["on_fraction"].to_numpy() == pytest.approx((v > 0.9).mean(0), abs=1e-12)
+        assert rows["variance"].to_numpy() == pytest.approx(v.var(0), rel=1e-6, abs=1e-12)
+        expected = np.where(v.var(0) < 0.003, "CONSTANT", np.where((np.minimum(v, 1 - v) < 0.1).mean(0) > 0.5,
+                                                                    "SELECTIVE", "FUZZY"))
+        assert rows["regime"].tolist() == expected.tolist()
+
+
+def test_null_relative_counts_on_a_constructed_table():
+    control = pd.DataFrame({"crispness": np.linspace(0, 1, 101), "variance": 0.1, "on_fraction": 0.3})
+    cut = crispness_cut(control)
+    assert cut == pytest.approx(0.95)
+    stats = pd.DataFrame({"crispness": [0.99, 0.97, 0.9, 0.99], "variance": [0.1, 0.1, 0.1, 0.001],
+                          "on_fraction": [0.01, 0.05, 0.2, 0.005]})
+    # crisper than the cut and not CONSTANT: channels 0 and 1 (channel 3 is crisp but constant)
+    assert selective_beyond(stats, cut).tolist() == [True, True, False, False]
+    assert sparse_detectors(stats).tolist() == [True, True, False, False]
+    found = share(selective_beyond(stats, cut))
+    assert found.value == pytest.approx(50.0) and found.low < 50 < found.high
+    # the control scores its own 5% by construction (values strictly above the 95% quantile)
+    assert share(selective_beyond(control, cut)).value == pytest.approx(100 * 5 / 101)
+
+
+def _model(name: str, regime: str, attention: list[int], ffn: list[int]) -> dict:
+    return {"name": name, "regime": regime, "on_rate_histogram": {
+        "edges": [0.0, 0.01, 0.05, 0.2, 0.5, 0.8, 0.95, 0.99, 1.0],
+        "attention operator": attention, "ffn operator": ffn}}
+
+
+def _context(tmp_path: Path, models: list[dict]) -> Context:
+    path = tmp_path / "legibility_regimes.json"
+    path.write_text(json.dumps({"version": 1, "models": models}))
+    return Context(legible_sweep=path)
+
+
+def test_sweep_sparse_detectors_read_the_histogram(tmp_path):
+    plain = _model("legible-none", "none", [900, 100, 0, 0, 0, 0, 0, 0], [950, 50, 0, 0, 0, 0, 0, 0])
+    crisp = _model("legible-crisp", "crispness alone", [500, 400, 100, 0, 0, 0, 0, 0], [600, 300, 100, 0, 0, 0, 0, 0])
+    found = sweep_sparse_detectors(_context(tmp_path, [plain, crisp]), "attention")
+    assert found.verdict == REPRODUCED and found.value == pytest.approx(40.0)  # 400 of 1000 against 10%
+    assert found.nulls == {"no pressure": 10.0} and found.estimate.low < 40 < found.estimate.high
+    assert sweep_sparse_detectors(_context(tmp_path, [plain, crisp]), "ffn").value == pytest.approx(30.0)
+    fewer = _model("legible-crisp", "crispness alone", [990, 10, 0, 0, 0, 0, 0, 0], [990, 10, 0, 0, 0, 0, 0, 0])
+    assert sweep_sparse_detectors(_context(tmp_path, [plain, fewer]), "ffn").verdict == CONTRADICTED
+    assert sweep_sparse_detectors(Context(), "ffn").verdict == NOT_MEASURED
+    assert paper_selective_beyond_null(_context(tmp_path, [plain, crisp])).verdict == NOT_MEASURED
