@@ -129,7 +129,9 @@ def models_table() -> str:
             f"{metrics['steps']:,} |")
     notes = ["", "Losses in nats/token. The natural held-out split: stories never trained or chosen on, each read "
              "alone (`circuitlab.training.evaluation.document_losses`); the interval is a bootstrap over stories. "
-             "Generated: the held-out seed of the story generator, packed windows. Passes: over the training mixture."]
+             "Generated: the held-out seed of the story generator, packed windows. Passes: over the training mixture. "
+             "Steps and passes are seed 0's: the seeds trained side by side on one GPU, each with the same time "
+             "budget but an unequal share of the GPU (each seed's in results/models/<name>/seed<N>/metrics.json)."]
     if baselines:
         b = baselines["baselines"]
         notes.append(f"Counting alone on the same training text and tokenizer (`scripts/corpus_baselines.py`): unigram "

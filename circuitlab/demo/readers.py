@@ -134,9 +134,10 @@ def validation_curves_figure(curves: pandas.DataFrame) -> Any:
     solid and the other seeds dotted."""
     import plotly.graph_objects as go
 
-    from circuitlab.figures import color_map
+    from plotly.colors import qualitative
 
-    colors = color_map(curves["model"].unique()) if len(curves) else {}
+    names = sorted(str(name) for name in curves["model"].unique())
+    colors = dict(zip(names, qualitative.D3 * (1 + len(names) // len(qualitative.D3))))
     figure = go.Figure()
     for (model, seed), rows in curves.groupby(["model", "seed"], sort=True):
         figure.add_trace(go.Scatter(
