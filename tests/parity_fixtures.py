@@ -1,5 +1,6 @@
 """Parity reports for the tests of the report's tables and of the dashboard's Parity page: the shipped one
-(results/parity/parity_report.json, written before the usage diagnostics), a small constructed one with every
+(results/parity/parity_report.json, the linear design's), the first model's (results/parity/product/, the
+product design's, written before the usage diagnostics), a small constructed one with every
 field of the current report whose verdicts are known in advance (layer 0 meets every per-layer target, most on
 the threshold itself; layer 1 misses each, some on the threshold), and the constructed one as an older report
 without the diagnostics would have it."""
@@ -12,6 +13,7 @@ import math
 from pathlib import Path
 
 SHIPPED_REPORT = Path(__file__).resolve().parents[1] / "results" / "parity" / "parity_report.json"
+PRODUCT_REPORT = SHIPPED_REPORT.parent / "product" / "parity_report.json"
 
 _M = 2**12
 _PARITY_LOSS, _GELU_LOSS = 3.0, 3.0 - math.log(1.04)  # perplexity ratio exp(3.0 - gelu) = 1.04: met (<= 1.05)
@@ -91,6 +93,10 @@ def older_constructed_report() -> dict:
 
 def shipped_report() -> dict:
     return json.loads(SHIPPED_REPORT.read_text())
+
+
+def product_report() -> dict:
+    return json.loads(PRODUCT_REPORT.read_text())
 
 
 # --- the sparse autoencoder comparison (`circuitlab report sae`) -------------------------------------------------

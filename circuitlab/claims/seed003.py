@@ -64,7 +64,10 @@ def parity_encoder_exact(context: Context) -> Outcome:
     if not layers or not all("agreement" in layer and "certified" in layer for layer in layers):
         return Outcome("-", NOT_MEASURED, None, "the parity report has no encoder agreement per layer")
     agreement = min(float(layer["agreement"]) for layer in layers)
-    certified = min(float(layer["certified"]) for layer in layers)
+    if all(layer["certified"] is None for layer in layers):  # the linear design scores every feature: exhaustive
+        ours = f"lowest over layers: agreement with exhaustive search {agreement:.3f} (the encoder is exhaustive)"
+        return no_interval(ours, round(agreement, 3), round(agreement, 3) >= 0.99, "the report keeps one rate per layer")
+    certified = min(float(layer["certified"]) for layer in layers if layer["certified"] is not None)
     ours = (f"lowest over layers: agreement with exhaustive search {agreement:.3f}, certified exact {certified:.3f} "
             f"(beam {report.get('design', {}).get('beam', '?')})")
     return no_interval(ours, round(agreement, 3), round(agreement, 3) >= 0.99, "the report keeps one rate per layer")

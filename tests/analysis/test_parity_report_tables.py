@@ -37,13 +37,16 @@ from parity_fixtures import (
     CONSTRUCTED_USAGE_VERDICTS,
     CONSTRUCTED_VERDICTS,
     NEW_TARGETS,
+    PRODUCT_REPORT,
     SHIPPED_REPORT,
     constructed_report,
     older_constructed_report,
+    product_report,
     shipped_report,
 )
 
-REPORTS = {"shipped": shipped_report, "constructed": constructed_report, "older": older_constructed_report}
+REPORTS = {"shipped": shipped_report, "product": product_report, "constructed": constructed_report,
+           "older": older_constructed_report}
 
 
 def _expected_verdict(key: str, measured: float | None) -> str:
@@ -89,8 +92,8 @@ def test_the_target_table_shows_the_reports_numbers_and_their_verdicts(which):
         assert row["target value"] == TARGETS[key].text
 
 
-def test_the_shipped_report_says_not_measured_for_what_it_predates_and_keeps_the_scripts_numbers():
-    report = load_parity_report(SHIPPED_REPORT)
+def test_the_first_models_report_says_not_measured_for_what_it_predates_and_keeps_the_scripts_numbers():
+    report = load_parity_report(PRODUCT_REPORT)
     verdicts = {row["target"]: row["verdict"] for row in target_table(report)}
     assert {key for key, value in verdicts.items() if value == NOT_MEASURED} == set(NEW_TARGETS)
     # the figures the script judged when it wrote the file are the ones judged now (against today's thresholds)
@@ -165,12 +168,15 @@ def test_a_report_without_a_gelu_model_says_not_measured(which):
 def test_the_beam_and_ablation_tables_show_the_reports_numbers(which):
     report = REPORTS[which]()
     beams = beam_table(check_parity_report(report))
-    expected = [(layer["layer"], int(beam), figures["agreement"], figures["certified"])
-                for layer in report["layers"] for beam, figures in layer["by_beam"].items()]
-    assert sorted((row["layer"], row["beam"], row["agreement"], row["certified"]) for row in beams) == sorted(expected)
-    assert {row["beam"] for row in beams if row["configured"]} == {report["design"]["beam"]}
-    configured = {row["layer"]: row["agreement"] for row in beams if row["configured"]}
-    assert configured == {layer["layer"]: layer["agreement"] for layer in report["layers"]}  # the headline beam
+    if all(layer.get("by_beam") is None for layer in report["layers"]):  # the linear design: no beam to vary
+        assert beams == []
+    else:
+        expected = [(layer["layer"], int(beam), figures["agreement"], figures["certified"])
+                    for layer in report["layers"] for beam, figures in layer["by_beam"].items()]
+        assert sorted((row["layer"], row["beam"], row["agreement"], row["certified"]) for row in beams) == sorted(expected)
+        assert {row["beam"] for row in beams if row["configured"]} == {report["design"]["beam"]}
+        configured = {row["layer"]: row["agreement"] for row in beams if row["configured"]}
+        assert configured == {layer["layer"]: layer["agreement"] for layer in report["layers"]}  # the headline beam
 
     parity, gelu = ablation_table(report)
     assert (parity["loss"], parity["loss zeroed"]) == (report["parity"]["loss"], report["parity"]["loss_writes_zeroed"])
@@ -206,16 +212,22 @@ def test_the_layer_ablation_table_shows_each_layers_costs_and_all_layers_at_once
     assert everything["mean-ablated share"] == pytest.approx(report["mean_ablation_share"], rel=1e-12)
 
 
-def test_the_figures_draw_the_reports_numbers():
-    report = load_parity_report(SHIPPED_REPORT)
+@pytest.mark.parametrize("path", [SHIPPED_REPORT, PRODUCT_REPORT], ids=["shipped", "product"])
+def test_the_figures_draw_the_reports_numbers(path):
+    report = load_parity_report(path)
     traces = {trace.name: list(trace.y) for trace in layer_figure(report).data}
     assert traces["reconstruction"] == [layer["reconstruction"] for layer in report["layers"]]
     assert traces["agreement"] == [layer["agreement"] for layer in report["layers"]]
-    assert traces["certified exact"] == [layer["certified"] for layer in report["layers"]]
     assert traces["parity write"] == [layer["write_over_residual"] for layer in report["layers"]]
     assert traces["GELU FFN write"] == report["gelu"]["write_over_residual"]
     assert traces["uses by the top-100 features"] == [layer["top100_share"] for layer in report["layers"]]
-    assert "tokens using the top feature" not in traces  # not measured in the shipped report
+    if path == SHIPPED_REPORT:  # the linear design: exhaustive (nothing to certify), usage measured
+        assert traces.get("certified exact", [None] * 4) == [None] * 4
+        assert traces["tokens using the top feature"] == [layer["top_feature_share"] for layer in report["layers"]]
+        assert list(beam_figure(report).data) == []
+        return
+    assert traces["certified exact"] == [layer["certified"] for layer in report["layers"]]
+    assert "tokens using the top feature" not in traces  # not measured in the first model's report
     lines = {trace.name: (list(trace.x), list(trace.y)) for trace in beam_figure(report).data}
     by_beam = report["layers"][2]["by_beam"]
     assert lines["L2 certified"] == ([16, 32, 64, 128], [by_beam[beam]["certified"] for beam in ("16", "32", "64", "128")])
