@@ -47,7 +47,7 @@ def numbers(text: str) -> list[tuple[float, int, str]]:
 
 # per-head, per-layer and histogram detail: so many numbers that almost any figure would be found among them
 DETAIL_KEYS = {"by_head", "by_layer", "on_rate_histogram", "by_beam", "histogram", "samples", "per_story", "stories",
-               "losses", "natural_held_out_per_story"}
+               "losses"}
 
 
 def flatten(data, out: list[float]) -> list[float]:
