@@ -124,12 +124,14 @@ def test_real_umap_separates_clusters_and_reports_speedup(tmp_path):
     db = clustered_db(n_per_token=80)
     coordinates = embed(db, [1], n_tokens=5, n_neighbors=10, cache_dir=tmp_path)
     assert coordinates.shape[0] == 400 and np.isfinite(coordinates[["x", "y"]].to_numpy()).all()
-    # Points of one token (one pair of prototypes) lie closer to each other than to other tokens' points.
+    # A point's nearest neighbours on the map are its own token's points (a token is a pair of prototypes, so
+    # its points may sit in two groups: neighbourhoods, not mean distances, are what the map keeps)
     points = coordinates[["x", "y"]].to_numpy()
     tokens = coordinates["token"].to_numpy()
     gaps = np.linalg.norm(points[:, None] - points[None, :], axis=-1)
-    same = tokens[:, None] == tokens[None, :]
-    assert gaps[same].mean() < 0.5 * gaps[~same].mean()
+    np.fill_diagonal(gaps, np.inf)
+    nearest = np.argsort(gaps, axis=1)[:, :5]
+    assert (tokens[nearest] == tokens[:, None]).mean() >= 0.95
     timing = knn_speedup(db, 1, n_tokens=5, n_neighbors=10, warm_up=True)
     assert timing["points"] == 400
     # the speed-up is the ratio of the two timings it reports (a timing is shown by the benchmark, not tested)

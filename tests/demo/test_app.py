@@ -70,7 +70,10 @@ def test_every_page_renders_for_every_model_it_describes(demo_runs, model, page)
         pytest.skip(f"{page} is not shown for {model}")
     app = open_page(runs[model], page)
     assert not app.error, texts(app.error)
-    assert not app.warning, texts(app.warning)
+    # the one warning a page may show: random-weight tiny models can tell no fact pair apart, so there is no NIE
+    # to draw (the Patching page says why instead of drawing an empty heatmap)
+    warnings = [text for text in (str(element.value) for element in app.warning) if "no NIE to average" not in text]
+    assert not warnings, warnings
 
 
 @pytest.mark.parametrize("model", MODELS)
@@ -99,7 +102,7 @@ def test_overview_shows_card_training_curve_parameters_and_artifacts(demo_runs):
     assert metrics["parameters"] == f"{model.parameter_counts()['total']:,}"
     assert metrics["active parameters per token"] == f"{model.active_parameters_per_token():,}"
     assert "A random-weight tiny-sgatlin model" in texts(app.markdown)
-    assert len(plotly_charts(app)) == 1  # the training curve
+    assert len(plotly_charts(app)) == 2  # the training curve and the shipped models' validation curves
     artifacts = app.dataframe[1].value
     assert set(artifacts["artifact"]) == {"card", "corpus", "circuitdb", "semantic", "umap", "usage", "nie", "legibility", "dla"}
     assert dict(zip(artifacts["artifact"], artifacts["status"]))["legibility"] == "not applicable"
@@ -180,7 +183,8 @@ def test_patching_shows_the_fact_grid_and_patches_a_typed_pair(demo_runs):
     tokenizer = load_model(models["tiny-sgatlin"]).tokenizer
     clean, patch = single_token_facts(tokenizer)[:2]
     app = open_page(runs["tiny-sgatlin"], "Patching")
-    assert len(plotly_charts(app)) == 1
+    no_nie = "no NIE to average" in texts(app.warning)  # random weights may tell no fact pair apart
+    assert len(plotly_charts(app)) == (0 if no_nie else 1)
     inputs = app.text_input
     inputs[0].input(f"The {clean.noun} was")
     inputs[1].input(clean.adjective)
@@ -193,8 +197,9 @@ def test_patching_shows_the_fact_grid_and_patches_a_typed_pair(demo_runs):
     # draws the pair's NIE
     m = {metric.label: float(metric.value) for metric in app.metric}
     small = abs(m["m(counterfactual)"] - m["m(clean)"]) < 0.5
-    assert [("below 0.5" in text) for text in texts(app.warning).split("\n") if text] == ([True] if small else [])
-    assert len(plotly_charts(app)) == 2
+    shown = [text for text in (str(element.value) for element in app.warning) if "no NIE to average" not in text]
+    assert [("below 0.5" in text) for text in shown] == ([True] if small else [])
+    assert len(plotly_charts(app)) == (1 if no_nie else 2)
     assert {metric.label for metric in app.metric} == {"m(clean)", "m(counterfactual)"}
 
 
@@ -380,7 +385,8 @@ def _parity_page_shows(app: AppTest, report: dict, comparison: dict | None) -> N
                         ("dead share", "dead_share")]:
         shown = [None if value != value else value for value in usage[column].tolist()]  # NaN: not measured
         assert shown == [row.get(key) for row in report["layers"]], column
-    assert len(_frame(app, "beam")) == sum(len(row["by_beam"]) for row in report["layers"])
+    if all(row.get("by_beam") for row in report["layers"]):  # the linear design's encoder has no beam
+        assert len(_frame(app, "beam")) == sum(len(row["by_beam"]) for row in report["layers"])
     ablation = _frame(app, "zeroing cost")
     assert ablation["loss"].tolist() == [report["parity"]["loss"], report["gelu"]["loss"]]
     assert ablation["loss zeroed"].tolist() == [report["parity"]["loss_writes_zeroed"], report["gelu"]["loss_writes_zeroed"]]
@@ -392,7 +398,8 @@ def _parity_page_shows(app: AppTest, report: dict, comparison: dict | None) -> N
         assert costs["GELU mean-ablated"].tolist()[:-1] == report["gelu"]["mean_ablated_by_layer"]
     else:
         assert "predates the per-layer and mean ablations" in texts(app.info)
-    charts = 4 + by_layer  # by layer, firing histograms, by beam, ablation (and by layer)
+    has_beams = all(row.get("by_beam") for row in report["layers"])  # the linear design's encoder has no beam
+    charts = 3 + has_beams + by_layer  # by layer, firing histograms, by beam, ablation (and by layer)
     if comparison is None:
         assert "No sparse autoencoder comparison at" in texts(app.info) and "circuitlab report sae" in texts(app.code)
     else:
