@@ -13,6 +13,7 @@ Shape letters: R rows, K non-zeros per code.
 from __future__ import annotations
 
 import functools
+from abc import ABC, abstractmethod
 import warnings
 from collections import OrderedDict
 from collections.abc import Mapping
@@ -37,7 +38,7 @@ def sha256_file(path: Path, chunk_bytes: int = 1 << 22) -> str:
     return digest.hexdigest()
 
 
-class ShardTable:
+class ShardTable(ABC):
     """Rows [starts[s], starts[s + 1]) live in shard s. Subclasses give `matrix`, `metadata` and `alive`."""
 
     starts: np.ndarray
@@ -57,16 +58,17 @@ class ShardTable:
     def rows_of(self, shard: int) -> tuple[int, int]:
         return int(self.starts[shard]), int(self.starts[shard + 1])
 
+    @abstractmethod
     def layer_info(self, layer: int) -> tuple[int, int, str]:
         """(code size, non-zeros per code, value dtype) of a layer."""
-        raise NotImplementedError
 
+    @abstractmethod
     def matrix(self, layer: int, shard: int) -> CodeMatrix | None:
         """A shard's codes (None when the shard is damaged and set aside)."""
-        raise NotImplementedError
 
+    @abstractmethod
     def metadata(self, shard: int):
-        raise NotImplementedError
+        """A shard's metadata table."""
 
     def alive(self, shard: int) -> bool:
         return True
