@@ -27,7 +27,7 @@ import triton
 import triton.language as tl
 
 import circuitlab.kernels.ops as ops
-from circuitlab.kernels._triton_common import tuning_configs
+from circuitlab.kernels._triton_common import next_power_of_2, tuning_configs
 
 _SCAN_CONFIGS = [
     triton.Config({"BLOCK_T": 32, "BLOCK_U": 64}, num_warps=4),
@@ -35,6 +35,9 @@ _SCAN_CONFIGS = [
     triton.Config({"BLOCK_T": 64, "BLOCK_U": 64}, num_warps=8),
 ]
 _INTERPRETER_CONFIG = triton.Config({"BLOCK_T": 16, "BLOCK_U": 16}, num_warps=4)
+# The tuning is keyed on T rounded up to a power of two (T_BUCKET, read by nothing else): keyed on T itself, a
+# pass over documents of every length from 2 to n_ctx re-timed the configs at each new length, minutes of
+# tuning inside one held-out evaluation.
 
 
 @triton.jit
@@ -47,11 +50,11 @@ def _linear_combine(a1, g1, a2, g2):
     return a2 + g2 * a1, g1 * g2
 
 
-@triton.autotune(configs=tuning_configs(_SCAN_CONFIGS, _INTERPRETER_CONFIG), key=["T", "U", "IS_MAX"])
+@triton.autotune(configs=tuning_configs(_SCAN_CONFIGS, _INTERPRETER_CONFIG), key=["T_BUCKET", "U", "IS_MAX"])
 @triton.jit
 def _scan_fwd_kernel(
     m_ptr, decay_ptr, out_ptr, won_ptr,
-    T, U,
+    T, U, T_BUCKET,
     IS_MAX: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_U: tl.constexpr,
 ):
     sequence = tl.program_id(0).to(tl.int64)
@@ -79,11 +82,11 @@ def _scan_fwd_kernel(
         carry = tl.sum(tl.where(rows[:, None] == BLOCK_T - 1, state, 0.0), axis=0)
 
 
-@triton.autotune(configs=tuning_configs(_SCAN_CONFIGS, _INTERPRETER_CONFIG), key=["T", "U", "IS_MAX"])
+@triton.autotune(configs=tuning_configs(_SCAN_CONFIGS, _INTERPRETER_CONFIG), key=["T_BUCKET", "U", "IS_MAX"])
 @triton.jit
 def _scan_bwd_kernel(
     m_ptr, decay_ptr, out_ptr, won_ptr, dout_ptr, dm_ptr, ddecay_ptr,
-    T, U,
+    T, U, T_BUCKET,
     IS_MAX: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_U: tl.constexpr,
 ):
     sequence = tl.program_id(0).to(tl.int64)
@@ -140,7 +143,8 @@ def scan_forward(member_SxTxU, decay_U, is_max):
         won_SxTxU = torch.zeros((1,), dtype=torch.int8, device=member_SxTxU.device)
     if out_SxTxU.numel() > 0:
         grid = lambda meta: (n_seq, triton.cdiv(n_units, meta["BLOCK_U"]))  # noqa: E731
-        _scan_fwd_kernel[grid](member_SxTxU, decay_U, out_SxTxU, won_SxTxU, n_pos, n_units, IS_MAX=is_max)
+        _scan_fwd_kernel[grid](member_SxTxU, decay_U, out_SxTxU, won_SxTxU, n_pos, n_units, next_power_of_2(n_pos),
+                               IS_MAX=is_max)
     return out_SxTxU, won_SxTxU
 
 
@@ -154,7 +158,7 @@ def scan_backward(dout_SxTxU, member_SxTxU, decay_U, out_SxTxU, won_SxTxU, is_ma
         grid = lambda meta: (n_seq, triton.cdiv(n_units, meta["BLOCK_U"]))  # noqa: E731
         _scan_bwd_kernel[grid](
             member_SxTxU.contiguous(), decay_U.contiguous(), out_SxTxU.contiguous(), won_SxTxU.contiguous(),
-            dout_SxTxU, dmember_SxTxU, ddecay_SxU, n_pos, n_units, IS_MAX=is_max,
+            dout_SxTxU, dmember_SxTxU, ddecay_SxU, n_pos, n_units, next_power_of_2(n_pos), IS_MAX=is_max,
         )
     return dmember_SxTxU, ddecay_SxU.sum(0)
 

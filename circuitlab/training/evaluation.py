@@ -71,7 +71,9 @@ def document_losses(model: Any, documents: Sequence[Sequence[int]], eos: int, ba
     try:
         for start in tqdm(range(0, len(pieces), batch_size), desc="held-out documents", disable=not progress):
             batch = pieces[start:start + batch_size]
-            width = max(len(piece) for _, piece in batch)
+            # widths rounded up to a multiple of 64 (the padding is masked; attention is causal): a few shapes
+            # instead of one per document length, so kernels tuned or compiled per shape are not redone per batch
+            width = min(-(-max(len(piece) - 1 for _, piece in batch) // 64) * 64, n_ctx) + 1
             tokens = torch.full((len(batch), width), eos, dtype=torch.long)
             mask = torch.zeros((len(batch), width - 1), dtype=torch.bool)
             for row, (_, piece) in enumerate(batch):
