@@ -87,6 +87,7 @@ class PeakMemory:
         self._thread = threading.Thread(target=self._sample, daemon=True)
         self._thread.start()
         if self.device.type == "cuda":
+            torch.empty(1, device=self.device)  # the allocator answers for a device only once it has been used
             torch.cuda.reset_peak_memory_stats(self.device)
         return self
 

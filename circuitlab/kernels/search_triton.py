@@ -22,7 +22,11 @@ import triton
 import triton.language as tl
 
 from circuitlab.kernels._triton_common import tuning_configs
-from circuitlab.kernels.search_reference import MISSING, chunk_bounds
+from circuitlab.kernels.search_reference import MISSING as MISSING_KEY
+from circuitlab.kernels.search_reference import chunk_bounds
+
+# compiled kernels read only constexpr globals (the interpreter reads any)
+MISSING = tl.constexpr(MISSING_KEY)
 
 _CONFIGS = [
     triton.Config({"BLOCK_Q": 32}, num_warps=4),
