@@ -136,7 +136,9 @@ def models_table() -> str:
         b = baselines["baselines"]
         notes.append(f"Counting alone on the same training text and tokenizer (`scripts/corpus_baselines.py`): unigram "
                      f"{_interval(b['unigram'])}, Kneser-Ney bigram {_interval(b['bigram'])}, Kneser-Ney trigram "
-                     f"{_interval(b['trigram'])}.")
+                     f"{_interval(b['trigram'])}. Every loss here is over the {baselines['held_out_stories']:,} held-out "
+                     f"stories ({baselines['held_out_tokens']:,} tokens) of the corpus the models were trained on (their "
+                     f"cards name its commit; the corpus has grown since: data/README.md).")
     if earlier:
         notes.append(f"Not retrained on the shared mixture: {', '.join(f'`{n}`' for n in earlier)} (its note says why).")
     if spans:
