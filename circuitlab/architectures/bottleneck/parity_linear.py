@@ -90,7 +90,11 @@ def walsh_hadamard(values: Float[Tensor, "... m"]) -> Float[Tensor, "... m"]:
 class LinearParityBottleneck(FeatureCodeLayer):
     kind = "parity"
     sparse_by_construction = True
-    cuda_graphs = True
+    # Not captured in CUDA graphs: the materialised dictionary is built inside the first forward and kept as an
+    # attribute, so under reduce-overhead it lives in a graph's output buffer that the next replay overwrites (a
+    # paired H200 run stopped on "accessing tensor output of CUDAGraphs that has been overwritten"). The trainer
+    # therefore compiles this design in torch's default mode.
+    cuda_graphs = False
 
     def __init__(self, config: ModelShape):
         super().__init__()
