@@ -52,6 +52,7 @@ class Context:
     legible_sweep: Path | None = None  # the paper's (uncentred) sweep: results/legible-sweep-uncentred/legibility_regimes.json
     legible_sweep_centred: Path | None = None  # circuitlab's centred sweep: results/legible-sweep/legibility_regimes.json
     parity_report: Path | None = None  # results/parity/parity_report.json of `circuitlab report parity`
+    sae_comparison: Path | None = None  # results/parity/sae_comparison.json of `circuitlab report sae`
     progress: bool = False
     _models: dict[str, Any] = field(default_factory=dict)
     _window_losses: dict[str, Any] = field(default_factory=dict)
@@ -249,7 +250,7 @@ class Context:
         return {which: sum(sums) / sum(counts) for which, (sums, counts) in self.held_out_window_losses(name).items()}
 
     def result_file(self, name: str) -> dict[str, Any] | None:
-        """The JSON of `legible_sweep` or `parity_report` (by field name), or None when it is not given or absent."""
+        """The JSON of `legible_sweep`, `parity_report` or `sae_comparison` (by field name), or None when it is not given or absent."""
         path = getattr(self, name)
         if path is None or not Path(path).is_file():
             return None

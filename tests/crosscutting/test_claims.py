@@ -102,7 +102,7 @@ def test_a_results_json_fills_a_row_the_models_cannot_measure(fast_run):
     entry = FILLED["claims"]["s000-nonlinearity"]
     assert (row["ours"], row["verdict"]) == (entry["ours"], entry["verdict"])
     assert row["measured by"] == "`scripts/ablation.py (analyses/results/ablation.json)`"
-    blocked = next(r for r in rows if r["id"] == "s003-probing")
+    blocked = next(r for r in rows if r["id"] == "s003-steering")
     assert (blocked["ours"], blocked["verdict"]) == ("-", NOT_MEASURED)
 
 
