@@ -177,6 +177,9 @@ _LAZY = {
     "parity_encoder_exact": "circuitlab.claims.seed003",
     "parity_reconstruction": "circuitlab.claims.seed003",
     "parity_training_cost": "circuitlab.claims.seed003",
+    "parity_probing": "circuitlab.claims.seed003",
+    "PROBE_MARGIN": "circuitlab.claims.seed003",
+    "SAE_MISSING": "circuitlab.claims.seed003",
 }
 
 
