@@ -81,6 +81,27 @@ def _scan_kernel(
     tl.store(out, best, mask=q_ok[:, None])
 
 
+# The autotuner times every candidate config several times on the launch that first meets its key (NNZ, TILE,
+# KEEP, dtypes), whatever the number of rows. On 10^8 codes one launch takes seconds, so tuning on the whole
+# table would cost minutes; the first launch for a key on more than TUNE_TILES tiles is preceded by one on its
+# first TUNE_TILES tiles (2^20 rows at B = 128), which picks the config the full launch then reuses.
+TUNE_TILES = 8192
+_tuned: set[tuple] = set()
+
+
+def _tune_on_a_prefix(indices, values, inverse_norms, dense_queries, exclude, n_rows, keep, n_chunks) -> None:
+    n_tiles, nnz, tile = indices.shape
+    key = (nnz, tile, keep, indices.dtype, values.dtype, dense_queries.device)
+    if key in _tuned:
+        return
+    _tuned.add(key)
+    if n_tiles <= TUNE_TILES:
+        return
+    rows = TUNE_TILES * tile
+    scan_top_keys(indices[:TUNE_TILES], values[:TUNE_TILES], inverse_norms[:rows], dense_queries, exclude,
+                  min(n_rows, rows), keep, min(n_chunks, TUNE_TILES))
+
+
 def scan_top_keys(indices_NxKxB, values_NxKxB, inverse_norms_R, dense_queries_SxQ, exclude_Q, n_rows: int,
                   keep: int, n_chunks: int) -> torch.Tensor:
     """The contract of `search_reference.scan_top_keys`, in one launch."""
@@ -93,6 +114,9 @@ def scan_top_keys(indices_NxKxB, values_NxKxB, inverse_norms_R, dense_queries_Sx
     out = torch.empty((len(bounds), n_queries, keep), dtype=torch.int64, device=dense_queries_SxQ.device)
     if n_queries == 0:
         return out
+
+    _tune_on_a_prefix(indices_NxKxB, values_NxKxB, inverse_norms_R, dense_queries_SxQ, exclude_Q, n_rows, keep,
+                      n_chunks)
 
     def grid(meta):
         return (triton.cdiv(n_queries, meta["BLOCK_Q"]), len(bounds))

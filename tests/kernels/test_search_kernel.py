@@ -78,6 +78,36 @@ def test_scan_keeps_the_same_keys_as_its_reference(device, tile, keep, n_chunks)
     np.testing.assert_allclose(scores.cpu().double().numpy(), np.take_along_axis(expected.numpy(), order, 1), rtol=1e-6)
 
 
+@pytest.mark.parametrize("device", DEVICES)
+def test_a_large_table_is_tuned_on_its_first_tiles_and_answers_as_the_reference(device, monkeypatch):
+    """The first launch for a key on more than TUNE_TILES tiles is preceded by one on the first TUNE_TILES
+    tiles (where the autotuner times its candidates); the full launch's keys are still the reference's."""
+    from circuitlab.kernels import search_triton
+
+    stored = awkward_codes(203, size=50, nnz=6, seed=0)
+    queries = awkward_codes(9, size=50, nnz=6, seed=2)
+    codes, dense = scan_inputs(stored, queries, 16, device)
+    exclude = torch.full((len(queries),), -1, dtype=torch.int64, device=device)
+    arguments = (codes.indices, codes.values, codes.inverse_norms, dense, exclude, codes.n_rows, 8, 3)
+    monkeypatch.setattr(search_triton, "TUNE_TILES", 4)
+    monkeypatch.setattr(search_triton, "_tuned", set())
+    launches = []
+    real_scan = search_triton.scan_top_keys
+
+    def spy(indices, *rest):
+        launches.append((indices.shape[0], rest[4]))  # (tiles, rows) of each launch
+        return real_scan(indices, *rest)
+
+    monkeypatch.setattr(search_triton, "scan_top_keys", spy)
+    with kernels.use_backend("triton"):
+        first = kernels.code_scan_top_keys(*arguments)
+        again = kernels.code_scan_top_keys(*arguments)
+    reference = search_reference.scan_top_keys(*arguments)
+    assert torch.equal(first.cpu(), reference.cpu()) and torch.equal(again.cpu(), reference.cpu())
+    n_tiles = codes.indices.shape[0]
+    assert launches == [(n_tiles, 203), (4, 64), (n_tiles, 203)]  # the prefix once, for the first call only
+
+
 def float_codes(n_rows: int, seed: int, prototypes_seed: int = 0) -> CodeMatrix:
     """Codes with float values (no exact ties, sums rounded in float32) and duplicated rows."""
     codes = structured_synthetic_codes(n_rows, channels=4, k=4, neurons=16, seed=seed, prototypes_seed=prototypes_seed)
