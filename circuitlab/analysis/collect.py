@@ -206,7 +206,7 @@ class _Run:
         first_text, first_position = (start["texts_done"], start["position"]) if start else (0, 0)
         hashed_before = first_text + (1 if first_position else 0)  # texts the previous run's digest covers
         pending: list[_Window] = []
-        total = len(corpus) if hasattr(corpus, "__len__") else None
+        total = len(corpus) if hasattr(corpus, "__len__") else getattr(corpus, "n_texts", None)
         n_items = 0
         for index, item in enumerate(tqdm(corpus, total=total, desc="collect circuits", unit="text", disable=not progress)):
             n_items = index + 1

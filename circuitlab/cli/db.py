@@ -149,49 +149,28 @@ def _load_model(spec: str, device: str = "cpu") -> Any:
     return model.eval()
 
 
-def _corpus(args: argparse.Namespace) -> tuple[list[Any], str]:
-    if args.corpus:
-        from circuitlab.data.loaders import load_documents
-        from circuitlab.data.stories import LabelledStory
+def _corpus(args: argparse.Namespace) -> tuple[Any, str]:
+    """The corpus of `--corpus` or `--stories` as a stream read one text at a time (collecting holds one shard's
+    rows, not the corpus), with its description."""
+    from circuitlab.data.streams import corpus_stream, story_stream
 
-        texts: list[Any] = []
-        for source in args.corpus:
-            path = Path(source)
-            if not path.exists():
-                raise UserError(f"corpus file {path} does not exist")
-            labelled = _labelled_jsonl(path, LabelledStory) if path.suffix.lower() == ".jsonl" else None
-            texts.extend(labelled if labelled is not None else load_documents(path))
-        description = f"{len(texts)} texts from {', '.join(args.corpus)}"
+    if args.corpus:
+        texts = corpus_stream(args.corpus)
+        counted = f"{texts.n_texts} texts" if texts.n_texts is not None else "texts"
+        description = f"{counted} from {', '.join(args.corpus)}"
     else:
-        from circuitlab.data.stories import held_out_stories
+        from circuitlab.data.stories import HELD_OUT_SEED
 
         n = 128 if args.stories is None else args.stories
         if n <= 0:
             raise UserError(f"--stories {n}: need a positive number of stories")
-        texts = held_out_stories(n)
+        texts = story_stream(n, HELD_OUT_SEED)
         description = f"{n} generated held-out stories"
     if args.max_texts is not None:
-        texts = texts[: args.max_texts]
-    if not texts:
-        raise UserError("the corpus is empty")
+        if args.max_texts <= 0:
+            raise UserError(f"--max-texts {args.max_texts}: need a positive number of texts")
+        texts = texts.head(args.max_texts)
     return texts, description
-
-
-def _labelled_jsonl(path: Path, story_class: Any) -> list[Any] | None:
-    """Labelled stories when every line carries text and spans, else None (read as plain documents)."""
-    import json
-
-    from circuitlab.data._io import read_utf8
-
-    stories = []
-    for line in read_utf8(path).splitlines():  # names the file when it is not UTF-8
-        if not line.strip():
-            continue
-        record = json.loads(line)
-        if not isinstance(record, dict) or "spans" not in record or "text" not in record:
-            return None
-        stories.append(story_class.from_dict(record))
-    return stories
 
 
 def run_build(args: argparse.Namespace) -> int:
