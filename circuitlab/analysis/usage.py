@@ -83,6 +83,45 @@ def activation_frequency(
     return np.bincount(neurons, weights=row_weight[rows], minlength=codes.size)
 
 
+def weighted_usage(
+    codes: CodeMatrix, token_ids: Int[np.ndarray, " R"], multiplicity: Float[np.ndarray, " R"]
+) -> tuple[float, float]:
+    """(Gini of the unique-token activation frequency, fraction of neurons used) of the rows taken
+    `multiplicity` times each (0: left out): what `neuron_usage` gives for the rows repeated that often."""
+    rows, neurons = active_pairs(codes)
+    multiplicity = np.asarray(multiplicity, dtype=np.float64)
+    _, token_index = np.unique(np.asarray(token_ids), return_inverse=True)
+    occurrences = np.bincount(token_index, weights=multiplicity)
+    n_types = int((occurrences > 0).sum())
+    if n_types == 0:
+        raise UserError("no rows are taken: usage of an empty sample is undefined")
+    row_weight = np.where(multiplicity > 0, multiplicity / np.where(occurrences > 0, occurrences, 1.0)[token_index], 0.0)
+    frequency = np.bincount(neurons, weights=row_weight[rows] / n_types, minlength=codes.size)
+    used = np.bincount(neurons, weights=multiplicity[rows], minlength=codes.size) > 0
+    return gini(frequency), float(used.mean())
+
+
+def usage_bootstrap(
+    codes_by_layer: dict[int, CodeMatrix], token_ids: Int[np.ndarray, " R"], sequence_ids: Int[np.ndarray, " R"],
+    n_resamples: int = 200, seed: int = 0,
+) -> dict[str, Float[np.ndarray, "B L"]]:
+    """Each layer's Gini and fraction of neurons used over `n_resamples` resamples of whole sequences (stories,
+    drawn with replacement; the same draw for every layer): {"gini": [B, L], "fraction_used": [B, L]}, layers
+    in the order of `codes_by_layer`. Percentiles of a row's function of these give its 95% interval."""
+    sequence_ids = np.asarray(sequence_ids)
+    sequences, sequence_index = np.unique(sequence_ids, return_inverse=True)
+    if sequences.size < 2:
+        raise UserError(f"resampling sequences needs at least two of them, got {sequences.size}")
+    draws = np.random.default_rng(seed).integers(0, sequences.size, size=(n_resamples, sequences.size))
+    out = {"gini": np.empty((n_resamples, len(codes_by_layer))), "fraction_used": np.empty((n_resamples, len(codes_by_layer)))}
+    for draw_number, draw in enumerate(draws):
+        multiplicity = np.bincount(draw, minlength=sequences.size)[sequence_index]
+        for column, codes in enumerate(codes_by_layer.values()):
+            out["gini"][draw_number, column], out["fraction_used"][draw_number, column] = \
+                weighted_usage(codes, token_ids, multiplicity)
+    return out
+
+
 def coactivation(codes: CodeMatrix, neurons: Int[np.ndarray, " m"]) -> Float[np.ndarray, "m m"]:
     """P[i, j] = P(neuron j active | neuron i active) over token occurrences; NaN rows for unused neurons."""
     from scipy import sparse

@@ -28,17 +28,20 @@ class Sizes:
     legibility_windows: int  # windows of natural held-out text
     legibility_seq_len: int
     coherence_directions: int
+    usage_resamples: int  # bootstrap resamples of the stories behind the neuron-usage rows
 
     @classmethod
     def full(cls) -> Sizes:
         # seed 002 probes 12 batches of 8 x 256 tokens; seed 000 collects 128 stories of up to 1024 tokens
         return cls(db_stories=400, semantic_queries=2000, semantic_shuffles=20, enrichment_points=4000,
-                   nie_pairs=128, legibility_windows=96, legibility_seq_len=256, coherence_directions=4096)
+                   nie_pairs=128, legibility_windows=96, legibility_seq_len=256, coherence_directions=4096,
+                   usage_resamples=500)
 
     @classmethod
     def fast(cls) -> Sizes:
         return cls(db_stories=24, semantic_queries=150, semantic_shuffles=3, enrichment_points=600,
-                   nie_pairs=6, legibility_windows=12, legibility_seq_len=64, coherence_directions=512)
+                   nie_pairs=6, legibility_windows=12, legibility_seq_len=64, coherence_directions=512,
+                   usage_resamples=40)
 
 
 @dataclass
@@ -165,6 +168,19 @@ class Context:
 
             self._dbs[key] = self.sgatlin_usage if (name, text) == ("sgatlin-stories", "generated") else \
                 database_usage(self.db(name, text))
+        return self._dbs[key]
+
+    def usage_resamples(self, name: str, text: str = "generated") -> dict[str, Any]:
+        """usage_bootstrap of `db(name, text)`: each layer's Gini and fraction of neurons used over resamples of
+        its stories ({"gini": [B, L], "fraction_used": [B, L]})."""
+        key = ("usage resamples", name, text)
+        if key not in self._dbs:
+            from circuitlab.analysis.usage import usage_bootstrap
+
+            db = self.db(name, text)
+            self._dbs[key] = usage_bootstrap({layer: db.codes[layer] for layer in db.layers},
+                                             db.metadata["token_id"].to_numpy(), db.metadata["sequence_id"].to_numpy(),
+                                             n_resamples=self.sizes.usage_resamples)
         return self._dbs[key]
 
     @cached_property

@@ -111,3 +111,40 @@ def test_usage_report_figure_and_table():
     assert len(figure.data) == 5  # heatmap, shared-subkey marks, activations, Lorenz curve, diagonal
     table = usage_table({1: report})
     assert table.loc[0, "gini"] == pytest.approx(report.gini)
+
+
+def test_weighted_usage_is_the_usage_of_the_rows_repeated():
+    """Rows taken 0, 1, 2 or 3 times give the Gini and fraction used of the explicitly repeated matrix."""
+    from circuitlab.analysis.usage import neuron_usage, weighted_usage
+
+    codes = structured_synthetic_codes(300, channels=2, k=3, neurons=16, seed=4)
+    rng = np.random.default_rng(0)
+    token_ids = rng.integers(0, 40, len(codes))
+    multiplicity = rng.integers(0, 4, len(codes))
+    repeated = np.repeat(np.arange(len(codes)), multiplicity)
+    expected = neuron_usage(codes.rows(repeated), token_ids[repeated])
+    gini_value, used = weighted_usage(codes, token_ids, multiplicity)
+    assert gini_value == pytest.approx(expected.gini, abs=1e-12) and used == pytest.approx(expected.fraction_used)
+    whole = neuron_usage(codes, token_ids)
+    assert weighted_usage(codes, token_ids, np.ones(len(codes))) == (pytest.approx(whole.gini, abs=1e-12), whole.fraction_used)
+
+
+def test_usage_bootstrap_resamples_whole_sequences():
+    from circuitlab.analysis.usage import usage_bootstrap, weighted_usage
+
+    codes = {0: structured_synthetic_codes(120, channels=2, k=3, neurons=16, seed=1),
+             2: structured_synthetic_codes(120, channels=2, k=3, neurons=16, seed=2)}
+    token_ids = np.arange(120) % 17
+    sequence_ids = np.repeat(np.arange(6), 20)
+    out = usage_bootstrap(codes, token_ids, sequence_ids, n_resamples=30, seed=5)
+    assert out["gini"].shape == out["fraction_used"].shape == (30, 2)
+    # each resample is the usage of the drawn sequences, the same draw for both layers
+    draws = np.random.default_rng(5).integers(0, 6, size=(30, 6))
+    for number in (0, 17, 29):
+        multiplicity = np.bincount(draws[number], minlength=6)[sequence_ids]
+        for column, layer in enumerate(codes):
+            assert (out["gini"][number, column], out["fraction_used"][number, column]) == \
+                weighted_usage(codes[layer], token_ids, multiplicity)
+    assert np.ptp(out["gini"][:, 0]) > 0  # resamples differ
+    with pytest.raises(Exception, match="at least two"):
+        usage_bootstrap(codes, token_ids, np.zeros(120), n_resamples=3)

@@ -99,3 +99,17 @@ def test_seed_bootstrap_widens_with_the_spread_between_seeds():
     apart = bootstrap_pairs_over_seeds([[1.0, 1.1, 0.9] * 5, [2.0, 2.1, 1.9] * 5, [3.0, 3.1, 2.9] * 5], n_resamples=300)
     assert same.value == pytest.approx(1.0) and apart.value == pytest.approx(2.0)
     assert (apart.high - apart.low) > 5 * (same.high - same.low)
+
+
+def test_a_stories_bootstrap_gives_no_interval_that_misses_its_value():
+    import numpy as np
+
+    from circuitlab.claims.seed000 import _stories_interval
+
+    straddling = np.linspace(0.70, 0.80, 101)
+    estimate, note = _stories_interval(straddling, 0.7512, 3)
+    assert (estimate.value, estimate.low, estimate.high) == (0.751, round(np.percentile(straddling, 2.5), 3),
+                                                            round(np.percentile(straddling, 97.5), 3))
+    assert "51% of them below" in note
+    estimate, note = _stories_interval(straddling, 0.805, 3)  # every resample below the value: biased
+    assert estimate.low is None and estimate.value == 0.805 and note.startswith("100% of 101 resamples")
