@@ -18,6 +18,7 @@ import os
 import zipfile
 from collections.abc import Iterable, Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
@@ -126,6 +127,17 @@ def load_text_files(
     return documents
 
 
+def jsonl_text(path: str | os.PathLike, line_number: int, record: Any, text_field: str) -> str:
+    """The `text_field` string of one JSON-lines record; DataError naming the file and line otherwise."""
+    if not isinstance(record, dict) or text_field not in record:
+        fields = sorted(record) if isinstance(record, dict) else type(record).__name__
+        raise DataError(f"{path}, line {line_number}: no {text_field!r} field (fields: {fields}); pass text_field=")
+    text = record[text_field]
+    if not isinstance(text, str):
+        raise DataError(f"{path}, line {line_number}: field {text_field!r} is {type(text).__name__}, expected a string")
+    return text
+
+
 def load_jsonl(path: str | os.PathLike, text_field: str = "text") -> list[str]:
     """The `text_field` of every JSON object in a JSON-lines file (blank lines are skipped)."""
     documents = []
@@ -136,13 +148,7 @@ def load_jsonl(path: str | os.PathLike, text_field: str = "text") -> list[str]:
             record = json.loads(line)
         except json.JSONDecodeError as error:
             raise DataError(f"{path}, line {line_number}: not valid JSON ({error.msg} at column {error.colno})") from None
-        if not isinstance(record, dict) or text_field not in record:
-            fields = sorted(record) if isinstance(record, dict) else type(record).__name__
-            raise DataError(f"{path}, line {line_number}: no {text_field!r} field (fields: {fields}); pass text_field=")
-        text = record[text_field]
-        if not isinstance(text, str):
-            raise DataError(f"{path}, line {line_number}: field {text_field!r} is {type(text).__name__}, expected a string")
-        documents.append(text)
+        documents.append(jsonl_text(path, line_number, record, text_field))
     if not documents:
         raise DataError(f"empty corpus: {path} has no JSON lines")
     return documents

@@ -3,8 +3,8 @@
 A `TextStream` can be iterated more than once (each pass reads its sources again) and knows how many texts it
 holds where that is cheap to learn: generated stories by their number, JSON-lines and text files by a first
 pass that checks every record and keeps none. Datasets (`save_to_disk` folders, parquet, csv, json) are read
-through `datasets`' streaming iterator and their length is not counted. The records and errors are those of
-the list loaders in `circuitlab.data.loaders` and `circuitlab.data.stories`.
+through `datasets`' streaming iterator and their length is not counted. The texts are those
+the list loaders in `circuitlab.data.loaders` and `circuitlab.data.stories` give; errors name the file and line.
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from circuitlab.data._io import DataError
+from circuitlab.data.loaders import jsonl_text
 
 
 class TextStream:
@@ -73,16 +74,6 @@ def _is_labelled(record: Any) -> bool:
     return isinstance(record, dict) and "spans" in record and "text" in record
 
 
-def _jsonl_text(path: Path, number: int, record: Any, text_field: str) -> str:
-    if not isinstance(record, dict) or text_field not in record:
-        fields = sorted(record) if isinstance(record, dict) else type(record).__name__
-        raise DataError(f"{path}, line {number}: no {text_field!r} field (fields: {fields}); pass text_field=")
-    text = record[text_field]
-    if not isinstance(text, str):
-        raise DataError(f"{path}, line {number}: field {text_field!r} is {type(text).__name__}, expected a string")
-    return text
-
-
 def _jsonl_source(path: Path, text_field: str, labelled_stories: bool) -> tuple[Callable[[], Iterator[Any]], int]:
     """A JSON-lines file: labelled stories when every record has "text" and "spans" (and labelled_stories),
     else the `text_field` of every record. One checking pass now, keeping nothing."""
@@ -97,8 +88,8 @@ def _jsonl_source(path: Path, text_field: str, labelled_stories: bool) -> tuple[
 
         return (lambda: (LabelledStory.from_dict(record) for _, record in _jsonl_records(path))), count
     for number, record in _jsonl_records(path):
-        _jsonl_text(path, number, record, text_field)
-    return (lambda: (_jsonl_text(path, number, record, text_field) for number, record in _jsonl_records(path))), count
+        jsonl_text(path, number, record, text_field)
+    return (lambda: (jsonl_text(path, number, record, text_field) for number, record in _jsonl_records(path))), count
 
 
 def _text_file_source(path: Path) -> tuple[Callable[[], Iterator[str]], int]:
