@@ -77,18 +77,23 @@ def _is_labelled(record: Any) -> bool:
 def _jsonl_source(path: Path, text_field: str, labelled_stories: bool) -> tuple[Callable[[], Iterator[Any]], int]:
     """A JSON-lines file: labelled stories when every record has "text" and "spans" (and labelled_stories),
     else the `text_field` of every record. One checking pass now, keeping nothing."""
-    count, labelled = 0, labelled_stories
+    count, labelled, unreadable = 0, labelled_stories, None
     for number, record in _jsonl_records(path):
         count += 1
         labelled = labelled and _is_labelled(record)
+        if unreadable is None:
+            try:
+                jsonl_text(path, number, record, text_field)
+            except DataError as error:
+                unreadable = error  # raised only if the file is not read as labelled stories
     if count == 0:
         raise DataError(f"empty corpus: {path} has no JSON lines")
     if labelled:
         from circuitlab.data.stories import LabelledStory
 
         return (lambda: (LabelledStory.from_dict(record) for _, record in _jsonl_records(path))), count
-    for number, record in _jsonl_records(path):
-        jsonl_text(path, number, record, text_field)
+    if unreadable is not None:
+        raise unreadable
     return (lambda: (jsonl_text(path, number, record, text_field) for number, record in _jsonl_records(path))), count
 
 
