@@ -7,7 +7,8 @@
 #   GPUS="0 1 2 3" bash scripts/train_shipped.sh             # round robin over four GPUs
 #   SEEDS="0" MODELS="gelu-stories" bash scripts/train_shipped.sh   # rebuild one run (same settings, same data)
 # Settings (environment): RUN, SEEDS, MODELS, EPOCHS, BATCH, SEQ_LEN, N_STORIES, HELD_OUT_STORIES,
-# VALIDATION_STORIES, NATURAL (folder), VOCAB, TOKENIZER_STORIES, DEVICE, MAX_MINUTES, COMPILE, GPUS, MODELS_DIR,
+# VALIDATION_STORIES, NATURAL (folder), VOCAB, TOKENIZER_STORIES, TOKENIZER (a tokenizer.json to use instead of
+# training one: the shipped models' tokenizer keeps new weights comparable, token for token, with earlier ones), DEVICE, MAX_MINUTES, COMPILE, GPUS, MODELS_DIR,
 # RESULTS_DIR, PYTHON.
 #
 # The mixture (the same for every run): the natural children's stories of data/natural (their training split,
@@ -51,6 +52,11 @@ MIX=(--natural "$NATURAL" --n-stories "$N_STORIES" --held-out-stories "$HELD_OUT
 
 # 1. one tokenizer for all runs, trained on the mixture (TOKENIZER_STORIES generated stories + the natural
 #    training split)
+TOKENIZER_NOTE="trained on the mixture"
+if [ -n "${TOKENIZER:-}" ]; then
+  cp "$TOKENIZER" "$RUN/tokenizer.json"
+  TOKENIZER_NOTE="reused from $TOKENIZER (trained on an earlier, smaller state of the same mixture)"
+fi
 if [ ! -f "$RUN/tokenizer.json" ]; then
   circuitlab tokenizer --natural "$NATURAL" --n "$TOKENIZER_STORIES" --seed 0 \
     --vocab-size "$VOCAB" --out "$RUN/tokenizer.json" --quiet | tee "$RUN/tokenizer.log"
@@ -80,8 +86,8 @@ The weights kept are those of the lowest validation loss (the natural validation
 generated stories of the validation seed). Evaluated on two held-out sets: the natural stories' held-out split
 (stories never trained or chosen on) and $HELD_OUT_STORIES generated stories of the held-out generator seed.
 All shipped models share this corpus, three training seeds each (seed 0 ships; results/models keeps every
-seed's metrics), and one byte-level BPE tokenizer of at most $VOCAB tokens trained on the mixture. Each run had a budget of
-$MAX_MINUTES minutes of one shared GPU (the twelve runs side by side) with the learning-rate decay fitted to it;
+seed's metrics), and one byte-level BPE tokenizer of at most $VOCAB tokens $TOKENIZER_NOTE. Each run had a budget of
+$MAX_MINUTES minutes of one shared GPU (with the other runs of its call side by side) with the learning-rate decay fitted to it;
 metrics.json gives the steps it made and the passes over the natural stories that makes. Weights are stored
 in bf16.
 EOF
@@ -103,6 +109,11 @@ layers, ramped in over 200 steps, capped at 0.25 x the LM loss). scripts/gpu_leg
 beside seed 002's other pressure regimes.
 The divergence guard keys on the running (median) loss, so isolated spikes from binarised operators
 (seed 002, appendix A.3) do not stop the run.
+EOF
+cat > "$RUN/notes/legible-stories-uncentred.md" <<'EOF'
+legible-stories with seed 002's own NC-FFN: operand pre-activations not centred (`centre_operands` false), the
+paper's configuration that seed 002's claims are judged on; everything else as legible-stories. Trained beside
+the shipped models (MODELS="... legible-stories-uncentred"); its weights are kept in results/models, not shipped.
 EOF
 cat > "$RUN/notes/parity-stories.md" <<'EOF'
 The same skeleton (dense GELU MLP of width 1024) with a deep parity bottleneck on every block's FFN write,
