@@ -92,6 +92,20 @@ def model_comparisons(spans: dict[str, tuple[float, float]]) -> list[str]:
     return lines
 
 
+def _cut_seeds(name: str) -> str:
+    """'seed 0: 1,182 steps, ...' for the seeds of a model that its time budget stopped."""
+    return ", ".join(f"seed {m.get('seed')}: {m['steps']:,} of {m.get('train_settings', {}).get('steps', m['steps']):,} steps"
+                     for m in _seed_metrics(name) if m.get("stopped") == "time budget")
+
+
+def _held_out_now() -> int:
+    """Stories in the natural corpus's held-out split as committed now."""
+    sys.path.insert(0, str(ROOT))
+    from circuitlab.data import load_natural_stories
+
+    return len(load_natural_stories().held_out())
+
+
 def models_table() -> str:
     lines = ["| model | FFN | parameters | natural held-out loss, seed 0 [95% interval over stories] | "
              "seeds: mean (min-max) | below the KN trigram, seed 0 | generated held-out loss | passes | steps |",
@@ -127,18 +141,23 @@ def models_table() -> str:
             f"| `{name}` | {ffn} | {metrics['parameters'] / 1e6:.1f}M | {_interval(per_story)} | {spread} | {gap_text} | "
             f"{'' if generated is None else f'{generated:.3f}'} | {'' if epochs is None else f'{epochs:.2f}'} | "
             f"{metrics['steps']:,} |")
+    cut = [name for name in SHIPPED if name not in earlier and any(
+        m.get("stopped") == "time budget" for m in _seed_metrics(name))]
     notes = ["", "Losses in nats/token. The natural held-out split: stories never trained or chosen on, each read "
              "alone (`circuitlab.training.evaluation.document_losses`); the interval is a bootstrap over stories. "
              "Generated: the held-out seed of the story generator, packed windows. Passes: over the training mixture. "
-             "Steps and passes are seed 0's: the seeds trained side by side on one GPU, each with the same time "
-             "budget but an unequal share of the GPU (each seed's in results/models/<name>/seed<N>/metrics.json)."]
+             "Steps and passes are seed 0's (each seed's in results/models/<name>/seed<N>/metrics.json). "
+             + ("Every seed made its full steps." if not cut else
+                "Stopped by their time budget before the full steps (the learning rate decayed to fit it): "
+                + "; ".join(f"`{name}` ({_cut_seeds(name)})" for name in cut) + "; every other run made the full steps.")]
     if baselines:
         b = baselines["baselines"]
         notes.append(f"Counting alone on the same training text and tokenizer (`scripts/corpus_baselines.py`): unigram "
                      f"{_interval(b['unigram'])}, Kneser-Ney bigram {_interval(b['bigram'])}, Kneser-Ney trigram "
                      f"{_interval(b['trigram'])}. Every loss here is over the {baselines['held_out_stories']:,} held-out "
-                     f"stories ({baselines['held_out_tokens']:,} tokens) of the corpus the models were trained on (their "
-                     f"cards name its commit; the corpus has grown since: data/README.md).")
+                     f"stories ({baselines['held_out_tokens']:,} tokens) of the corpus the models were trained on"
+                     + (" (the natural corpus as committed: data/README.md)." if _held_out_now() == baselines["held_out_stories"]
+                        else " (their cards name its commit; the corpus has grown since: data/README.md)."))
     if earlier:
         notes.append(f"Not retrained on the shared mixture: {', '.join(f'`{n}`' for n in earlier)} (its note says why).")
     if spans:
@@ -216,12 +235,37 @@ def replace_block(text: str, name: str, body: str) -> str:
     return f"{head}{start}\n{body}{end}{tail}"
 
 
+def corpus_scaling() -> str:
+    """docs/generated/corpus_scaling.md: what the corpus's growth bought (results/corpus-scaling/scaling.json of
+    scripts/corpus_scaling.py) and the log-linear estimate of the natural tokens the 2.6 target needs."""
+    path = ROOT / "results" / "corpus-scaling" / "scaling.json"
+    if not path.is_file():
+        return "Not measured: run `python scripts/corpus_scaling.py`.\n"
+    record = json.loads(path.read_text())
+    lines = [f"Natural training tokens {record['natural_tokens_before']:,.0f} -> {record['natural_tokens_after']:,.0f} "
+             f"({record['growth']:.3f}x; same tokenizer, settings and two passes, so the steps grow with it), the "
+             "held-out loss of each run on the held-out stories both corpora share "
+             "(`python scripts/corpus_scaling.py`):", "",
+             "| model | seed | shared stories | loss before | loss after | difference [95% interval] | natural tokens "
+             f"for {record['target']} (log-linear, two points) |", "|---|---:|---:|---:|---:|---:|---:|"]
+    for row in record["rows"]:
+        if "difference" not in row:
+            lines.append(f"| `{row['model']}` | {row['seed']} | not compared: a run stopped by its time budget "
+                         f"(before: {row['before_stopped']}; after: {row['after_stopped']}) | | | | |")
+            continue
+        needed = "never (no fall)" if row["tokens_for_target"] is None else f"{row['tokens_for_target'] / 1e6:,.1f}M"
+        lines.append(f"| `{row['model']}` | {row['seed']} | {row['stories']:,} | {row['before']:.3f} | {row['after']:.3f} | "
+                     f"{row['difference']:+.3f} [{row['ci95'][0]:+.3f}, {row['ci95'][1]:+.3f}] | {needed} |")
+    return "\n".join(lines) + "\n"
+
+
 def outputs() -> dict[Path, str | bytes]:
     performance = performance_table()
     models = models_table()
     files: dict[Path, str | bytes] = {
         GENERATED / "performance.md": performance,
         GENERATED / "models.md": models,
+        GENERATED / "corpus_scaling.md": corpus_scaling(),
         ROOT / "BENCHMARKS.md": benchmarks_md(performance),
         ROOT / "README.md": readme((ROOT / "README.md").read_text(encoding="utf-8")),
     }
