@@ -48,6 +48,10 @@ def main(argv: list[str] | None = None) -> int:
                         help="results of `circuitlab report parity` (fills seed 003's reconstruction and ablation rows)")
     parser.add_argument("--sae-comparison", type=Path, default=ROOT / "results" / "parity" / "sae_comparison.json",
                         help="results of `circuitlab report sae` (fills seed 003's probing row)")
+    parser.add_argument("--uncentred-model", type=Path,
+                        default=ROOT / "results" / "models" / "legible-stories-uncentred" / "seed0",
+                        help="legible-stories with seed 002's uncentred operands (judges seed 002's quality, "
+                             "attribution and SELECTIVE-beyond-null rows on the paper's configuration)")
     parser.add_argument("--only", nargs="+", metavar="ID", help="measure only these claim ids")
     parser.add_argument("--print", action="store_true", help="print the file instead of writing it")
     parser.add_argument("--quiet", action="store_true", help="no progress bars")
@@ -59,7 +63,8 @@ def main(argv: list[str] | None = None) -> int:
     context = Context(fast=args.fast, models_dir=args.models_dir, results_dir=args.results, ladder_results=args.ladder,
                       legible_sweep=args.legible_sweep,
                       legible_sweep_centred=args.legible_sweep_centred, parity_report=args.parity_report,
-                      sae_comparison=args.sae_comparison, progress=not args.quiet)
+                      sae_comparison=args.sae_comparison, uncentred_model=args.uncentred_model,
+                      progress=not args.quiet)
     with torch.no_grad():
         rows = measure_claims(context, args.only)
     command = "python scripts/claims.py" + (" --fast" if args.fast else "")

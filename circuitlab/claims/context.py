@@ -14,6 +14,9 @@ from circuitlab.errors import UserError
 
 MODELS = ("sgatlin-stories", "gelu-stories", "legible-stories", "parity-stories")
 RANDOM_SGATLIN = "random-init sgatlin"
+# seed 002's own NC-FFN (operands not centred): trained beside the shipped models by scripts/train_shipped.sh, kept
+# in results/models (not shipped); seed 002's rows on the paper's configuration read its weights
+UNCENTRED = "legible-stories-uncentred"
 
 
 @dataclass(frozen=True)
@@ -56,6 +59,7 @@ class Context:
     legible_sweep_centred: Path | None = None  # circuitlab's centred sweep: results/legible-sweep/legibility_regimes.json
     parity_report: Path | None = None  # results/parity/parity_report.json of `circuitlab report parity`
     sae_comparison: Path | None = None  # results/parity/sae_comparison.json of `circuitlab report sae`
+    uncentred_model: Path | None = None  # the UNCENTRED model's folder: results/models/legible-stories-uncentred/seed0
     progress: bool = False
     _models: dict[str, Any] = field(default_factory=dict)
     _window_losses: dict[str, Any] = field(default_factory=dict)
@@ -69,6 +73,11 @@ class Context:
     def folder(self, name: str) -> Path:
         from circuitlab.architectures.weights import resolve_model_folder
 
+        if name == UNCENTRED:
+            if self.uncentred_model is None or not Path(self.uncentred_model, "config.json").is_file():
+                raise UserError(f"the {UNCENTRED} model is not at {self.uncentred_model}: train it with "
+                                f"MODELS={UNCENTRED} SEEDS=0 bash scripts/train_shipped.sh")
+            return Path(self.uncentred_model)
         if self.models_dir is not None:
             folder = Path(self.models_dir) / name
             if not folder.is_dir():
@@ -193,23 +202,37 @@ class Context:
         model = self.model("legible-stories")
         return held_out_windows(model, texts, seq_len=self.sizes.legibility_seq_len)[: self.sizes.legibility_windows]
 
-    @cached_property
+    def legibility_stats_of(self, name: str) -> Any:
+        """legibility_stats of a legible model (legible-stories or UNCENTRED) on `legible_tokens`."""
+        key = ("legibility", name)
+        if key not in self._dbs:
+            from circuitlab.analysis.legibility import legibility_stats
+
+            self._dbs[key] = legibility_stats(self.model(name), self.legible_tokens, progress=self.progress)
+        return self._dbs[key]
+
+    def random_legibility_stats_of(self, name: str) -> Any:
+        """The same statistics of a legible model's design, randomly initialised (seed 0): a null."""
+        key = ("random legibility", name)
+        if key not in self._dbs:
+            import torch
+
+            from circuitlab.analysis.legibility import legibility_stats
+
+            trained = self.model(name)
+            torch.manual_seed(0)
+            model = type(trained)(trained.config).eval()
+            self._dbs[key] = legibility_stats(model, self.legible_tokens, progress=self.progress)
+        return self._dbs[key]
+
+    @property
     def legible_stats(self) -> Any:
-        from circuitlab.analysis.legibility import legibility_stats
+        return self.legibility_stats_of("legible-stories")
 
-        return legibility_stats(self.model("legible-stories"), self.legible_tokens, progress=self.progress)
-
-    @cached_property
+    @property
     def random_legible_stats(self) -> Any:
         """The same statistics of the shipped legible design, randomly initialised (seed 0): a null."""
-        import torch
-
-        from circuitlab.analysis.legibility import legibility_stats
-
-        shipped = self.model("legible-stories")
-        torch.manual_seed(0)
-        model = type(shipped)(shipped.config).eval()
-        return legibility_stats(model, self.legible_tokens, progress=self.progress)
+        return self.random_legibility_stats_of("legible-stories")
 
     @cached_property
     def pressure_free_stats(self) -> Any:
@@ -218,12 +241,19 @@ class Context:
 
         return pressure_free_stats(self.model("gelu-stories"), self.legible_tokens)
 
-    @cached_property
-    def legible_dla(self) -> Any:
-        from circuitlab.analysis.attribution import direct_logit_attribution
+    def dla_of(self, name: str) -> Any:
+        """Direct logit attribution of a legible model's next token after 'The turtle was' (one prompt)."""
+        key = ("dla", name)
+        if key not in self._dbs:
+            from circuitlab.analysis.attribution import direct_logit_attribution
 
-        model = self.model("legible-stories")
-        return direct_logit_attribution(model, [model.tokenizer.eos_id] + model.tokenizer.encode("The turtle was"))
+            model = self.model(name)
+            self._dbs[key] = direct_logit_attribution(model, [model.tokenizer.eos_id] + model.tokenizer.encode("The turtle was"))
+        return self._dbs[key]
+
+    @property
+    def legible_dla(self) -> Any:
+        return self.dla_of("legible-stories")
 
     @cached_property
     def held_out_text(self) -> dict[str, list[str]]:

@@ -3,9 +3,9 @@ than the 95th percentile of a pressure-free control, and sparse detectors counte
 
 Rows on the shipped legible-stories measure per channel on the natural held-out windows; its nulls are the
 pressure-free control (gelu-stories' MLP pre-activations through sigmoid(4z), the same windows, the same
-per-channel code) and the legible design randomly initialised. The uncentred sweep (the paper's configuration)
-keeps per-channel ON rates only as a histogram and no per-channel crispness, so its SELECTIVE-beyond-null row is
-not measured, and its sparse-detector row reads the histogram's 1-5% bin.
+per-channel code) and the legible design randomly initialised. On the paper's configuration the SELECTIVE-beyond-null
+rows measure legible-stories-uncentred (seed 002's uncentred operands, trained beside the shipped models) the same
+way; the sparse-detector rows read the uncentred sweep's ON-rate histogram (its 1-5% bin).
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 import circuitlab.claims.seed002_sweep as sweep
-from circuitlab.claims.context import Context
+from circuitlab.claims.context import UNCENTRED, Context
 from circuitlab.claims.rows import NOT_MEASURED, Claim, Outcome, judged
 from circuitlab.claims.selectivity import (
     CONTROL, NULL_QUANTILE, SPARSE_ON, channels, control_selective, crispness_cut, selective_beyond, share,
@@ -28,16 +28,17 @@ READ_ON_OPERANDS = {"attention": False, "ffn": True}
 SURFACE_TEXT = {"attention": "attention value channels", "ffn": "FFN operand channels"}
 
 
-def _selective(context: Context, surface: str) -> Outcome:
+def _selective(context: Context, surface: str, name: str = "legible-stories") -> Outcome:
     control = context.pressure_free_stats
     cut = crispness_cut(control)
     operand = READ_ON_OPERANDS[surface]
-    estimate = share(selective_beyond(channels(context.legible_stats, surface, operand), cut))
+    stats, random_stats = context.legibility_stats_of(name), context.random_legibility_stats_of(name)
+    estimate = share(selective_beyond(channels(stats, surface, operand), cut))
     threshold = round(share(selective_beyond(control, cut)).value, 2)
     nulls = {CONTROL: threshold,
-             RANDOM: share(selective_beyond(channels(context.random_legible_stats, surface, operand), cut)).value}
-    n = len(channels(context.legible_stats, surface, operand))
-    ours = (f"{estimate.text(1)}% of {SURFACE_TEXT[surface]} SELECTIVE beyond the null (crispness > {cut:.3f}, the "
+             RANDOM: share(selective_beyond(channels(random_stats, surface, operand), cut)).value}
+    n = len(channels(stats, surface, operand))
+    ours = (f"{name}: {estimate.text(1)}% of {SURFACE_TEXT[surface]} SELECTIVE beyond the null (crispness > {cut:.3f}, the "
             f"control's {NULL_QUANTILE:.0%} quantile; {control_selective(context):.1f}% of the control's units are "
             f"SELECTIVE by the paper's thresholds)")
     found = judged(ours, estimate, threshold, ">", {RANDOM: nulls[RANDOM]},
@@ -110,14 +111,18 @@ def paper_ffn_sparse(context: Context) -> Outcome:
     return sweep_sparse_detectors(context, "ffn")
 
 
-def paper_selective_beyond_null(context: Context) -> Outcome:
-    model = sweep.regime(context, "crispness alone", "legible_sweep")
-    if isinstance(model, Outcome):
-        return model
-    return Outcome("-", NOT_MEASURED, None, f"the uncentred sweep's results keep SELECTIVE rates per head and per "
-                   f"layer, not the per-channel crispness the control's {NULL_QUANTILE:.0%} quantile is applied to, "
-                   f"and the weights of {model['name']} were not kept; rows s002-*-beyond-null-centred measure it on "
-                   "the shipped (centred) legible-stories")
+def _paper_beyond(context: Context, surface: str) -> Outcome:
+    from circuitlab.claims.seed002 import _uncentred
+
+    return _uncentred(context) or _selective(context, surface, UNCENTRED)
+
+
+def paper_attention_beyond_null(context: Context) -> Outcome:
+    return _paper_beyond(context, "attention")
+
+
+def paper_ffn_beyond_null(context: Context) -> Outcome:
+    return _paper_beyond(context, "ffn")
 
 
 PAPER_BEYOND = ("crisp, contextual detectors (sec. 4.1); its 30-35% (attention) and 25% (FFN) SELECTIVE use the fixed "
@@ -139,9 +144,9 @@ PAPER_SPARSE = ("no per-channel number (a reading of ours): a detector is off by
 
 
 def _claims(surface: str, name: str, place: str, on: str) -> tuple[Claim, ...]:
-    measures = {"attention": (paper_selective_beyond_null, attention_selective_beyond_null, paper_attention_sparse,
+    measures = {"attention": (paper_attention_beyond_null, attention_selective_beyond_null, paper_attention_sparse,
                               attention_sparse_detectors),
-                "ffn": (paper_selective_beyond_null, ffn_selective_beyond_null, paper_ffn_sparse, ffn_sparse_detectors)}
+                "ffn": (paper_ffn_beyond_null, ffn_selective_beyond_null, paper_ffn_sparse, ffn_sparse_detectors)}
     paper_beyond, centred_beyond, paper_sparse, centred_sparse = measures[surface]
     short = {"attention": "attn", "ffn": "ffn"}[surface]
     beyond = f"Crispness alone makes {name} SELECTIVE beyond what a pressure-free sigmoid gives"

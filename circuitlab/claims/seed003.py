@@ -192,8 +192,11 @@ def parity_probing(context: Context) -> Outcome:
     # alone make of the task; it passing the rule too means the probe cannot tell the codes apart)
     raw_difference = sum(p - s for p, s in raw) / len(raw)
     ours += f"; raw writes, no code: parity model minus GELU model {raw_difference:.3f}"
-    outcome = judged(ours, estimate, -PROBE_MARGIN, ">", nulls={"raw writes (no code)": raw_difference},
-                     note=f"normal interval over {n:,} test tokens a layer; SAEs of the paper's scale not trained")
+    note = f"normal interval over {n:,} test tokens a layer; SAEs of the paper's scale not trained"
+    if report.get("weights"):  # a comparison kept from earlier weights says which
+        ours += f" (measured on {report['weights']})"
+        note += "; measured on earlier weights than the shipped ones"
+    outcome = judged(ours, estimate, -PROBE_MARGIN, ">", nulls={"raw writes (no code)": raw_difference}, note=note)
     return replace(outcome, nulls={**(outcome.nulls or {}), "majority class (an accuracy)": round(majority, 4)})
 
 

@@ -18,7 +18,8 @@ from circuitlab.claims import CONTRADICTED, NOT_MEASURED, REPRODUCED, Context
 from circuitlab.claims.selectivity import (
     control_values, crispness_cut, pressure_free_stats, selective_beyond, share, sparse_detectors,
 )
-from circuitlab.claims.seed002_null import paper_selective_beyond_null, sweep_sparse_detectors
+from circuitlab.claims.context import UNCENTRED
+from circuitlab.claims.seed002_null import paper_attention_beyond_null, paper_ffn_beyond_null, sweep_sparse_detectors
 
 
 def test_control_values_by_hand():
@@ -88,4 +89,47 @@ def test_sweep_sparse_detectors_read_the_histogram(tmp_path):
     fewer = _model("legible-crisp", "crispness alone", [990, 10, 0, 0, 0, 0, 0, 0], [990, 10, 0, 0, 0, 0, 0, 0])
     assert sweep_sparse_detectors(_context(tmp_path, [plain, fewer]), "ffn").verdict == CONTRADICTED
     assert sweep_sparse_detectors(Context(), "ffn").verdict == NOT_MEASURED
-    assert paper_selective_beyond_null(_context(tmp_path, [plain, crisp])).verdict == NOT_MEASURED
+    assert paper_attention_beyond_null(_context(tmp_path, [plain, crisp])).verdict == NOT_MEASURED  # no weights
+
+
+class _Tables(Context):
+    """A claims context whose per-channel statistics are constructed tables, one per legible model name."""
+
+    def __init__(self, tables: dict, **kwargs):
+        super().__init__(**kwargs)
+        self.tables = tables
+
+    def legibility_stats_of(self, name):
+        return self.tables[name]
+
+    def random_legibility_stats_of(self, name):
+        return self.tables["random " + name]
+
+    @property
+    def pressure_free_stats(self):
+        return pd.DataFrame({"crispness": np.linspace(0, 1, 101), "variance": 0.1, "on_fraction": 0.3,
+                             "regime": "FUZZY"})
+
+
+def _channels(surface: str, crispness: list[float]) -> pd.DataFrame:
+    n = len(crispness)
+    return pd.DataFrame({"surface": surface, "family": "operator", "operand": True, "combined": True,
+                         "crispness": crispness, "variance": 0.1, "on_fraction": 0.3})
+
+
+def test_paper_rows_read_the_uncentred_model(tmp_path):
+    folder = tmp_path / UNCENTRED
+    folder.mkdir()
+    (folder / "model.safetensors").write_bytes(b"")  # only its presence is read here
+    crisp, dull = [0.99] * 80 + [0.1] * 20, [0.1] * 100
+    tables = {UNCENTRED: pd.concat([_channels("attention", crisp), _channels("ffn", dull)]),
+              "legible-stories": pd.concat([_channels("attention", dull), _channels("ffn", crisp)])}
+    tables.update({f"random {name}": pd.concat([_channels("attention", dull), _channels("ffn", dull)]) for name in
+                   (UNCENTRED, "legible-stories")})
+    context = _Tables(tables, uncentred_model=folder)
+    attention, ffn = paper_attention_beyond_null(context), paper_ffn_beyond_null(context)
+    # the uncentred model's tables, not the shipped one's: 80% of its attention channels, none of its FFN's
+    assert attention.value == pytest.approx(80.0) and attention.verdict == REPRODUCED
+    assert ffn.value == pytest.approx(0.0) and ffn.verdict == CONTRADICTED
+    assert attention.ours.startswith(UNCENTRED) and attention.nulls["random-init legible-stories"] == pytest.approx(0.0)
+    assert paper_ffn_beyond_null(_Tables(tables, uncentred_model=tmp_path / "absent")).verdict == NOT_MEASURED
