@@ -139,13 +139,14 @@ def legible_share(table: Any) -> dict[str, float]:
 def legible_attribution(context: Context, name: str = "legible-stories") -> Outcome:
     table = context.dla_of(name)
     share = round(legible_share(table)["legible"] * 100, 1)
-    ours = f"{share:.1f}% of |DLA| of {table.attrs['target']!r} after 'The turtle was' (named operators + bounded heads)"
+    ours = (f"{name}: {share:.1f}% of |DLA| of {table.attrs['target']!r} after 'The turtle was' (named operators + "
+            "bounded heads)")
     return no_interval(ours, share, abs(share - 75) <= 15, "one prompt")
 
 
 def attention_weak(context: Context, name: str = "legible-stories") -> Outcome:
     share = legible_share(context.dla_of(name))
-    ours = f"largest |head| {share['max_head']:.2f} vs largest FFN unit {share['max_unit']:+.2f}"
+    ours = f"{name}: largest |head| {share['max_head']:.2f} vs largest FFN unit {share['max_unit']:+.2f}"
     return no_interval(ours, round(share["max_head"], 2), round(share["max_head"], 2) < round(share["max_unit"], 2),
                        "one prompt")
 
@@ -163,15 +164,16 @@ def quality_parity(context: Context, name: str = "legible-stories") -> Outcome:
 
     legible, gelu = context.held_out_window_losses(name), context.held_out_window_losses("gelu-stories")
     ratios = {}
-    for name in ("natural", "generated"):
-        (a_sum, a_count), (b_sum, b_count) = legible[name], gelu[name]
+    for which in ("natural", "generated"):
+        (a_sum, a_count), (b_sum, b_count) = legible[which], gelu[which]
         diff = bootstrap_difference(a_sum, a_count, b_sum, b_count)
-        ratios[name] = Estimate(*(float(np.exp(x)) for x in (diff.value, diff.low, diff.high))) if diff.low is not None \
-            else Estimate(float(np.exp(diff.value)))
-    loss = {name: {m: sum(s) / sum(c) for m, (s, c) in (("legible", legible[name]), ("gelu", gelu[name]))}
-            for name in ratios}
-    ours = "; ".join(f"{name} held-out ppl {math.exp(loss[name]['legible']):.2f} vs GELU {math.exp(loss[name]['gelu']):.2f} "
-                     f"({ratio.value:.3f}x)" for name, ratio in ratios.items())
+        ratios[which] = Estimate(*(float(np.exp(x)) for x in (diff.value, diff.low, diff.high))) \
+            if diff.low is not None else Estimate(float(np.exp(diff.value)))
+    loss = {which: {m: sum(s) / sum(c) for m, (s, c) in (("legible", legible[which]), ("gelu", gelu[which]))}
+            for which in ratios}
+    ours = f"{name}: " + "; ".join(
+        f"{which} held-out ppl {math.exp(loss[which]['legible']):.2f} vs GELU {math.exp(loss[which]['gelu']):.2f} "
+        f"({ratio.value:.3f}x)" for which, ratio in ratios.items())
     ours += " (same windows for both; judged on natural text)"
     natural = ratios["natural"]
     rounded = Estimate(round(natural.value, 3), natural.low, natural.high)
