@@ -35,13 +35,13 @@ def _selective(context: Context, surface: str, name: str = "legible-stories") ->
     stats, random_stats = context.legibility_stats_of(name), context.random_legibility_stats_of(name)
     estimate = share(selective_beyond(channels(stats, surface, operand), cut))
     threshold = round(share(selective_beyond(control, cut)).value, 2)
-    nulls = {CONTROL: threshold,
-             RANDOM: share(selective_beyond(channels(random_stats, surface, operand), cut)).value}
+    random = f"random-init {name}"  # the null: the measured model's own design, randomly initialised
+    nulls = {CONTROL: threshold, random: share(selective_beyond(channels(random_stats, surface, operand), cut)).value}
     n = len(channels(stats, surface, operand))
     ours = (f"{name}: {estimate.text(1)}% of {SURFACE_TEXT[surface]} SELECTIVE beyond the null (crispness > {cut:.3f}, the "
             f"control's {NULL_QUANTILE:.0%} quantile; {control_selective(context):.1f}% of the control's units are "
             f"SELECTIVE by the paper's thresholds)")
-    found = judged(ours, estimate, threshold, ">", {RANDOM: nulls[RANDOM]},
+    found = judged(ours, estimate, threshold, ">", {random: nulls[random]},
                    note=f"exact binomial interval over {n} channels; threshold: the control's own share")
     return Outcome(found.ours, found.verdict, found.value, found.reason, found.estimate, nulls)
 

@@ -131,5 +131,5 @@ def test_paper_rows_read_the_uncentred_model(tmp_path):
     # the uncentred model's tables, not the shipped one's: 80% of its attention channels, none of its FFN's
     assert attention.value == pytest.approx(80.0) and attention.verdict == REPRODUCED
     assert ffn.value == pytest.approx(0.0) and ffn.verdict == CONTRADICTED
-    assert attention.ours.startswith(UNCENTRED) and attention.nulls["random-init legible-stories"] == pytest.approx(0.0)
+    assert attention.ours.startswith(UNCENTRED) and attention.nulls[f"random-init {UNCENTRED}"] == pytest.approx(0.0)
     assert paper_ffn_beyond_null(_Tables(tables, uncentred_model=tmp_path / "absent")).verdict == NOT_MEASURED
