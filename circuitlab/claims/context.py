@@ -251,6 +251,23 @@ class Context:
             self._dbs[key] = direct_logit_attribution(model, [model.tokenizer.eos_id] + model.tokenizer.encode("The turtle was"))
         return self._dbs[key]
 
+    def legible_shares_of(self, name: str, random_init: bool = False) -> list[float]:
+        """The legible share of the direct logit attribution (legible_attribution_share's share_mean) of each
+        window of `legible_tokens`, for a legible model or (random_init) its design randomly initialised (seed 0)."""
+        key = ("legible shares", name, random_init)
+        if key not in self._dbs:
+            import torch
+
+            from circuitlab.analysis.attribution import legible_attribution_share
+
+            model = self.model(name)
+            if random_init:
+                torch.manual_seed(0)
+                model = type(model)(model.config).eval()
+            self._dbs[key] = [legible_attribution_share(model, window[None], batch_size=1, progress=False)["share_mean"]
+                              for window in self.legible_tokens]
+        return self._dbs[key]
+
     @property
     def legible_dla(self) -> Any:
         return self.dla_of("legible-stories")

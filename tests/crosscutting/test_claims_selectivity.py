@@ -133,3 +133,32 @@ def test_paper_rows_read_the_uncentred_model(tmp_path):
     assert ffn.value == pytest.approx(0.0) and ffn.verdict == CONTRADICTED
     assert attention.ours.startswith(UNCENTRED) and attention.nulls[f"random-init {UNCENTRED}"] == pytest.approx(0.0)
     assert paper_ffn_beyond_null(_Tables(tables, uncentred_model=tmp_path / "absent")).verdict == NOT_MEASURED
+
+
+class _Shares(Context):
+    """A claims context whose per-window legible shares and one-prompt attribution are constructed."""
+
+    def __init__(self, shares: dict, **kwargs):
+        super().__init__(**kwargs)
+        self.shares = shares
+
+    def legible_shares_of(self, name, random_init=False):
+        return self.shares[(name, random_init)]
+
+    def dla_of(self, name):
+        return pd.DataFrame({"level": "component", "kind": ["attn_head", "attn_head", "embedding"],
+                             "operation": ["boolean", "standard", ""], "value": [3.0, -1.0, 0.0]})
+
+
+def test_legible_share_is_a_mean_over_windows_with_its_interval():
+    from circuitlab.claims.seed002 import legible_attribution
+
+    windows = [0.70, 0.74, 0.76, 0.80] * 5
+    context = _Shares({("legible-stories", False): windows, ("legible-stories", True): [0.4] * 20})
+    found = legible_attribution(context)
+    assert found.value == pytest.approx(75.0) and found.verdict == REPRODUCED  # the interval lies inside 60-90
+    assert found.estimate.low < 75 < found.estimate.high and found.estimate.high - found.estimate.low < 5
+    assert found.nulls == {"random-init legible-stories": pytest.approx(40.0), "gelu-stories": 0.0}
+    assert "75.0%" in found.ours  # the one prompt: |3| of |3| + |-1|
+    low = _Shares({("legible-stories", False): [0.2, 0.25] * 10, ("legible-stories", True): [0.4] * 20})
+    assert legible_attribution(low).verdict == CONTRADICTED
