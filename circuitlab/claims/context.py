@@ -135,14 +135,21 @@ class Context:
             self._dbs[("embedding", text)] = EmbeddingNeighbours(db.metadata, embedding, db.layers)
         return self._dbs[("embedding", text)]
 
-    def random_sgatlin(self) -> Any:
-        import torch
+    def random_init(self, name: str) -> Any:
+        """A model of `name`'s design, randomly initialised with seed 0 (with its tokenizer): the nulls' model."""
+        key = f"random-init {name}"
+        if key not in self._models:
+            import torch
 
-        shipped = self.model("sgatlin-stories")
-        torch.manual_seed(0)
-        model = type(shipped)(shipped.config).eval()
-        model.tokenizer = shipped.tokenizer
-        return model
+            trained = self.model(name)
+            torch.manual_seed(0)
+            model = type(trained)(trained.config).eval()
+            model.tokenizer = trained.tokenizer
+            self._models[key] = model
+        return self._models[key]
+
+    def random_sgatlin(self) -> Any:
+        return self.random_init("sgatlin-stories")
 
     def nie_table(self, name: str, facts: str = "planted") -> Any:
         """nie_grid of a shipped model (one row per pair and cell) on the planted fact pairs it knows, or (`facts`
@@ -215,14 +222,9 @@ class Context:
         """The same statistics of a legible model's design, randomly initialised (seed 0): a null."""
         key = ("random legibility", name)
         if key not in self._dbs:
-            import torch
-
             from circuitlab.analysis.legibility import legibility_stats
 
-            trained = self.model(name)
-            torch.manual_seed(0)
-            model = type(trained)(trained.config).eval()
-            self._dbs[key] = legibility_stats(model, self.legible_tokens, progress=self.progress)
+            self._dbs[key] = legibility_stats(self.random_init(name), self.legible_tokens, progress=self.progress)
         return self._dbs[key]
 
     @property
@@ -256,21 +258,12 @@ class Context:
         window of `legible_tokens`, for a legible model or (random_init) its design randomly initialised (seed 0)."""
         key = ("legible shares", name, random_init)
         if key not in self._dbs:
-            import torch
-
             from circuitlab.analysis.attribution import legible_attribution_share
 
-            model = self.model(name)
-            if random_init:
-                torch.manual_seed(0)
-                model = type(model)(model.config).eval()
+            model = self.random_init(name) if random_init else self.model(name)
             self._dbs[key] = [legible_attribution_share(model, window[None], batch_size=1, progress=False)["share_mean"]
                               for window in self.legible_tokens]
         return self._dbs[key]
-
-    @property
-    def legible_dla(self) -> Any:
-        return self.dla_of("legible-stories")
 
     @cached_property
     def held_out_text(self) -> dict[str, list[str]]:
