@@ -14,6 +14,9 @@ On windows of the natural stories' held-out split (stories never trained on), pe
 - coherence of the dictionary.
 For the model: held-out loss, and the loss with every FFN write (hook_mlp_out) zeroed or replaced by its
 layer's mean write (mean ablation), all layers at once and one at a time; for the GELU model the same.
+Per window the report also keeps the summed losses of the whole-model runs (`window_losses`) and, per layer, the
+summed squared error and squared norm of the write (`window_error`, `window_norm`), so readers can draw
+bootstrap intervals over windows (circuitlab.claims.seed003).
 """
 
 from __future__ import annotations
@@ -84,6 +87,8 @@ def losses(model, windows: torch.Tensor, batch_size: int, device: torch.device, 
             runs[f"zeroed_layer_{layer}"] = [(name(layer), zero)]
             runs[f"mean_ablated_layer_{layer}"] = [(name(layer), mean_of(layer))]
     totals = dict.fromkeys(runs, 0.0)
+    whole = [key for key in runs if not key.startswith(("zeroed_layer", "mean_ablated_layer"))]
+    per_window: dict[str, list[float]] = {key: [] for key in whole}
     count = 0
     for batch in _batches(windows, batch_size, f"{what} losses"):
         batch = batch.to(device)
@@ -91,9 +96,14 @@ def losses(model, windows: torch.Tensor, batch_size: int, device: torch.device, 
         for key, hooks in runs.items():
             with _autocast(device):
                 logits = model.run_with_hooks(inputs, fwd_hooks=hooks) if hooks else model(inputs)
-            totals[key] += F.cross_entropy(logits.float().flatten(0, 1), targets, reduction="sum").item()
+            token_losses = F.cross_entropy(logits.float().flatten(0, 1), targets, reduction="none")
+            window_sums = token_losses.view(inputs.shape[0], -1).double().sum(dim=1)
+            totals[key] += window_sums.sum().item()
+            if key in per_window:
+                per_window[key] += window_sums.tolist()
         count += targets.numel()
-    result = {key: value / count for key, value in totals.items() if not key.startswith(("zeroed_layer", "mean_ablated_layer"))}
+    result = {key: totals[key] / count for key in whole}
+    result["window_losses"] = per_window  # summed nats of each window (windows.shape[1] - 1 tokens each)
     if means is not None:
         result["zeroed_by_layer"] = [totals[f"zeroed_layer_{layer}"] / count - result["loss"] for layer in range(n_layers)]
         result["mean_ablated_by_layer"] = [totals[f"mean_ablated_layer_{layer}"] / count - result["loss"]
@@ -113,7 +123,8 @@ def layer_stats(model, windows: torch.Tensor, batch_size: int, device: torch.dev
     n_layers = model.config.n_layers
     d = model.config.d_model
     stats = [dict(error_sum=0.0, norm_sum=0.0, write_ratio_sum=0.0, tokens=0, sampled=[], usage=None,
-                  writes=WriteMoments(d), coded=WriteMoments(d)) for _ in range(n_layers)]
+                  writes=WriteMoments(d), coded=WriteMoments(d), window_error=[], window_norm=[])
+             for _ in range(n_layers)]
     wanted = ("hook_in", "hook_recon", "hook_code_indices", "hook_resid_mid", "hook_mlp_out")
     for batch in _batches(windows, batch_size, "bottleneck"):
         with _autocast(device):
@@ -130,8 +141,12 @@ def layer_stats(model, windows: torch.Tensor, batch_size: int, device: torch.dev
             x = cache[prefix + "bottleneck.hook_in"].float()
             entry["coded"].add(x)  # the FFN write the bottleneck codes
             x_hat = cache[prefix + "bottleneck.hook_recon"].float()
-            entry["error_sum"] += (x - x_hat).pow(2).sum().item()
-            entry["norm_sum"] += x.pow(2).sum().item()
+            window_error = (x - x_hat).pow(2).sum(dim=(1, 2)).tolist()  # per window, for intervals over windows
+            window_norm = x.pow(2).sum(dim=(1, 2)).tolist()
+            entry["window_error"] += window_error
+            entry["window_norm"] += window_norm
+            entry["error_sum"] += sum(window_error)
+            entry["norm_sum"] += sum(window_norm)
             indices = cache[prefix + "bottleneck.hook_code_indices"].long().flatten()
             counts = torch.bincount(indices, minlength=model.blocks[layer].bottleneck.n_features).cpu()
             entry["usage"] = counts if entry["usage"] is None else entry["usage"] + counts
@@ -146,6 +161,7 @@ def layer_stats(model, windows: torch.Tensor, batch_size: int, device: torch.dev
         bottleneck = model.blocks[layer].bottleneck
         if bottleneck is not None:
             row["reconstruction"] = entry["error_sum"] / max(entry["norm_sum"], 1e-30)
+            row["window_error"], row["window_norm"] = entry["window_error"], entry["window_norm"]
             row["participation_ratio"] = entry["coded"].participation_ratio()  # of the writes before coding
             usage = entry["usage"]
             row.update(usage_figures(usage, entry["tokens"]))

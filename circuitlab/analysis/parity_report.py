@@ -131,6 +131,8 @@ class _Layer(_Checked):
     dead_share: float | None = None
     firing_histogram: _Histogram | None = None
     participation_ratio: float | None = None
+    window_error: list[float] | None = None  # per held-out window: summed squared error of the write
+    window_norm: list[float] | None = None  # and summed squared norm (reports before these kept totals only)
 
 
 class _Losses(_Checked):
@@ -139,6 +141,7 @@ class _Losses(_Checked):
     loss_writes_mean_ablated: float | None = None
     zeroed_by_layer: list[float] | None = None
     mean_ablated_by_layer: list[float] | None = None
+    window_losses: dict[str, list[float]] | None = None  # per held-out window: summed nats of each run
 
 
 class _Gelu(_Losses):
@@ -196,6 +199,15 @@ def check_parity_report(report: Any, where: str = "the report") -> dict[str, Any
         if length != len(checked.layers):
             raise UserError(f"{where}: {name} has {length} layers, the parity model {len(checked.layers)} "
                             "(were the two models of different depth?)")
+    windows = {f"layers.{layer.layer}.{field}": len(values) for layer in checked.layers
+               for field in ("window_error", "window_norm") if (values := getattr(layer, field)) is not None}
+    for name, losses in (("parity", checked.parity), ("gelu", checked.gelu)):
+        windows.update({f"{name}.window_losses.{key}": len(values)
+                        for key, values in ((losses.window_losses or {}) if losses is not None else {}).items()})
+    if len(set(windows.values())) > 1:
+        raise UserError(f"{where}: the per-window lists differ in length ("
+                        + ", ".join(f"{name} {length}" for name, length in windows.items())
+                        + "); every one has a value for each held-out window")
     for layer in checked.layers:
         histogram = layer.firing_histogram
         if histogram is not None and len(histogram.counts) != len(histogram.edges) - 1:

@@ -27,7 +27,24 @@ def _parity_report(context: Context) -> dict[str, Any] | None:
     return context.result_file("parity_report")
 
 
+def _window_lists(report: dict[str, Any], *keys: str) -> list[Any] | None:
+    """Nested per-window lists of the report (None when an older report kept totals only)."""
+    found = []
+    for key in keys:
+        value: Any = report
+        for part in key.split("."):
+            value = value.get(part) if isinstance(value, dict) else None
+        if not value:
+            return None
+        found.append(value)
+    return found
+
+
 def parity_reconstruction(context: Context) -> Outcome:
+    import numpy as np
+
+    from circuitlab.stats import N_RESAMPLES, _indices
+
     report = _parity_report(context)
     if report is None:
         return Outcome("-", NOT_MEASURED, None, PARITY_MISSING)
@@ -38,10 +55,22 @@ def parity_reconstruction(context: Context) -> Outcome:
     worst = round(max(errors), 3)
     ours = ("relative reconstruction error of the write by layer " + ", ".join(f"{e:.3f}" for e in errors)
             + f" ({report.get('tokens', '?')} held-out tokens)")
-    return no_interval(ours, worst, worst < RECONSTRUCTION_LIMIT, "the report keeps one error per layer")
+    if not all(layer.get("window_error") and layer.get("window_norm") for layer in layers):
+        return no_interval(ours, worst, worst < RECONSTRUCTION_LIMIT, "the report keeps one error per layer")
+    # the worst layer's error, resampling the held-out windows once for every layer (their errors are paired)
+    error_LxW = np.array([layer["window_error"] for layer in layers], dtype=np.float64)
+    norm_LxW = np.array([layer["window_norm"] for layer in layers], dtype=np.float64)
+    picked = _indices(error_LxW.shape[1], N_RESAMPLES, 0)
+    resampled = (error_LxW[:, picked].sum(-1) / norm_LxW[:, picked].sum(-1)).max(axis=0)
+    low, high = np.percentile(resampled, [2.5, 97.5])
+    estimate = Estimate(worst, float(low), float(high))
+    return judged(ours, estimate, RECONSTRUCTION_LIMIT, "<",
+                  note=f"percentile bootstrap of the worst layer over {error_LxW.shape[1]} held-out windows")
 
 
 def parity_ablation(context: Context) -> Outcome:
+    from circuitlab.stats import bootstrap_ratio
+
     report = _parity_report(context)
     if report is None:
         return Outcome("-", NOT_MEASURED, None, PARITY_MISSING)
@@ -57,7 +86,17 @@ def parity_ablation(context: Context) -> Outcome:
     ours = (f"parity {parity['loss']:.3f} -> {parity['loss_writes_zeroed']:.3f} nats/token with every bottleneck "
             f"write zeroed; GELU {gelu['loss']:.3f} -> {gelu['loss_writes_zeroed']:.3f} with every FFN write zeroed "
             f"(share {share:.3f})")
-    return no_interval(ours, share, share >= ABLATION_SHARE, "the report keeps one loss per model")
+    windows = _window_lists(report, "parity.window_losses.loss", "parity.window_losses.loss_writes_zeroed",
+                            "gelu.window_losses.loss", "gelu.window_losses.loss_writes_zeroed")
+    if windows is None:
+        return no_interval(ours, share, share >= ABLATION_SHARE, "the report keeps one loss per model")
+    parity_plain, parity_zeroed, gelu_plain, gelu_zeroed = windows
+    # both models read the same windows: one resample of them serves both costs
+    found = bootstrap_ratio([z - p for p, z in zip(parity_plain, parity_zeroed)],
+                            [z - p for p, z in zip(gelu_plain, gelu_zeroed)])
+    estimate = Estimate(share, found.low, found.high)
+    return judged(ours, estimate, ABLATION_SHARE, ">",
+                  note=f"paired percentile bootstrap over {len(parity_plain)} held-out windows")
 
 
 def parity_encoder_exact(context: Context) -> Outcome:

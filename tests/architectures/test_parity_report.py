@@ -11,6 +11,7 @@ import torch
 
 from circuitlab import CircuitTransformer, ModelConfig
 from circuitlab.data.tokenizer import CircuitTokenizer
+from circuitlab.errors import UserError
 
 ROOT = Path(__file__).resolve().parents[2]
 TOKENIZER = ROOT / "models" / "sgatlin-stories" / "tokenizer.json"
@@ -67,12 +68,28 @@ def test_report_figures_follow_their_definitions(tiny_models, tmp_path, capsys):
     assert row["distinct_features"] == int((counts > 0).sum())
     assert row["top100_share"] == pytest.approx((counts.sort(descending=True).values[:100].sum() / counts.sum()).item())
     assert row["coherence"] == pytest.approx(model.blocks[1].bottleneck.coherence())
+    # per window (for intervals over windows): each window's own sums, which add up to the layer's error
+    by_window = ((x - x_hat).pow(2).sum(dim=(1, 2)), x.pow(2).sum(dim=(1, 2)))
+    assert row["window_error"] == pytest.approx(by_window[0].tolist(), rel=1e-4)
+    assert row["window_norm"] == pytest.approx(by_window[1].tolist(), rel=1e-4)
+    assert sum(row["window_error"]) / sum(row["window_norm"]) == pytest.approx(row["reconstruction"], rel=1e-9)
     # beam 32 = every column pattern of the tiny code: the fast encoder is the exhaustive one
     assert row["by_beam"]["32"] == {"agreement": 1.0, "certified": 1.0}
     assert 0 < row["by_beam"]["2"]["agreement"] < 1
     loss = torch.nn.functional.cross_entropy(logits.flatten(0, 1), windows[:, 1:].flatten()).item()
     assert result["parity"]["loss"] == pytest.approx(loss, rel=1e-5)
     assert result["parity"]["loss_writes_zeroed"] != pytest.approx(loss, rel=1e-6)
+    window_nats = torch.nn.functional.cross_entropy(logits.flatten(0, 1), windows[:, 1:].flatten(), reduction="none")
+    windows_kept = result["parity"]["window_losses"]
+    assert windows_kept["loss"] == pytest.approx(window_nats.view(6, 100).sum(1).tolist(), rel=1e-5)
+    for key in ("loss", "loss_writes_zeroed", "loss_writes_mean_ablated"):  # each run's windows add up to its loss
+        assert len(windows_kept[key]) == 6 and sum(windows_kept[key]) / 600 == pytest.approx(result["parity"][key], rel=1e-9)
+    from circuitlab.analysis.parity_report import check_parity_report
+
+    damaged = json.loads(out.read_text())  # a report whose windows disagree in number is refused by name
+    damaged["layers"][1]["window_norm"] = damaged["layers"][1]["window_norm"][:5]
+    with pytest.raises(UserError, match="per-window lists differ.*layers.1.window_norm 5"):
+        check_parity_report(damaged)
     gelu = result["gelu"]
     share = (result["parity"]["loss_writes_zeroed"] - loss) / (gelu["loss_writes_zeroed"] - gelu["loss"])
     assert result["ablation_share"] == pytest.approx(share, rel=1e-3)  # a ratio of small differences of sums
@@ -110,7 +127,6 @@ def test_report_figures_follow_their_definitions(tiny_models, tmp_path, capsys):
 
 
 def test_a_model_without_a_bottleneck_is_a_clear_error(tiny_models):
-    from circuitlab.errors import UserError
 
     with pytest.raises(UserError, match="no parity bottleneck"):
         _script().report(str(tiny_models["tiny-gelu"]), None, 100, ROOT / "data" / "natural", 50, 2, "cpu", [])
@@ -147,7 +163,6 @@ def test_encoder_overrides_run_the_trained_model_with_other_settings(tiny_models
     report.main([str(tiny_models["tiny-parity"]), "--tokens", "300", "--seq-len", "100", "--batch-size", "3",
                  "--beams", "2", "--device", "cpu", "--json", str(default)])
     assert json.loads(default.read_text())["layers"][0]["reconstruction"] != pytest.approx(expected, rel=1e-4)
-    from circuitlab.errors import UserError
 
     with pytest.raises(UserError, match="positive integers"):
         report.report(str(tiny_models["tiny-parity"]), None, 300, ROOT / "data" / "natural", 100, 3, "cpu", [2],

@@ -391,6 +391,40 @@ def test_parity_rows_say_not_measured_without_the_report_and_name_their_function
     assert (_meets(row), row.value, row.measured_by) == (MEETS, 0.5, "circuitlab.claims.parity_ablation")
 
 
+def test_parity_rows_draw_intervals_over_the_reports_windows(tmp_path):
+    """With per-window figures, reconstruction and ablation get a bootstrap interval over windows: brute force
+    on the same resamples (the worst layer of each resample; the paired ratio of the two models' costs)."""
+    import numpy as np
+
+    from circuitlab.stats import N_RESAMPLES, _indices
+
+    rng = np.random.default_rng(3)
+    error = rng.uniform(0.5, 1.5, size=(2, 40)) * np.array([[0.02], [0.2]])
+    norm = rng.uniform(0.8, 1.2, size=(2, 40))
+    layers = [dict(layer=i, reconstruction=float(error[i].sum() / norm[i].sum()), agreement=1.0, certified=None,
+                   window_error=error[i].tolist(), window_norm=norm[i].tolist()) for i in range(2)]
+    plain = rng.uniform(250, 350, size=(2, 40))
+    cost = rng.uniform(0.5, 1.5, size=(2, 40)) * np.array([[150], [300]])  # parity costs about half of gelu's
+    record = dict(tokens=4000, design={}, layers=layers,
+                  parity=dict(loss=plain[0].sum() / 4000, loss_writes_zeroed=(plain[0] + cost[0]).sum() / 4000,
+                              window_losses=dict(loss=plain[0].tolist(), loss_writes_zeroed=(plain[0] + cost[0]).tolist())),
+                  gelu=dict(loss=plain[1].sum() / 4000, loss_writes_zeroed=(plain[1] + cost[1]).sum() / 4000,
+                            window_losses=dict(loss=plain[1].tolist(), loss_writes_zeroed=(plain[1] + cost[1]).tolist())))
+    path = tmp_path / "parity_report.json"
+    path.write_text(json.dumps(record))
+    context = Context(parity_report=path)
+    picked = _indices(40, N_RESAMPLES, 0)
+    worst = np.max([error[i][picked].sum(1) / norm[i][picked].sum(1) for i in range(2)], axis=0)
+    found = claims_module.parity_reconstruction(context)
+    assert (found.estimate.low, found.estimate.high) == pytest.approx(tuple(np.percentile(worst, [2.5, 97.5])))
+    assert found.value == pytest.approx(round(float(error[1].sum() / norm[1].sum()), 3))
+    assert found.verdict == REPRODUCED and "40 held-out windows" in found.reason  # the worst layer's ~0.2 < 0.3
+    share = cost[0][picked].sum(1) / cost[1][picked].sum(1)
+    ablation = claims_module.parity_ablation(context)
+    assert (ablation.estimate.low, ablation.estimate.high) == pytest.approx(tuple(np.percentile(share, [2.5, 97.5])))
+    assert ablation.estimate.low < ablation.value < ablation.estimate.high and ablation.verdict != REPRODUCED
+
+
 # --- analyses/claims.json: the schema, and that it carries the same rows as claims.md ---------------------
 
 
