@@ -266,9 +266,11 @@ def legible_attribution_share(
     heads (a value mode other than standard) and named FFN units (an operation other than gelu / swiglu /
     neuron / feature); the share is legible |contribution| / total |contribution| (magnitudes: signed parts
     cancel). Returns share_mean (mean over positions of the per-position share), share_pooled (summed
-    magnitudes over all positions), parts_mean (mean per-position share of each of ATTRIBUTION_PARTS) and
+    magnitudes over all positions), parts_mean (mean per-position share of each of ATTRIBUTION_PARTS),
+    attention_weaker_mean (the share of positions whose largest |head| contribution is below the largest signed
+    FFN unit contribution: seed 002's "attention contributes less than the largest FFN units", Figure 5) and
     n_positions. FFN units must be hidden units written through W_out (MLP, SwiGLU, NC-FFN); other FFN
-    layers count as one opaque part each.
+    layers count as one opaque part each (and as one unit, their whole write, for attention_weaker_mean).
     """
     from tqdm.auto import tqdm
 
@@ -289,7 +291,7 @@ def legible_attribution_share(
     centred = getattr(ln_final, "b", None) is not None
     weight_D = ln_final.w.detach().double().cpu()  # the sums below run on the CPU, whatever the model's device
     W_U_DxV = model.W_U.detach().double().cpu()
-    share_sum, n_positions = 0.0, 0
+    share_sum, weaker_sum, n_positions = 0.0, 0, 0
     part_sums = {part: 0.0 for part in ATTRIBUTION_PARTS}
     pooled = {part: 0.0 for part in ATTRIBUTION_PARTS}
     total = math.ceil(tokens.shape[0] / batch_size) if isinstance(tokens, Tensor) else None
@@ -311,22 +313,30 @@ def legible_attribution_share(
         if "hook_pos_embed" in cache:
             embedding_NxD = embedding_NxD + part("hook_pos_embed").expand(batch_BxT.shape + (embedding_NxD.shape[-1],)).reshape(n, -1)
         magnitude["embedding"] += (embedding_NxD * read_NxD).sum(-1).abs()
+        max_head_N = torch.full((n,), -math.inf, dtype=torch.float64)
+        max_unit_N = torch.full((n,), -math.inf, dtype=torch.float64)
         for index, block in enumerate(model.blocks):
             result_NxHxD = part(f"blocks.{index}.attn.hook_result").reshape(n, len(head_bounded[index]), -1)
             heads_NxH = torch.einsum("nhd,nd->nh", result_NxHxD, read_NxD).abs()
             magnitude["bounded_heads"] += heads_NxH[:, head_bounded[index]].sum(-1)
             magnitude["standard_heads"] += heads_NxH[:, ~head_bounded[index]].sum(-1)
+            max_head_N = torch.maximum(max_head_N, heads_NxH.max(-1).values)
             layer = block.ffn_code_layer
             if unit_named[index] is None:
                 write_NxD = part(f"blocks.{index}.hook_mlp_out").reshape(n, -1)
-                magnitude["opaque_units"] += (write_NxD * read_NxD).sum(-1).abs()
+                signed_N = (write_NxD * read_NxD).sum(-1)
+                magnitude["opaque_units"] += signed_N.abs()
+                max_unit_N = torch.maximum(max_unit_N, signed_N)
                 continue
             post_NxF = part(layer.hook_name(layer.hook_post)).reshape(n, -1)
-            units_NxF = (post_NxF * (read_NxD @ layer.W_out.detach().double().cpu().T)).abs()
+            signed_NxF = post_NxF * (read_NxD @ layer.W_out.detach().double().cpu().T)
+            max_unit_N = torch.maximum(max_unit_N, signed_NxF.max(-1).values)
+            units_NxF = signed_NxF.abs()
             magnitude["named_units"] += units_NxF[:, unit_named[index]].sum(-1)
             magnitude["opaque_units"] += units_NxF[:, ~unit_named[index]].sum(-1)
         total_N = sum(magnitude.values()).clamp_min(1e-30)
         share_sum += float(((magnitude["bounded_heads"] + magnitude["named_units"]) / total_N).sum())
+        weaker_sum += int((max_head_N < max_unit_N).sum())
         for key in ATTRIBUTION_PARTS:
             part_sums[key] += float((magnitude[key] / total_N).sum())
             pooled[key] += float(magnitude[key].sum())
@@ -338,6 +348,7 @@ def legible_attribution_share(
         "share_mean": share_sum / n_positions,
         "share_pooled": (pooled["bounded_heads"] + pooled["named_units"]) / pooled_total,
         "parts_mean": {key: value / n_positions for key, value in part_sums.items()},
+        "attention_weaker_mean": weaker_sum / n_positions,
         "n_positions": n_positions,
     }
 

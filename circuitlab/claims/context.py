@@ -253,17 +253,22 @@ class Context:
             self._dbs[key] = direct_logit_attribution(model, [model.tokenizer.eos_id] + model.tokenizer.encode("The turtle was"))
         return self._dbs[key]
 
-    def legible_shares_of(self, name: str, random_init: bool = False) -> list[float]:
-        """The legible share of the direct logit attribution (legible_attribution_share's share_mean) of each
-        window of `legible_tokens`, for a legible model or (random_init) its design randomly initialised (seed 0)."""
-        key = ("legible shares", name, random_init)
+    def attributions_of(self, name: str, random_init: bool = False) -> list[dict[str, Any]]:
+        """legible_attribution_share of each window of `legible_tokens` (its share_mean, attention_weaker_mean,
+        ...), for a model or (random_init) its design randomly initialised (seed 0)."""
+        key = ("attributions", name, random_init)
         if key not in self._dbs:
             from circuitlab.analysis.attribution import legible_attribution_share
 
             model = self.random_init(name) if random_init else self.model(name)
-            self._dbs[key] = [legible_attribution_share(model, window[None], batch_size=1, progress=False)["share_mean"]
+            self._dbs[key] = [legible_attribution_share(model, window[None], batch_size=1, progress=False)
                               for window in self.legible_tokens]
         return self._dbs[key]
+
+    def legible_shares_of(self, name: str, random_init: bool = False) -> list[float]:
+        """The legible share of the direct logit attribution (legible_attribution_share's share_mean) of each
+        window of `legible_tokens`, for a legible model or (random_init) its design randomly initialised (seed 0)."""
+        return [window["share_mean"] for window in self.attributions_of(name, random_init)]
 
     @cached_property
     def held_out_text(self) -> dict[str, list[str]]:

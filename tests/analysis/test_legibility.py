@@ -350,7 +350,7 @@ def test_legible_share_of_the_attribution_equals_the_per_prediction_readout():
     model.eval()
     tokens = held_out_tokens(2, 5, seed=4)
     got = legible_attribution_share(model, tokens, batch_size=1, progress=False)
-    shares, pooled = [], np.zeros(2)
+    shares, weaker, pooled = [], [], np.zeros(2)
     for b in range(tokens.shape[0]):
         for t in range(tokens.shape[1]):
             table = direct_logit_attribution(model, tokens[b, : t + 1])
@@ -361,16 +361,28 @@ def test_legible_share_of_the_attribution_equals_the_per_prediction_readout():
                 units.loc[~units["operation"].isin(["gelu"]), "value"].abs().sum()
             total = heads["value"].abs().sum() + units["value"].abs().sum() + embedding["value"].abs().sum()
             shares.append(legible / total)
+            weaker.append(heads["value"].abs().max() < units["value"].max())
             pooled += [legible, total]
     assert got["n_positions"] == tokens.numel()
     assert got["share_mean"] == pytest.approx(np.mean(shares), rel=1e-6)
     assert got["share_pooled"] == pytest.approx(pooled[0] / pooled[1], rel=1e-6)
     assert sum(got["parts_mean"].values()) == pytest.approx(1.0)
     assert got["parts_mean"]["standard_heads"] == 0.0  # every head of tiny-legible is Boolean
-    # a GELU model has no legible part at all
+    # attention weaker than the largest FFN unit, decided per prediction as the one-prompt readout does
+    assert got["attention_weaker_mean"] == pytest.approx(np.mean(weaker), abs=1e-12)
+    assert 0.0 < np.mean(weaker) < 1.0  # both outcomes occur, so the count is not trivially 0 or all
+    # a GELU model has no legible part at all, and its neurons are units of the same readout
     gelu = CircuitTransformer(ModelConfig.preset("tiny-gelu"))
     gelu.reset_parameters(seed=0)
-    assert legible_attribution_share(gelu.eval(), tokens, progress=False)["share_mean"] == 0.0
+    got = legible_attribution_share(gelu.eval(), tokens, progress=False)
+    assert got["share_mean"] == 0.0
+    weaker = []
+    for b in range(tokens.shape[0]):
+        for t in range(tokens.shape[1]):
+            table = direct_logit_attribution(gelu.eval(), tokens[b, : t + 1])
+            heads = table[(table["level"] == "component") & (table["kind"] == "attn_head")]
+            weaker.append(heads["value"].abs().max() < table.loc[table["level"] == "unit", "value"].max())
+    assert got["attention_weaker_mean"] == pytest.approx(np.mean(weaker), abs=1e-12)
 
 
 def test_promote_signatures_for_named_and_requested_units():

@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from circuitlab import CircuitTransformer, ModelConfig
-from circuitlab.claims import CONTRADICTED, NOT_MEASURED, REPRODUCED, Context
+from circuitlab.claims import CONTRADICTED, INCONCLUSIVE, NOT_MEASURED, REPRODUCED, Context
 from circuitlab.claims.selectivity import (
     control_values, crispness_cut, pressure_free_stats, selective_beyond, share, sparse_detectors,
 )
@@ -162,3 +162,28 @@ def test_legible_share_is_a_mean_over_windows_with_its_interval():
     assert "75.0%" in found.ours  # the one prompt: |3| of |3| + |-1|
     low = _Shares({("legible-stories", False): [0.2, 0.25] * 10, ("legible-stories", True): [0.4] * 20})
     assert legible_attribution(low).verdict == CONTRADICTED
+
+
+class _Attributions(_Shares):
+    """A claims context whose per-window attention-weaker shares are constructed."""
+
+    def attributions_of(self, name, random_init=False):
+        return [{"attention_weaker_mean": share} for share in self.shares[(name, random_init)]]
+
+
+def test_attention_weak_is_a_share_of_predictions_with_its_interval_and_nulls():
+    from circuitlab.claims.seed002 import attention_weak
+
+    windows = [0.7, 0.8, 0.9, 1.0] * 5
+    shares = {("legible-stories", False): windows, ("legible-stories", True): [0.3] * 20,
+              ("gelu-stories", False): [0.2] * 20}
+    found = attention_weak(_Attributions(shares))
+    assert found.value == pytest.approx(85.0) and found.verdict == REPRODUCED  # the interval lies above 50%
+    assert 50 < found.estimate.low < 85 < found.estimate.high
+    assert found.nulls == {"random-init legible-stories": pytest.approx(30.0), "gelu-stories": pytest.approx(20.0)}
+    assert "largest |head| 3.00" in found.ours  # the one prompt kept beside the mean
+    # the dense model's attention is as weak: the metric cannot tell the designs apart
+    ceiling = attention_weak(_Attributions({**shares, ("gelu-stories", False): [0.95] * 20}))
+    assert ceiling.verdict == INCONCLUSIVE and "ceiling" in ceiling.reason
+    strong = attention_weak(_Attributions({**shares, ("legible-stories", False): [0.1, 0.2] * 10}))
+    assert strong.verdict == CONTRADICTED
