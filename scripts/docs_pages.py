@@ -22,7 +22,6 @@ from __future__ import annotations
 import argparse
 import json
 import operator
-import shutil
 import sys
 from pathlib import Path
 

@@ -127,7 +127,6 @@ def test_report_figures_follow_their_definitions(tiny_models, tmp_path, capsys):
 
 
 def test_a_model_without_a_bottleneck_is_a_clear_error(tiny_models):
-
     with pytest.raises(UserError, match="no parity bottleneck"):
         _script().report(str(tiny_models["tiny-gelu"]), None, 100, ROOT / "data" / "natural", 50, 2, "cpu", [])
 
@@ -163,7 +162,6 @@ def test_encoder_overrides_run_the_trained_model_with_other_settings(tiny_models
     report.main([str(tiny_models["tiny-parity"]), "--tokens", "300", "--seq-len", "100", "--batch-size", "3",
                  "--beams", "2", "--device", "cpu", "--json", str(default)])
     assert json.loads(default.read_text())["layers"][0]["reconstruction"] != pytest.approx(expected, rel=1e-4)
-
     with pytest.raises(UserError, match="positive integers"):
         report.report(str(tiny_models["tiny-parity"]), None, 300, ROOT / "data" / "natural", 100, 3, "cpu", [2],
                       {"beam": 0})

@@ -112,7 +112,6 @@ class _Tables(Context):
 
 
 def _channels(surface: str, crispness: list[float]) -> pd.DataFrame:
-    n = len(crispness)
     return pd.DataFrame({"surface": surface, "family": "operator", "operand": True, "combined": True,
                          "crispness": crispness, "variance": 0.1, "on_fraction": 0.3})
 
