@@ -29,7 +29,7 @@ ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results"
 GENERATED = ROOT / "docs" / "generated"
 FIGURES = ["01_circuit_map.png", "03_usage_penultimate.png", "04_regimes_by_layer.png", "05_dla_overview.png",
-           "07_ladder_loss_vs_flops.png"]
+           "07_ladder_loss_vs_flops.png", "07_ladder_isoflop_curves.png"]
 SHIPPED = ["sgatlin-stories", "gelu-stories", "legible-stories", "parity-stories"]
 CHECKS = {">=": operator.ge, "<=": operator.le}
 

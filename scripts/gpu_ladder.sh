@@ -1,36 +1,42 @@
 #!/usr/bin/env bash
-# The iso-FLOP ladder of seed 000 (Figure 3) at small scale: mlp, swiglu, sgatlin, peer and moe at ladder
-# scales 1, 2, 3 (d_model 128 to 384, 2 to 6 layers), each scale one training FLOP budget shared by the five
-# designs (6e13, 2.4e14, 9.6e14 FLOPs), plus a second seed of all five at scale 1 and seed 000's nonlinearity
-# ablation (sgatlin with a GELU on each neuron) at scale 1 with both seeds: 22 runs, ten at a time on one GPU
-# by default (set ABLATIONS="" to skip the ablation). These budgets are 100 to 100000 times below seed 000's (1e17 to 6e18 FLOPs).
+# The iso-FLOP ladder of seed 000 (Figure 3) at the largest budgets the shipped stories support: mlp, swiglu,
+# sgatlin, peer and moe, each at two FLOP budgets (ladder budget scales 1 and 2) with three model sizes per
+# budget (ladder scales 1, 2, 3: d_model 128 to 384, 2 to 6 layers) and three seeds, seed 000's nonlinearity
+# ablation (sgatlin with a GELU on each neuron) at the smallest budget, and a learning-rate grid (3e-4, 1e-3,
+# 3e-3) at the smallest budget. BUDGET_SCALE=max picks the budgets at which no run sees a natural story more
+# than twice (with the shipped mixture, 5.25e13 and 2.1e14 FLOPs: about 480 to 110,000 times below seed 000's 1e17 to
+# 6e18). 129 runs, JOBS at a time on each GPU.
 #
-#   RESULTS=results/ladder bash scripts/gpu_ladder.sh                  # one H200, about 7 minutes (estimate)
-#   RESULTS=results/ladder BUDGET_SCALE=2 bash scripts/gpu_ladder.sh   # twice the FLOPs per run
+#   RESULTS=results/ladder bash scripts/gpu_ladder.sh                  # one H200
+#   RESULTS=results/ladder SIZES="" SEEDS="0 1" LR_GRID="" BUDGET_SCALE=1 bash scripts/gpu_ladder.sh  # one size a budget
 #   DEVICE=cpu SMOKE=1 RESULTS=/tmp/ladder bash scripts/gpu_ladder.sh   # CPU check of every code path
-# Settings (environment): RESULTS, DEVICE, BUDGET_SCALE, SCALES, ARCHS, SEEDS, ABLATIONS, JOBS (runs per GPU),
-# MAX_MINUTES (per run), COMPILE (1: torch.compile each run), N_STORIES, NATURAL, TOKENIZER, SMOKE, PYTHON.
+# Settings (environment): RESULTS, DEVICE, BUDGET_SCALE, SCALES, SIZES, ARCHS, SEEDS, ABLATIONS, LR_GRID,
+# MAX_NATURAL_PASSES, JOBS (runs per GPU), MAX_MINUTES (per run), COMPILE (1: torch.compile each run),
+# N_STORIES, NATURAL, TOKENIZER, SMOKE, PYTHON, TIME_LIMIT (seconds: interrupt the sweep then).
 #
 # Writes into RESULTS: ladder_results.json (one record per run: sizes, FLOPs per token, budget, tokens,
-# natural and generated held-out loss), ladder_table.md (with the verdicts on seed 000's claims),
-# ladder_loss_vs_flops.html (the figure), runs/<name>/ (metrics.json, card.md, train_log.jsonl; the
-# weights are deleted to keep the folder small) and runs/<name>.log. Calling it again skips the runs that
-# reached their budget on the same training mixture and trains the others (those stopped by MAX_MINUTES, and
-# all of them after a change of the story generator).
+# passes over the natural stories, natural and generated held-out loss), ladder_table.md (with the verdicts on
+# seed 000's claims and the learning-rate grid), ladder_loss_vs_flops.html (the figure), runs/<name>/
+# (metrics.json, card.md, train_log.jsonl; the weights are deleted to keep the folder small) and
+# runs/<name>.log. Calling it again skips the runs that reached their budget on the same training mixture and
+# trains the others (those stopped by MAX_MINUTES or killed, and all of them after a change of the mixture).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 RESULTS="${RESULTS:?set RESULTS to the results folder}"
 PYTHON="${PYTHON:-python}"
 DEVICE="${DEVICE:-cuda}"
-BUDGET_SCALE="${BUDGET_SCALE:-1}"
-SCALES="${SCALES:-1 2 3}"
+BUDGET_SCALE="${BUDGET_SCALE:-max}"
+SCALES="${SCALES:-1 2}"
+SIZES="${SIZES-1 2 3}"
+LR_GRID="${LR_GRID-3e-4 3e-3}"
+MAX_NATURAL_PASSES="${MAX_NATURAL_PASSES:-2}"
 ARCHS="${ARCHS:-mlp swiglu sgatlin peer moe}"
-SEEDS="${SEEDS:-0 1}"
+SEEDS="${SEEDS:-0 1 2}"
 ABLATIONS="${ABLATIONS-sgatlin-gelu}"
-JOBS="${JOBS:-10}"
+JOBS="${JOBS:-12}"
 MAX_MINUTES="${MAX_MINUTES:-5}"
 COMPILE="${COMPILE:-0}"
-N_STORIES="${N_STORIES:-40000}"
+N_STORIES="${N_STORIES:-60000}"
 NATURAL="${NATURAL:-data/natural}"
 TOKENIZER="${TOKENIZER:-models/sgatlin-stories/tokenizer.json}"
 mkdir -p "$RESULTS"
@@ -40,8 +46,14 @@ if [ "${SMOKE:-0}" = 1 ]; then  # --smoke picks its own tiny sizes (scale 1, 2 s
 else
   # shellcheck disable=SC2086
   sweep=(--budget-scale "$BUDGET_SCALE" --scales $SCALES --archs $ARCHS --seeds $SEEDS --jobs "$JOBS"
-         --max-minutes "$MAX_MINUTES" --n-stories "$N_STORIES" --ablations $ABLATIONS)
+         --max-minutes "$MAX_MINUTES" --n-stories "$N_STORIES" --max-natural-passes "$MAX_NATURAL_PASSES"
+         --ablations $ABLATIONS)
+  [ -n "$SIZES" ] && sweep+=(--sizes $SIZES)
+  [ -n "$LR_GRID" ] && sweep+=(--lr-grid $LR_GRID)
 fi
 [ "$COMPILE" = 1 ] && sweep+=(--compile)
-"$PYTHON" -m circuitlab.cli ladder --out "$RESULTS" --device "$DEVICE" --natural "$NATURAL" --tokenizer "$TOKENIZER" \
+# TIME_LIMIT (seconds): interrupt the sweep then (its runs stop; the next call trains what is left)
+limit=()
+[ -n "${TIME_LIMIT:-}" ] && limit=(timeout -s INT "$TIME_LIMIT")
+"${limit[@]}" "$PYTHON" -m circuitlab.cli ladder --out "$RESULTS" --device "$DEVICE" --natural "$NATURAL" --tokenizer "$TOKENIZER" \
   "${sweep[@]}" 2>&1 | tee -a "$RESULTS/ladder.log"

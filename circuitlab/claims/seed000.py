@@ -23,43 +23,62 @@ TABLE_3_QUERY = "Once upon a time, there was a big dog named Max. Max had a red 
 PAPER_BUDGETS = (1e17, 6e18)
 
 
-def ladder_scale(results: dict[str, Any], archs: tuple[str, ...]) -> tuple[tuple[float, float], str]:
+def ladder_scale(results: dict[str, Any], archs: tuple[str, ...]) -> tuple[tuple[float, float], str, float | None]:
     """The smallest and largest budget at which every one of `archs` has a finished run, how many sizes and
-    seeds each such budget had, and the tokens each run saw (the ladder records no passes over its data)."""
+    seeds each such budget had and the tokens each run saw, and the most passes any of those runs made over the
+    natural stories (None when the ladder did not record them). Runs of a learning-rate grid are left out."""
     from collections import Counter
 
-    runs = [run for run in results.get("runs", []) if run.get("arch") in archs and run.get("status", "done") == "done"]
+    lr = results.get("settings", {}).get("lr")
+    runs = [run for run in results.get("runs", []) if run.get("arch") in archs and run.get("status", "done") == "done"
+            and (lr is None or run.get("lr", lr) == lr)]
     budgets = sorted(b for b in {float(run["budget_flops"]) for run in runs}
                      if all(any(r["arch"] == a and float(r["budget_flops"]) == b for r in runs) for a in archs))
     if not budgets:
-        return (0.0, 0.0), "no finished runs"
-    seeds = Counter((run["arch"], float(run["budget_flops"]), run.get("scale")) for run in runs)
+        return (0.0, 0.0), "no finished runs", None
+    seeds = Counter((run["arch"], float(run["budget_flops"]), run.get("size", run.get("scale"))) for run in runs)
     parts = []
     for budget in budgets:
         mine = [r for r in runs if float(r["budget_flops"]) == budget]
         tokens = [float(r.get("tokens", 0)) for r in mine]
-        parts.append(f"{budget:.2g} FLOPs: {len({r.get('scale') for r in mine})} size(s), "
-                     f"{max(n for (a, b, s), n in seeds.items() if b == budget)} seed(s) per size, "
-                     f"{min(tokens) / 1e6:.1f}-{max(tokens) / 1e6:.1f}M tokens a run")
-    return (budgets[0], budgets[-1]), "; ".join(parts)
+        counts = [n for (a, b, s), n in seeds.items() if b == budget]
+        per_size = f"{max(counts)}" if min(counts) == max(counts) else f"{min(counts)}-{max(counts)}"
+        parts.append(f"{budget:.2g} FLOPs: {len({r.get('size', r.get('scale')) for r in mine})} size(s), "
+                     f"{per_size} seed(s) per design and size, {min(tokens) / 1e6:.1f}-{max(tokens) / 1e6:.1f}M tokens a run")
+    passes = [float(r["natural_passes"]) for r in runs if r.get("natural_passes") is not None]
+    most = max(passes) if passes else None
+    if most is not None:
+        parts.append(f"at most {most:.2f} passes over the natural stories")
+    return (budgets[0], budgets[-1]), "; ".join(parts), most
 
 
 def ladder_verdict(context: Context, index: int, archs: tuple[str, ...]) -> Outcome | None:
     """Verdict `index` of ladder_report.verdicts (0: sgatlin vs dense, 1: PEER, 2: nonlinearity) on the iso-FLOP
-    ladder's results, read against the paper's budgets; None when no ladder has been run."""
+    ladder's results, read against the paper's budgets; None when no ladder has been run. The estimate is the
+    gap at the largest budget (ours minus the best other design, each at its best size; nats/token) with its
+    95% interval over seeds where the ladder ran several."""
     if context.ladder_results is None or not Path(context.ladder_results).is_file():
         return None
     from circuitlab.training.ladder_report import load_results, verdicts
 
     results = load_results(context.ladder_results)
     found = verdicts(results)[index]
-    ours, detail = ladder_scale(results, archs)
-    scale = scale_judgement(ours, PAPER_BUDGETS, "training FLOPs")
+    ours, detail, passes = ladder_scale(results, archs)
+    scale = scale_judgement(ours, PAPER_BUDGETS, "training FLOPs", repeats=passes)
     text = f"{found.verdict}: {found.detail} ({detail})"
+    largest = found.effects[-1] if found.effects else None
+    estimate = None if largest is None else Estimate(largest["gap"], largest["low"], largest["high"])
     if scale is not None:
-        return Outcome(text, scale.verdict, None, scale.reason)
+        where = "" if largest is None else (
+            f"; the estimate is {largest['ours']}'s natural held-out loss minus {largest['other']}'s (nats/token, each "
+            f"at its best size) at the largest budget, {largest['budget']:.2g} FLOPs")
+        return Outcome(text, scale.verdict, None if estimate is None else estimate.value, scale.reason + where, estimate)
+    if estimate is not None and estimate.low is not None:
+        # PEER's claim is that it does not beat sgatlin (its gap, PEER minus sgatlin, above 0); the others, that
+        # sgatlin is lower (a gap below 0)
+        return judged(text, estimate, 0.0, ">" if index == 1 else "<", note="95% interval over seeds at the largest budget")
     return no_interval(text, None, found.verdict == "supported",
-                       "the ladder keeps one loss per run; an interval needs the per-story losses of every seed")
+                       "the ladder ran one seed per size; an interval needs several")
 
 
 def ladder_sgatlin_vs_dense(context: Context) -> Outcome:

@@ -5,7 +5,9 @@
     circuitlab ladder --out runs/smoke --smoke --device cpu          # a few steps of tiny runs, one process
 
 Each design (mlp, swiglu, sgatlin, peer, moe) trains at each --scales ladder scale for that scale's FLOP
-budget (circuitlab.training.ladder); every --seeds seed runs at the smallest scale. Runs are concurrent
+budget (circuitlab.training.ladder); every --seeds seed runs at the smallest scale. With --sizes, every budget
+trains the models of all those scales, every seed (iso-FLOP curves), and --lr-grid adds learning rates at the
+smallest budget; no run sees a natural story more than --max-natural-passes times (2 by default). Runs are concurrent
 `circuitlab train` processes, --jobs per GPU, spread over the visible GPUs. Writes ladder_results.json,
 ladder_table.md and ladder_loss_vs_flops.html into --out; running the command again skips finished runs.
 """
@@ -43,8 +45,19 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--scales", nargs="+", type=int, default=None,
                         help="ladder scales (seed 000, appendix B.2: d_model 128 x scale, 2 x scale layers; default 1 2 3)")
     parser.add_argument("--seeds", nargs="+", type=int, default=None,
-                        help="seeds run at the smallest scale; the other scales run the first (default 0 1)")
-    parser.add_argument("--budget-scale", type=float, default=None, help="multiply every scale's FLOP budget (default 1)")
+                        help="seeds run at the smallest scale; the other scales run the first (default 0 1); with "
+                        "--sizes, every seed runs at every budget and size")
+    parser.add_argument("--sizes", nargs="+", type=int, default=None,
+                        help="ladder scales of the models trained at every budget: an iso-FLOP curve per design and "
+                        "budget, every seed at every budget and size (default: each budget trains its own scale)")
+    parser.add_argument("--budget-scale", type=_budget_scale, default=None,
+                        help="multiply every scale's FLOP budget (default 1); 'max': the largest budgets at which no "
+                        "run sees a natural story more than --max-natural-passes times")
+    parser.add_argument("--max-natural-passes", type=float, default=None,
+                        help="refuse runs that would see a natural training story more often (default 2)")
+    parser.add_argument("--lr-grid", nargs="+", type=float, default=None,
+                        help="other peak learning rates, run at the smallest budget for every design and size, first "
+                        "seed (e.g. 3e-4 3e-3)")
     parser.add_argument("--device", default=None, help="auto (default), cpu, cuda")
     parser.add_argument("--jobs", type=int, default=None, help="concurrent runs per GPU (default 10)")
     parser.add_argument("--gpus", nargs="+", default=None, help="CUDA device ids to use (default: every visible GPU)")
@@ -57,8 +70,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         help="natural stories mixed into the generated ones (default: the stories circuitlab ships)")
     parser.add_argument("--no-natural", action="store_true", help="generated stories only")
     parser.add_argument("--natural-upsample", type=int, default=None,
-                        help="copies of each natural training story (default 3)")
-    parser.add_argument("--n-stories", type=int, default=None, help="generated training stories (default 40000)")
+                        help="copies of each natural training story (default 1)")
+    parser.add_argument("--n-stories", type=int, default=None, help="generated training stories (default 60000)")
     parser.add_argument("--held-out-stories", type=int, default=None, help="generated held-out stories (default 1000)")
     parser.add_argument("--tokenizer", default=None,
                         help="tokenizer.json shared by all runs (default models/sgatlin-stories/tokenizer.json)")
@@ -69,13 +82,26 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         help="run the trainings one after the other in this process (debugging; no --jobs)")
     parser.add_argument("--smoke", action="store_true",
                         help="tiny CPU check of the whole sweep: scale 1, two seeds, two steps of 2 x 32 tokens per run")
+    parser.add_argument("--report-only", action="store_true",
+                        help="train nothing: write the results, table and figure from the runs already in --out (a "
+                        "sweep cut short); the runs not there are listed as missing")
     parser.add_argument("--quiet", action="store_true", help="no progress output")
     parser.set_defaults(func=run_ladder_command)
 
 
+def _budget_scale(text: str) -> float | str:
+    if text == "max":
+        return text
+    try:
+        return float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number or 'max', got {text!r}") from None
+
+
 # LadderSettings field <- command-line option (argparse dest)
 _OPTIONS = dict(
-    scales="scales", archs="archs", ablations="ablations", seeds="seeds", budget_scale="budget_scale", seq_len="seq_len",
+    scales="scales", sizes="sizes", lr_grid="lr_grid", max_natural_passes="max_natural_passes", archs="archs",
+    ablations="ablations", seeds="seeds", budget_scale="budget_scale", seq_len="seq_len",
     batch_size="batch_size", lr="lr", device="device", jobs_per_gpu="jobs", gpus="gpus", max_minutes="max_minutes",
     natural="natural", natural_upsample="natural_upsample", n_stories="n_stories",
     held_out_stories="held_out_stories", tokenizer="tokenizer",
@@ -101,10 +127,10 @@ def settings_from(args: argparse.Namespace):
 def run_ladder_command(args: argparse.Namespace) -> int:
     from circuitlab.cli.ladder_runs import run_ladder
 
-    results = run_ladder(args.out, settings_from(args), progress=not args.quiet)
+    results = run_ladder(args.out, settings_from(args), progress=not args.quiet, report_only=args.report_only)
     if not args.quiet:
         from circuitlab.training.ladder import TABLE_FILE
         from pathlib import Path
 
         sys.stdout.write((Path(args.out) / TABLE_FILE).read_text())
-    return 0 if all(run["status"] == "done" for run in results["runs"]) else 1
+    return 0 if args.report_only or all(run["status"] == "done" for run in results["runs"]) else 1

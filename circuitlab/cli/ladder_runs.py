@@ -26,7 +26,9 @@ from circuitlab.training.ladder import (
     LadderSettings,
     PlannedRun,
     budget_for,
+    check_passes,
     finished_metrics,
+    largest_budget_scale,
     plan_runs,
     reusable,
     run_record,
@@ -70,7 +72,7 @@ def _train_args(run: PlannedRun, settings: LadderSettings, out: Path, tokenizer:
     args = [
         "train", "--config", str(out / "configs" / f"{run.name}.json"), "--out", str(folder),
         "--steps", str(run.steps), "--batch-size", str(settings.batch_size), "--seq-len", str(settings.seq_len),
-        "--lr", str(settings.lr), "--warmup", str(run.warmup), "--grad-clip", str(settings.grad_clip),
+        "--lr", str(run.lr), "--warmup", str(run.warmup), "--grad-clip", str(settings.grad_clip),
         "--eval-every", "0", "--ckpt-every", "0", "--seed", str(run.seed), "--device", settings.device,
         "--data-dir", str(out / "data"), "--save-dtype", "bf16", "--quiet",
         "--compile" if settings.compile else "--no-compile",
@@ -95,55 +97,102 @@ def _visible_gpus(settings: LadderSettings) -> list[str | None]:
     return ids or [str(i) for i in range(torch.cuda.device_count())]
 
 
-def run_ladder(out: str | os.PathLike, settings: LadderSettings, progress: bool = True) -> dict[str, Any]:
-    """Train every planned run not yet finished, then write the results JSON, table and figure into `out`."""
+def run_ladder(out: str | os.PathLike, settings: LadderSettings, progress: bool = True,
+               report_only: bool = False) -> dict[str, Any]:
+    """Train every planned run not yet finished, then write the results JSON, table and figure into `out`.
+    `report_only`: train nothing and prepare no data; write them from the runs already in `out` (a sweep cut
+    short), the others recorded as "missing"."""
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     started = time.monotonic()
     say = (lambda text: print(text, file=sys.stderr, flush=True)) if progress else (lambda text: None)
-    say(f"ladder: preparing the training mixture in {out / 'data'}")
-    tokenizer, vocab, train_tokens = prepare(out, settings)
-    runs = plan_runs(settings, vocab)
+    if report_only:
+        tokenizer, vocab, train_tokens = _from_finished_runs(out, settings)
+    else:
+        say(f"ladder: preparing the training mixture in {out / 'data'}")
+        tokenizer, vocab, train_tokens = prepare(out, settings)
+    budget_scale = settings.budget_scale
+    if budget_scale == "max":
+        budget_scale = largest_budget_scale(settings, vocab, train_tokens)
+        say(f"ladder: budget scale {budget_scale:g}: the largest at which no run sees a natural story more than "
+            f"{settings.max_natural_passes:g} times ({train_tokens:,} training tokens in the mixture)")
+    runs = plan_runs(settings, vocab, budget_scale)
+    check_passes(runs, settings, train_tokens)
+    passes_per_token = None if settings.natural is None else settings.natural_upsample / train_tokens
     (out / "configs").mkdir(exist_ok=True)
     for run in runs:
         ModelConfig.from_dict(run.config).to_json(out / "configs" / f"{run.name}.json")
-    say(f"ladder: {len(runs)} runs ({', '.join(settings.archs)} at scales {sorted(set(settings.scales))}, seeds "
-        f"{list(settings.seeds)} and the ablations {list(settings.ablations)} at the smallest); budgets " + ", ".join(
-            f"scale {s}: {budget_for(s, settings.budget_scale):.2g} FLOPs" for s in sorted(set(settings.scales))))
+    sizes = f" sizes {list(settings.sizes)} at every budget," if settings.sizes else ""
+    say(f"ladder: {len(runs)} runs ({', '.join(settings.archs)} at scales {sorted(set(settings.scales))},{sizes} seeds "
+        f"{list(settings.seeds)} and the ablations {list(settings.ablations)} at the smallest"
+        + (f", learning rates {list(settings.lr_grid)} there" if settings.lr_grid else "") + "); budgets " + ", ".join(
+            f"scale {s}: {budget_for(s, budget_scale):.2g} FLOPs" for s in sorted(set(settings.scales))))
 
-    for run in runs:
-        say(f"  {run.name}: {run.flops['active_parameters'] / 1e6:.2f}M active of {run.flops['total_parameters'] / 1e6:.1f}M "
-            f"parameters, {run.training_flops_per_token / 1e6:.1f}M training FLOPs/token, {run.steps} steps = "
-            f"{run.tokens / 1e6:.2f}M tokens")
+    if not report_only:
+        for run in runs:
+            say(f"  {run.name}: {run.flops['active_parameters'] / 1e6:.2f}M active of {run.flops['total_parameters'] / 1e6:.1f}M "
+                f"parameters, {run.training_flops_per_token / 1e6:.1f}M training FLOPs/token, {run.steps} steps = "
+                f"{run.tokens / 1e6:.2f}M tokens")
     done: dict[str, dict[str, Any]] = {}
     todo = []
     for run in runs:
         metrics = finished_metrics(out / "runs" / run.name, run)
-        if reusable(metrics, train_tokens):
+        if reusable(metrics, train_tokens) or (report_only and metrics is not None):
             done[run.name] = metrics
         else:
             todo.append(run)
     if done:
-        say(f"ladder: {len(done)} runs already finished on this mixture, skipped")
-    failed = _execute(todo, settings, out, tokenizer, done, say, progress)
+        say(f"ladder: {len(done)} runs already finished on this mixture" + (", skipped" if not report_only else ""))
+    failed = set() if report_only else _execute(todo, settings, out, tokenizer, done, say, progress)
 
     records = [
-        run_record(run, done.get(run.name), "done" if run.name in done else "failed" if run.name in failed else "missing")
+        run_record(run, done.get(run.name), "done" if run.name in done else "failed" if run.name in failed else "missing",
+                   passes_per_token)
         for run in runs
     ]
     results = {
-        "settings": {**settings.model_dump(mode="json"), "base_budget": BASE_BUDGET, "tokenizer": tokenizer, "d_vocab": vocab},
+        "settings": {**settings.model_dump(mode="json"), "base_budget": BASE_BUDGET, "tokenizer": tokenizer, "d_vocab": vocab,
+                     "budget_scale_used": budget_scale, "train_tokens": train_tokens},
         "runs": records,
-        "sweep_seconds": time.monotonic() - started,
+        # --report-only trains nothing: its seconds are the report's, not the sweep's
+        "report_seconds" if report_only else "sweep_seconds": time.monotonic() - started,
     }
+    if report_only:
+        results["report_only"] = True
     results["verdicts"] = [asdict(v) for v in verdicts(results)]
     write_outputs(out, results)
+    missing = [record["name"] for record in records if record["status"] == "missing"]
     say(f"ladder: {sum(r['status'] == 'done' for r in records)} of {len(records)} runs done in "
-        f"{results['sweep_seconds']:.0f} s; results in {out / RESULTS_FILE}, {out / TABLE_FILE}, {out / FIGURE_FILE}")
+        f"{time.monotonic() - started:.0f} s; results in {out / RESULTS_FILE}, {out / TABLE_FILE}, {out / FIGURE_FILE}"
+        + (f"; {len(missing)} runs missing (run the command without --report-only to train them)" if missing else ""))
     if failed:
         raise UserError(f"{len(failed)} ladder runs failed ({', '.join(sorted(failed))}); see their logs in "
                         f"{out / 'runs'}/<name>.log, then run the same command again (finished runs are skipped)")
     return results
+
+
+def _from_finished_runs(out: Path, settings: LadderSettings) -> tuple[str, int, int]:
+    """(tokenizer, vocabulary, training tokens of the mixture) for --report-only: the tokenizer from the
+    settings, the mixture's size from the finished runs' metrics (which must agree)."""
+    import json
+
+    from circuitlab.data.tokenizer import CircuitTokenizer
+
+    if settings.tokenizer is None:
+        raise UserError("--report-only needs the sweep's --tokenizer (the vocabulary sizes the models)")
+    found = set()
+    for path in sorted((out / "runs").glob("*/metrics.json")):
+        try:
+            found.add(json.loads(path.read_text())["data"]["train_tokens"])
+        except (OSError, ValueError, KeyError, TypeError):
+            continue
+    if not found:
+        raise UserError(f"--report-only: no finished runs in {out / 'runs'} (no metrics.json with the mixture's size)")
+    if len(found) > 1:
+        raise UserError(f"--report-only: the runs in {out / 'runs'} trained on different mixtures "
+                        f"({', '.join(f'{n:,}' for n in sorted(found))} training tokens); keep one sweep per folder")
+    vocab = CircuitTokenizer.from_file(settings.tokenizer).vocab_size
+    return settings.tokenizer, vocab, found.pop()
 
 
 def _execute(todo: list[PlannedRun], settings: LadderSettings, out: Path, tokenizer: str,

@@ -3,13 +3,23 @@ each scale with one training FLOP budget shared by all designs, loss recorded ag
 
     from circuitlab.training.ladder import LadderSettings, plan_runs
     runs = plan_runs(LadderSettings(scales=(1, 2, 3), archs=("mlp", "swiglu", "sgatlin")), d_vocab=8192)
+    runs = plan_runs(LadderSettings(scales=(1, 2), sizes=(1, 2, 3), seeds=(0, 1, 2)), d_vocab=8192)
 
 Budgets: scale s gets `budget_scale * BASE_BUDGET * 4 ** (s - 1)` training FLOPs (count_flops convention:
 3x the forward pass, attention included). A run's token count is its budget divided by its own training
 FLOPs per token, so a design that costs less per token trains on more tokens: the comparison is at equal
-compute, as in seed 000. The defaults are tiny next to seed 000's (1e17 to 6e18 FLOPs, scales 2 to 8, GPT-2
-vocabulary, sequences of 2048): scales 1 to 3 here have 0.4M to 14M active parameters, sequences of 256 and
-budgets of 6e13 to 1e15 FLOPs, so that the whole sweep takes minutes on one GPU.
+compute, as in seed 000. By default each budget trains the model of its own scale; with `sizes`, every budget
+trains the models of all those ladder scales (an iso-FLOP curve per design and budget: the smaller models see
+more tokens), every seed at every budget and size, and a design's loss at a budget is that of its best size.
+`lr_grid` adds runs at other peak learning rates at the smallest budget (first seed, every size and design).
+
+Data: no run may see a natural story more than `max_natural_passes` times (tokens x natural_upsample / the
+mixture's training tokens); `budget_scale="max"` picks the largest budgets for which every run stays within it
+(`largest_budget_scale`), and a plan that breaks it is refused by name (`check_passes`).
+
+All of it is tiny next to seed 000 (1e17 to 6e18 FLOPs, scales 2 to 8, GPT-2 vocabulary, sequences of 2048):
+scales 1 to 3 here have 1.3M to 14M active parameters and sequences of 256, and the shipped stories allow
+budgets up to about 2e14 FLOPs with sizes 1 to 3.
 
 This module plans the sweep and reads its finished runs; `circuitlab ladder` (circuitlab.cli.ladder_runs) runs
 it as `circuitlab train` processes (several at once on each GPU, round robin over the GPUs), skipping finished
@@ -21,9 +31,10 @@ one record per run; circuitlab.training.ladder_report words seed 000's comparati
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import model_validator
 
@@ -59,14 +70,18 @@ def base_arch(arch: str) -> str:
 
 
 class LadderSettings(Settings):
-    """What the sweep trains. `seeds`: every seed runs at the smallest scale, the first seed at the others.
-    Checked on construction (a UserError naming the option); immutable."""
+    """What the sweep trains. `seeds`: every seed runs at the smallest scale, the first seed at the others
+    (with `sizes`: every seed at every budget and size). Checked on construction (a UserError naming the
+    option); immutable."""
 
-    scales: tuple[int, ...] = (1, 2, 3)
+    scales: tuple[int, ...] = (1, 2, 3)  # one FLOP budget per scale (BASE_BUDGET x 4^(scale-1) x budget_scale)
+    sizes: tuple[int, ...] = ()  # ladder scales of the models trained at every budget; () = the budget's own
     archs: tuple[str, ...] = LADDER_FFN_TYPES
-    ablations: tuple[str, ...] = tuple(ABLATIONS)  # at the smallest scale only, every seed
+    ablations: tuple[str, ...] = tuple(ABLATIONS)  # at the smallest budget only, every seed (and size)
     seeds: tuple[int, ...] = (0, 1)
-    budget_scale: float = 1.0
+    budget_scale: float | Literal["max"] = 1.0  # "max": the largest the natural stories allow (max_natural_passes)
+    lr_grid: tuple[float, ...] = ()  # other peak learning rates, run at the smallest budget (first seed)
+    max_natural_passes: float | None = 2.0  # no run sees a natural training story more often (None: no limit)
     seq_len: int = 256
     batch_size: int = 64
     lr: float = 1e-3
@@ -77,8 +92,9 @@ class LadderSettings(Settings):
     gpus: tuple[str, ...] = ()  # CUDA device ids to spread runs over; () = every visible GPU (or the CPU)
     max_minutes: float | None = 5.0  # per run: stop cleanly and record it (metrics say "time limit")
     natural: str | None = str(natural_root())
-    natural_upsample: int = 3
-    n_stories: int = 40000
+    # the shipped models' mixture (scripts/train_shipped.sh): the natural training split once, 60,000 generated
+    natural_upsample: int = 1
+    n_stories: int = 60000
     held_out_stories: int = 1000
     tokenizer: str | None = "models/sgatlin-stories/tokenizer.json"
     vocab_size: int = 8192  # used only when no tokenizer is given (one is trained on the mixture)
@@ -101,10 +117,18 @@ class LadderSettings(Settings):
             raise ValueError(f"--ablations must name ablations ({', '.join(ABLATIONS)}), got {list(self.ablations)}")
         if not self.seeds:
             raise ValueError("--seeds needs at least one seed")
-        if not 0 < self.budget_scale < float("inf"):
-            raise ValueError(f"--budget-scale must be a positive number, got {self.budget_scale}")
-        if not 0 < self.lr < float("inf"):
-            raise ValueError(f"--lr must be a positive number, got {self.lr}")
+        if self.budget_scale != "max" and not 0 < self.budget_scale < float("inf"):
+            raise ValueError(f"--budget-scale must be a positive number or 'max', got {self.budget_scale}")
+        if any(not isinstance(s, int) or s < 1 for s in self.sizes):
+            raise ValueError(f"--sizes must be positive integers (ladder scales), got {list(self.sizes)}")
+        for lr in (self.lr, *self.lr_grid):
+            if not 0 < lr < float("inf"):
+                raise ValueError(f"--lr and --lr-grid must be positive numbers, got {lr}")
+        if self.max_natural_passes is not None and not self.max_natural_passes > 0:
+            raise ValueError(f"--max-natural-passes must be positive, got {self.max_natural_passes}")
+        if self.budget_scale == "max" and (self.max_natural_passes is None or self.natural is None):
+            raise ValueError("--budget-scale max needs the natural stories and --max-natural-passes (the largest "
+                             "budget is set by how often a run may see each natural story)")
         if self.max_minutes is not None and not self.max_minutes > 0:
             raise ValueError(f"--max-minutes must be positive, got {self.max_minutes}")
         if self.jobs_per_gpu < 1:
@@ -127,7 +151,7 @@ def budget_for(scale: int, budget_scale: float = 1.0) -> float:
 @dataclass
 class PlannedRun:
     arch: str
-    scale: int
+    scale: int  # the budget's ladder scale
     seed: int
     name: str
     budget_flops: float
@@ -136,33 +160,96 @@ class PlannedRun:
     warmup: int
     config: dict[str, Any] = field(repr=False, default_factory=dict)
     flops: dict[str, Any] = field(repr=False, default_factory=dict)
+    size: int = 0  # the model's ladder scale (0: the budget's own)
+    lr: float = 1e-3
+
+    def __post_init__(self) -> None:
+        self.size = self.size or self.scale
 
     @property
     def tokens(self) -> int:
         return self.steps * self.flops["tokens_per_step"]
 
 
-def plan_runs(settings: LadderSettings, d_vocab: int) -> list[PlannedRun]:
-    """Every run of the sweep, largest scale first (the longest runs start first)."""
+def natural_passes(tokens: float, train_tokens: int, natural_upsample: int) -> float:
+    """How often a run of `tokens` sees each natural training story: every pass over the mixture holds each
+    natural story `natural_upsample` times."""
+    return tokens * natural_upsample / max(train_tokens, 1)
+
+
+def _sizes(settings: LadderSettings, scale: int) -> tuple[int, ...]:
+    return tuple(sorted(set(settings.sizes))) if settings.sizes else (scale,)
+
+
+def _steps(settings: LadderSettings, budget: float, per_token: int) -> int:
+    return max(settings.min_steps, round(budget / (per_token * settings.batch_size * settings.seq_len)))
+
+
+def _lr_name(lr: float) -> str:
+    return f"{lr:.0e}".replace("e-0", "e-")
+
+
+def plan_runs(settings: LadderSettings, d_vocab: int, budget_scale: float | None = None) -> list[PlannedRun]:
+    """Every run of the sweep, largest budget first (the longest runs start first). `budget_scale` replaces
+    the settings' (needed when that is "max": `largest_budget_scale` computes it)."""
+    budget_scale = settings.budget_scale if budget_scale is None else budget_scale
+    if budget_scale == "max":
+        raise ValueError("budget_scale 'max' is resolved by largest_budget_scale once the mixture is known")
     smallest = min(settings.scales)
+    curves = bool(settings.sizes)
+    tokens_per_step = settings.batch_size * settings.seq_len
     runs = []
     for scale in sorted(set(settings.scales), reverse=True):
-        seeds = settings.seeds if scale == smallest else settings.seeds[:1]
+        seeds = settings.seeds if scale == smallest or curves else settings.seeds[:1]
         archs = list(settings.archs) + (list(settings.ablations) if scale == smallest else [])
-        for seed in seeds:
-            for arch in archs:
-                config = arch_config(scale, arch, d_vocab=d_vocab, n_ctx=settings.seq_len)
-                count = count_flops(config, settings.seq_len)
-                budget = budget_for(scale, settings.budget_scale)
-                tokens_per_step = settings.batch_size * settings.seq_len
-                steps = max(settings.min_steps, round(budget / (count.training_per_token * tokens_per_step)))
-                runs.append(PlannedRun(
-                    arch=arch, scale=scale, seed=seed, name=f"{arch}-s{scale}-seed{seed}", budget_flops=budget,
-                    training_flops_per_token=count.training_per_token, steps=steps,
-                    warmup=min(settings.max_warmup, steps // 10), config=config.to_dict(),
-                    flops={**count.to_dict(), "tokens_per_step": tokens_per_step},
-                ))
+        grid = [(settings.lr, seed) for seed in seeds]
+        if scale == smallest:
+            grid += [(lr, settings.seeds[0]) for lr in dict.fromkeys(settings.lr_grid) if lr != settings.lr]
+        for lr, seed in grid:
+            for size in _sizes(settings, scale):
+                for arch in archs:
+                    if lr != settings.lr and arch in settings.ablations:
+                        continue
+                    config = arch_config(size, arch, d_vocab=d_vocab, n_ctx=settings.seq_len)
+                    count = count_flops(config, settings.seq_len)
+                    budget = budget_for(scale, budget_scale)
+                    steps = _steps(settings, budget, count.training_per_token)
+                    name = f"{arch}-b{scale}-s{size}" if curves else f"{arch}-s{scale}"
+                    name += f"-seed{seed}" + ("" if lr == settings.lr else f"-lr{_lr_name(lr)}")
+                    runs.append(PlannedRun(
+                        arch=arch, scale=scale, seed=seed, name=name, budget_flops=budget,
+                        training_flops_per_token=count.training_per_token, steps=steps,
+                        warmup=min(settings.max_warmup, steps // 10), config=config.to_dict(),
+                        flops={**count.to_dict(), "tokens_per_step": tokens_per_step}, size=size, lr=lr,
+                    ))
     return runs
+
+
+def largest_budget_scale(settings: LadderSettings, d_vocab: int, train_tokens: int) -> float:
+    """The largest `budget_scale` at which no planned run sees a natural story more than
+    `max_natural_passes` times: the run that reads the most tokens per FLOP sets it."""
+    allowed_tokens = settings.max_natural_passes * train_tokens / settings.natural_upsample
+    runs = plan_runs(settings, d_vocab, budget_scale=1.0)
+    exact = min(allowed_tokens * run.training_flops_per_token / run.budget_flops for run in runs)
+    # three significant digits, rounded down, with room for the half step that rounding the steps can add
+    digits = 2 - math.floor(math.log10(exact))
+    return math.floor(exact * 0.999 * 10**digits) / 10**digits
+
+
+def check_passes(runs: list[PlannedRun], settings: LadderSettings, train_tokens: int) -> None:
+    """Refuse a plan in which a run sees a natural story more than `max_natural_passes` times."""
+    if settings.max_natural_passes is None or settings.natural is None:
+        return
+    over = [(run.name, natural_passes(run.tokens, train_tokens, settings.natural_upsample)) for run in runs]
+    over = [(name, passes) for name, passes in over if passes > settings.max_natural_passes + 1e-9]
+    if over:
+        from circuitlab.errors import UserError
+
+        worst = max(over, key=lambda item: item[1])
+        raise UserError(
+            f"{len(over)} ladder runs would see each natural story more than {settings.max_natural_passes:g} times "
+            f"(the worst, {worst[0]}, {worst[1]:.2f} times: {train_tokens:,} training tokens in the mixture); lower "
+            "--budget-scale, pass --budget-scale max, or raise --max-natural-passes")
 
 
 # --- records of finished runs ----------------------------------------------------------------------------
@@ -185,10 +272,14 @@ def reusable(metrics: dict[str, Any] | None, train_tokens: int) -> bool:
             and metrics.get("data", {}).get("train_tokens") == train_tokens)
 
 
-def run_record(run: PlannedRun, metrics: dict[str, Any] | None, status: str) -> dict[str, Any]:
-    d_model, n_layers, d_ffw = scaling_ladder(run.scale, base_arch(run.arch))
+def run_record(run: PlannedRun, metrics: dict[str, Any] | None, status: str,
+               passes_per_token: float | None = None) -> dict[str, Any]:
+    """One run's record; `passes_per_token`: natural passes per training token (natural_upsample / the
+    mixture's training tokens), to record how often the run saw each natural story."""
+    d_model, n_layers, d_ffw = scaling_ladder(run.size, base_arch(run.arch))
     record: dict[str, Any] = {
-        "arch": run.arch, "scale": run.scale, "seed": run.seed, "name": run.name, "status": status,
+        "arch": run.arch, "scale": run.scale, "size": run.size, "lr": run.lr, "seed": run.seed, "name": run.name,
+        "status": status,
         "d_model": d_model, "n_layers": n_layers, "d_ffw": d_ffw, "budget_flops": run.budget_flops,
         "planned_steps": run.steps, "warmup": run.warmup, "flops": run.flops, "config": run.config,
     }
@@ -202,4 +293,6 @@ def run_record(run: PlannedRun, metrics: dict[str, Any] | None, status: str) -> 
             held_out_loss=metrics["held_out_loss"], stopped=metrics["stopped"], train_seconds=metrics["train_seconds"],
             wall_seconds=metrics["wall_seconds"], device=metrics["device"], parameters=metrics["parameters"],
         )
+        if passes_per_token is not None:
+            record["natural_passes"] = tokens * passes_per_token
     return record

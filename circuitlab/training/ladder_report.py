@@ -12,9 +12,11 @@ import json
 import math
 import statistics
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+import numpy as np
 
 from circuitlab.atomic import atomic_write_text
 from circuitlab.errors import UserError
@@ -47,6 +49,12 @@ class Verdict:
     claim: str  # seed 000's claim, in a few words
     verdict: str  # "supported" | "contradicted" | "mixed" | "within noise" | "not measured"
     detail: str  # the numbers behind it
+    # per budget: {"budget", "scale", "gap" (ours minus the best other, nats), "low", "high" (its 95% interval
+    # over seeds, None with one seed), "ours", "ours_size", "other", "other_size"}
+    effects: list[dict[str, Any]] = field(default_factory=list)
+
+
+N_RESAMPLES = 2000
 
 
 def _loss(run: dict[str, Any], metric: str) -> float | None:
@@ -59,55 +67,175 @@ def default_metric(results: dict[str, Any]) -> str:
     return "natural_loss" if any(_loss(run, "natural_loss") is not None for run in results["runs"]) else "generated_loss"
 
 
-def losses_by(results: dict[str, Any], metric: str | None = None) -> dict[tuple[str, int], list[float]]:
-    """{(arch, scale): [loss of each seed that finished its whole FLOP budget]} (runs stopped by the time
-    limit spent less than the budget: they are left out of iso-FLOP comparisons)."""
-    metric = metric or default_metric(results)
-    table: dict[tuple[str, int], list[float]] = {}
+def main_lr(results: dict[str, Any]) -> float | None:
+    """The sweep's peak learning rate (runs at other rates are its learning-rate grid)."""
+    return results.get("settings", {}).get("lr")
+
+
+def _main_runs(results: dict[str, Any], metric: str) -> list[tuple[dict[str, Any], float]]:
+    """(run, loss) of every run at the main learning rate that finished its whole FLOP budget (runs stopped by
+    the time limit spent less than the budget: they are left out of iso-FLOP comparisons)."""
+    lr = main_lr(results)
+    found = []
     for run in results["runs"]:
         value = _loss(run, metric)
-        if run.get("status") == "done" and run.get("stopped") == "completed" and value is not None:
-            table.setdefault((run["arch"], run["scale"]), []).append(value)
+        if (run.get("status") == "done" and run.get("stopped") == "completed" and value is not None
+                and (lr is None or run.get("lr", lr) == lr)):
+            found.append((run, value))
+    return found
+
+
+def cells(results: dict[str, Any], metric: str | None = None) -> dict[tuple[str, int, int], list[float]]:
+    """{(arch, budget scale, model size): [loss of each seed]} at the main learning rate."""
+    metric = metric or default_metric(results)
+    table: dict[tuple[str, int, int], list[float]] = {}
+    for run, value in _main_runs(results, metric):
+        table.setdefault((run["arch"], run["scale"], run.get("size", run["scale"])), []).append(value)
+    return table
+
+
+def losses_by(results: dict[str, Any], metric: str | None = None) -> dict[tuple[str, int], list[float]]:
+    """{(arch, budget scale): [loss of each seed at the design's best size for that budget]} (best: the lowest
+    mean over seeds; with one size per budget, that size)."""
+    table: dict[tuple[str, int], list[float]] = {}
+    for (arch, scale, size), values in cells(results, metric).items():
+        best = table.get((arch, scale))
+        if best is None or statistics.mean(values) < statistics.mean(best):
+            table[(arch, scale)] = values
     return table
 
 
 def seed_spread(results: dict[str, Any], metric: str | None = None) -> dict[str, float]:
-    """Per design, the standard deviation of the loss over seeds at the smallest scale (designs with 2+ seeds)."""
-    table = losses_by(results, metric)
+    """Per design, the largest standard deviation of the loss over seeds among its cells at the smallest budget
+    (designs with 2+ seeds)."""
+    table = cells(results, metric)
     if not table:
         return {}
-    smallest = min(scale for _, scale in table)
-    return {arch: statistics.stdev(values) for (arch, scale), values in table.items()
-            if scale == smallest and len(values) >= 2}
+    smallest = min(scale for _, scale, _ in table)
+    spread: dict[str, float] = {}
+    for (arch, scale, _), values in table.items():
+        if scale == smallest and len(values) >= 2:
+            spread[arch] = max(spread.get(arch, 0.0), statistics.stdev(values))
+    return spread
+
+
+def _best_size(cell: dict[int, np.ndarray]) -> tuple[float, int]:
+    size = min(cell, key=lambda s: cell[s].mean())
+    return float(cell[size].mean()), size
+
+
+def _gap_interval(mine: dict[int, list[float]], others: dict[str, dict[int, list[float]]],
+                  seed: int) -> tuple[float | None, float | None]:
+    """95% percentile interval of (ours at its best size) minus (the best other design at its best size),
+    resampling each cell's seeds with replacement (a cell of one seed stays at its value); None when the best
+    size of ours or of the best other design has a single seed."""
+    best_other = min(others, key=lambda a: _best_size({s: np.asarray(v) for s, v in others[a].items()})[0])
+    for cell in (mine, others[best_other]):
+        if len(cell[_best_size({s: np.asarray(v) for s, v in cell.items()})[1]]) < 2:
+            return None, None
+    rng = np.random.default_rng(seed)
+
+    def resampled(cell: dict[int, list[float]]) -> np.ndarray:  # [N_RESAMPLES] best-size loss of each resample
+        means = [np.asarray(values)[rng.integers(0, len(values), (N_RESAMPLES, len(values)))].mean(axis=1)
+                 for values in cell.values()]
+        return np.min(means, axis=0)
+
+    ours = resampled(mine)
+    other = np.min([resampled(cell) for cell in others.values()], axis=0)
+    low, high = np.percentile(ours - other, [2.5, 97.5])
+    return float(low), float(high)
+
+
+def tuned_gap(results: dict[str, Any], ours: str, others: list[str], metric: str) -> dict[str, Any] | None:
+    """At the smallest budget, with the learning-rate grid: ours minus the best of `others`, each design at its
+    best (size, learning rate) cell (the main rate's cells are seed means, the grid's one seed), and the grid's
+    rates each design lacks. None without a grid."""
+    grid = [row for row in lr_grid(results, metric) if row["arch"] in (ours, *others)]
+    if not grid:
+        return None
+    rates = sorted({rate for row in grid for rate in row["losses"]})
+    best: dict[str, float] = {}
+    lacking: dict[str, list[float]] = {}
+    for row in grid:
+        best[row["arch"]] = min(best.get(row["arch"], math.inf), min(row["losses"].values()))
+        lacking.setdefault(row["arch"], [])
+    for arch in lacking:
+        have = {rate for row in grid if row["arch"] == arch for rate in row["losses"]}
+        lacking[arch] = [rate for rate in rates if rate not in have]
+    present = [a for a in others if a in best]
+    if ours not in best or not present:
+        return None
+    other = min(present, key=best.get)
+    return dict(gap=best[ours] - best[other], other=other, lacking={a: r for a, r in lacking.items() if r})
 
 
 def _compare(results: dict[str, Any], claim: str, ours: str, others: list[str], expect_lower: bool,
              metric: str) -> Verdict:
-    """Does `ours` reach a lower (expect_lower) or not-lower loss than the best of `others` at each scale?
-    A gap smaller than twice the largest seed standard deviation at the smallest scale counts as a tie."""
-    table = losses_by(results, metric)
+    """Does `ours` reach a lower (expect_lower) or not-lower loss than the best of `others` at each budget, each
+    design at its best size? With 2+ seeds per cell the gap's 95% interval over seeds decides (an interval that
+    holds 0 is a tie); with one seed, a gap within twice the largest seed standard deviation at the smallest
+    budget is a tie."""
+    table = cells(results, metric)
     spread = seed_spread(results, metric)
     noise = 2 * max(spread.values()) if spread else 0.0
-    scales = sorted({scale for arch, scale in table if arch == ours}
-                    & {scale for arch, scale in table if arch in others})
+    by_budget: dict[int, dict[str, dict[int, list[float]]]] = {}
+    for (arch, scale, size), values in table.items():
+        by_budget.setdefault(scale, {}).setdefault(arch, {})[size] = values
+    scales = sorted(scale for scale, archs in by_budget.items() if ours in archs and any(a in archs for a in others))
     if not scales:
-        return Verdict(claim, "not measured", f"no finished runs of {ours} and of {' / '.join(others)} at a common scale")
-    gaps = []
+        return Verdict(claim, "not measured", f"no finished runs of {ours} and of {' / '.join(others)} at a common budget")
+    budgets = {run["scale"]: float(run["budget_flops"]) for run in results["runs"] if "budget_flops" in run}
+    effects = []
     for scale in scales:
-        mine = statistics.mean(table[(ours, scale)])
-        best_arch = min((arch for arch in others if (arch, scale) in table),
-                        key=lambda arch: statistics.mean(table[(arch, scale)]))
-        gaps.append((scale, mine - statistics.mean(table[(best_arch, scale)]), best_arch))
-    lower = [gap < -noise for _, gap, _ in gaps]
-    higher = [gap > noise for _, gap, _ in gaps]
-    detail = "; ".join(f"scale {s}: {ours} {'-' if g < 0 else '+'}{abs(g):.3f} nats vs {a}" for s, g, a in gaps)
-    detail += f" ({metric.replace('_', ' ')}, iso-FLOP per scale; ties within {noise:.3f} nats = 2 x the largest seed sd)"
+        archs = by_budget[scale]
+        mine_value, mine_size = _best_size({s: np.asarray(v) for s, v in archs[ours].items()})
+        best_arch = min((a for a in others if a in archs), key=lambda a: _best_size({s: np.asarray(v) for s, v in archs[a].items()})[0])
+        other_value, other_size = _best_size({s: np.asarray(v) for s, v in archs[best_arch].items()})
+        low, high = _gap_interval(archs[ours], {a: archs[a] for a in others if a in archs}, seed=scale)
+        effects.append(dict(budget=budgets.get(scale), scale=scale, gap=mine_value - other_value, low=low, high=high,
+                            ours=ours, ours_size=mine_size, other=best_arch, other_size=other_size))
+    with_interval = all(e["low"] is not None for e in effects)
+    if with_interval:
+        lower = [e["high"] < 0 for e in effects]
+        higher = [e["low"] > 0 for e in effects]
+    else:
+        lower = [e["gap"] < -noise for e in effects]
+        higher = [e["gap"] > noise for e in effects]
+    sized = any(len(cell) > 1 for archs in by_budget.values() for cell in archs.values())
+
+    def where(e: dict[str, Any]) -> str:
+        return f"{e['budget']:.2g} FLOPs" if e["budget"] is not None else f"scale {e['scale']}"
+
+    def gap_text(e: dict[str, Any]) -> str:
+        sizes = f" (best sizes {e['ours_size']} and {e['other_size']})" if sized else ""
+        interval = f" [{e['low']:+.3f}, {e['high']:+.3f}]" if with_interval else ""
+        return f"{where(e)}: {ours} {e['gap']:+.3f}{interval} nats vs {e['other']}{sizes}"
+
+    detail = "; ".join(gap_text(e) for e in effects)
+    if with_interval:
+        detail += f" ({metric.replace('_', ' ')}, iso-FLOP per budget; 95% intervals over seeds, an interval holding 0 is a tie)"
+    else:
+        detail += f" ({metric.replace('_', ' ')}, iso-FLOP per budget; ties within {noise:.3f} nats = 2 x the largest seed sd)"
     if expect_lower:
         verdict = ("supported" if all(lower) else "contradicted" if all(higher) else
                    "within noise" if not any(lower) and not any(higher) else "mixed")
     else:  # the claim: `ours` does not beat the others (e.g. PEER's router does not help)
         verdict = ("supported" if not any(lower) else "contradicted" if all(lower) else "mixed")
-    return Verdict(claim, verdict, detail)
+    tuned = tuned_gap(results, ours, others, metric)
+    if tuned is not None:
+        # the learning-rate grid: does the comparison survive each design at its best rate of the grid?
+        detail += (f"; at the smallest budget with each design at its best learning rate and size of the grid: {ours} "
+                   f"{tuned['gap']:+.3f} nats vs {tuned['other']}")
+        if tuned["lacking"]:
+            detail += " (the grid lacks " + ", ".join(
+                f"{a} at {', '.join(f'{r:g}' for r in rates)}" for a, rates in tuned["lacking"].items()) + ")"
+        # a reversal beyond the widest interval of the main comparison (or the seed noise without intervals)
+        margin = max((e["high"] - e["low"] for e in effects), default=noise) if with_interval else noise
+        reverses = tuned["gap"] > margin if expect_lower else tuned["gap"] < -margin
+        if verdict == "supported" and reverses:
+            verdict = "mixed"
+            detail += "; tuned, the order reverses, so the main rate's verdict does not stand"
+    return Verdict(claim, verdict, detail, effects)
 
 
 def verdicts(results: dict[str, Any], metric: str | None = None) -> list[Verdict]:
@@ -124,16 +252,45 @@ def verdicts(results: dict[str, Any], metric: str | None = None) -> list[Verdict
     claim = "adding a nonlinearity to sgatlin's neurons makes it worse (sgatlin vs sgatlin + GELU, same gates)"
     if "sgatlin-gelu" in found:
         out.append(_compare(results, claim, "sgatlin", ["sgatlin-gelu"], True, metric))
-        return out
-    nonlinear = Verdict(
-        claim, "not measured",
-        "the sweep ran no sgatlin + GELU ablation; the designs with nonlinear experts (PEER, MoE) also "
-        "differ in routing, so they do not isolate the nonlinearity")
-    if "peer" in found and "sgatlin" in found:
-        indirect = _compare(results, "", "peer", ["sgatlin"], False, metric)
-        nonlinear.detail += f"; indirect evidence, PEER (GELU experts) vs sgatlin (linear): {indirect.detail}"
-    out.append(nonlinear)
+    else:
+        nonlinear = Verdict(
+            claim, "not measured",
+            "the sweep ran no sgatlin + GELU ablation; the designs with nonlinear experts (PEER, MoE) also "
+            "differ in routing, so they do not isolate the nonlinearity")
+        if "peer" in found and "sgatlin" in found:
+            indirect = _compare(results, "", "peer", ["sgatlin"], False, metric)
+            nonlinear.detail += f"; indirect evidence, PEER (GELU experts) vs sgatlin (linear): {indirect.detail}"
+        out.append(nonlinear)
+    if "moe" in found:
+        out.append(_compare(results, "sgatlin reaches a lower loss than the MoE FFN at equal training FLOPs",
+                            "sgatlin", ["moe"], True, metric))
     return out
+
+
+def lr_grid(results: dict[str, Any], metric: str | None = None) -> list[dict[str, Any]]:
+    """The learning-rate grid at the smallest budget: per design and size, the loss at each rate (the main rate's
+    the mean over seeds) and the best rate."""
+    metric = metric or default_metric(results)
+    lr = main_lr(results)
+    runs = [run for run in results["runs"] if run.get("status") == "done" and run.get("stopped") == "completed"
+            and _loss(run, metric) is not None]
+    rates = sorted({run.get("lr", lr) for run in runs})
+    if lr is None or len(rates) < 2:
+        return []
+    smallest = min(run["scale"] for run in runs)
+    rows = []
+    for arch in ALL_ARCHS:
+        for size in sorted({run.get("size", run["scale"]) for run in runs if run["arch"] == arch}):
+            mine = [run for run in runs if run["arch"] == arch and run["scale"] == smallest
+                    and run.get("size", run["scale"]) == size]
+            losses = {}
+            for rate in rates:
+                values = [_loss(run, metric) for run in mine if run.get("lr", lr) == rate]
+                if values:
+                    losses[rate] = statistics.mean(values)
+            if len(losses) >= 2:
+                rows.append(dict(arch=arch, size=size, losses=losses, best=min(losses, key=losses.get)))
+    return rows
 
 
 # --- outputs -------------------------------------------------------------------------------------------------
@@ -152,23 +309,37 @@ def write_outputs(out: Path, results: dict[str, Any]) -> None:
 
 def markdown_table(results: dict[str, Any]) -> str:
     lines = [
-        "| design | scale | d_model x layers | FFN width | parameters | active / token | train FLOPs / token | "
-        "budget | tokens | seed | natural loss | generated loss | stopped |",
-        "|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|",
+        ("| design | budget scale | size | d_model x layers | FFN width | parameters | active / token | "
+         "train FLOPs / token | budget | tokens | natural passes | lr | seed | natural loss | generated loss | stopped |"),
+        "|---|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|",
     ]
-    for run in sorted(results["runs"], key=lambda r: (r["scale"], r["arch"], r["seed"])):
+    lr = main_lr(results)
+    for run in sorted(results["runs"], key=lambda r: (r["scale"], r.get("size", r["scale"]), r["arch"], r.get("lr", lr) or 0, r["seed"])):
         flops = run["flops"]
+        passes = run.get("natural_passes")
         lines.append(
-            f"| {ARCH_LABELS.get(run['arch'], run['arch'])} | {run['scale']} | {run['d_model']} x {run['n_layers']} | "
+            f"| {ARCH_LABELS.get(run['arch'], run['arch'])} | {run['scale']} | {run.get('size', run['scale'])} | "
+            f"{run['d_model']} x {run['n_layers']} | "
             f"{run['d_ffw']:,} | {flops['total_parameters'] / 1e6:.1f}M | {flops['active_parameters'] / 1e6:.2f}M | "
             f"{flops['training_per_token'] / 1e6:.1f}M | {run['budget_flops']:.2g} | "
-            f"{run.get('tokens', 0) / 1e6:.2f}M | {run['seed']} | {_fmt(run.get('natural_loss'))} | "
+            f"{run.get('tokens', 0) / 1e6:.2f}M | {'n/a' if passes is None else f'{passes:.2f}'} | "
+            f"{run.get('lr', lr) or 'n/a':g} | {run['seed']} | {_fmt(run.get('natural_loss'))} | "
             f"{_fmt(run.get('generated_loss'))} | {run.get('stopped', run['status'])} |"
         )
     spread = seed_spread(results)
     if spread:
-        lines += ["", f"Seed standard deviation of the {default_metric(results).replace('_', ' ')} at the smallest scale: " + ", ".join(
-            f"{ARCH_LABELS.get(arch, arch)} {value:.3f}" for arch, value in sorted(spread.items())) + "."]
+        lines += ["", f"Largest seed standard deviation of the {default_metric(results).replace('_', ' ')} among each design's "
+                  "runs at the smallest budget: " + ", ".join(
+                      f"{ARCH_LABELS.get(arch, arch)} {value:.3f}" for arch, value in sorted(spread.items())) + "."]
+    grid = lr_grid(results)
+    if grid:
+        rates = sorted({rate for row in grid for rate in row["losses"]})
+        lines += ["", (f"Learning-rate grid at the smallest budget ({default_metric(results).replace('_', ' ')}; the "
+                       f"main rate {lr:g} is the mean over seeds, the others one seed):"), "",
+                  "| design | size | " + " | ".join(f"lr {rate:g}" for rate in rates) + " | best |",
+                  "|---|---:|" + "---:|" * len(rates) + "---|"]
+        lines += [f"| {ARCH_LABELS.get(row['arch'], row['arch'])} | {row['size']} | " + " | ".join(
+            _fmt(row["losses"].get(rate)) for rate in rates) + f" | {row['best']:g} |" for row in grid]
     lines += ["", "| claim (seed 000) | verdict | numbers |", "|---|---|---|"]
     lines += [f"| {v['claim']} | {v['verdict']} | {v['detail']} |" for v in results.get("verdicts", [])]
     return "\n".join(lines) + "\n"
@@ -176,35 +347,81 @@ def markdown_table(results: dict[str, Any]) -> str:
 
 def loss_vs_flops_figure(results: dict[str, Any]) -> Any:
     """Seed 000 Figure 3's axes for this ladder: held-out loss against training FLOPs, one line per design
-    through its scales (mean over seeds), every seed's run as a marker; natural and generated held-out sets."""
+    through its budgets (at each, the mean over seeds of its best size), every run as a marker (its size and
+    seed in the hover; runs of the learning-rate grid left out); natural and generated held-out sets."""
     import plotly.graph_objects as go
     from plotly.subplots import make_subplots
 
     from circuitlab.figures import color_map
 
-    runs = [run for run in results["runs"] if run.get("status") == "done"]
+    lr = main_lr(results)
+    runs = [run for run in results["runs"] if run.get("status") == "done" and (lr is None or run.get("lr", lr) == lr)]
     archs = [arch for arch in ALL_ARCHS if any(run["arch"] == arch for run in runs)]
-    colors = color_map(archs)
+    colors = color_map(ALL_ARCHS)  # the same colour for a design in every ladder figure
     figure = make_subplots(rows=1, cols=2, subplot_titles=("natural held-out stories", "generated held-out stories"))
     for col, metric in ((1, "natural_loss"), (2, "generated_loss")):
+        best = losses_by(results, metric)
         for arch in archs:
             mine = [run for run in runs if run["arch"] == arch and _loss(run, metric) is not None]
-            scales = sorted({run["scale"] for run in mine})
-            mean_x = [statistics.mean(r["training_flops"] for r in mine if r["scale"] == s) for s in scales]
-            mean_y = [statistics.mean(_loss(r, metric) for r in mine if r["scale"] == s) for s in scales]
+            scales = sorted(scale for a, scale in best if a == arch)
+            budgets = [float(next(r["budget_flops"] for r in mine if r["scale"] == s)) for s in scales]
             label = ARCH_LABELS.get(arch, arch)
             figure.add_trace(go.Scatter(
-                x=mean_x, y=mean_y, mode="lines", name=label, legendgroup=arch, showlegend=col == 1,
-                line=dict(color=colors[arch]), hoverinfo="skip"), row=1, col=col)
+                x=budgets, y=[statistics.mean(best[(arch, s)]) for s in scales], mode="lines", name=label,
+                legendgroup=arch, showlegend=col == 1, line=dict(color=colors[arch]), hoverinfo="skip"), row=1, col=col)
             figure.add_trace(go.Scatter(
                 x=[r["training_flops"] for r in mine], y=[_loss(r, metric) for r in mine], mode="markers",
-                name=label, legendgroup=arch, showlegend=False, marker=dict(color=colors[arch], size=8),
-                text=[f"{label}, scale {r['scale']} ({r['d_model']} x {r['n_layers']}), seed {r['seed']}<br>"
+                name=label, legendgroup=arch, showlegend=col == 1 and not scales,  # runs cut short: no line
+                marker=dict(color=colors[arch], size=[5 + 2 * r.get("size", r["scale"]) for r in mine], opacity=0.7),
+                text=[f"{label}, size {r.get('size', r['scale'])} ({r['d_model']} x {r['n_layers']}), seed {r['seed']}<br>"
                       f"{r['tokens'] / 1e6:.2f}M tokens, {r['flops']['active_parameters'] / 1e6:.2f}M active params"
                       for r in mine],
                 hovertemplate="%{text}<br>%{x:.3g} FLOPs, loss %{y:.3f}<extra></extra>"), row=1, col=col)
         figure.update_xaxes(type="log", title_text="training FLOPs", row=1, col=col)
         figure.update_yaxes(title_text="held-out loss (nats / token)", row=1, col=col)
-    figure.update_layout(title="Iso-FLOP ladder: loss vs training FLOPs per FFN design (one budget per scale)",
+    figure.update_layout(title="Iso-FLOP ladder: loss against training FLOPs (lines: each design's best size)",
+                         template="plotly_white", legend_title_text="FFN (marker size: model size)")
+    return figure
+
+
+def isoflop_curves_figure(results: dict[str, Any], metric: str | None = None) -> Any:
+    """Seed 000 Figure 3's own axes: per budget, held-out loss against active parameters, one curve per design
+    through its sizes (mean over seeds, bars from the lowest to the highest seed); main learning rate only."""
+    import plotly.graph_objects as go
+    from plotly.subplots import make_subplots
+
+    from circuitlab.figures import color_map
+
+    metric = metric or default_metric(results)
+    table = cells(results, metric)
+    budgets = sorted({scale for _, scale, _ in table})
+    flops = {run["scale"]: float(run["budget_flops"]) for run in results["runs"] if "budget_flops" in run}
+    active = {(run["arch"], run.get("size", run["scale"])): run["flops"]["active_parameters"]
+              for run in results["runs"] if "flops" in run}
+    archs = [arch for arch in ALL_ARCHS if any(a == arch for a, _, _ in table)]
+    colors = color_map(ALL_ARCHS)  # the same colour for a design in every ladder figure
+    titles = [f"{flops[b]:.2g} training FLOPs" if b in flops else f"budget scale {b}" for b in budgets]
+    figure = make_subplots(rows=1, cols=max(len(budgets), 1), subplot_titles=titles or ["no finished runs"], shared_yaxes=True)
+    shown: set[str] = set()
+    for col, budget in enumerate(budgets, start=1):
+        for arch in archs:
+            sizes = sorted(size for a, b, size in table if a == arch and b == budget)
+            if not sizes:
+                continue
+            first = arch not in shown
+            shown.add(arch)
+            values = [table[(arch, budget, size)] for size in sizes]
+            means = [statistics.mean(v) for v in values]
+            label = ARCH_LABELS.get(arch, arch)
+            figure.add_trace(go.Scatter(
+                x=[active.get((arch, size), size) for size in sizes], y=means, mode="lines+markers", name=label,
+                legendgroup=arch, showlegend=first, line=dict(color=colors[arch]),
+                error_y=dict(type="data", symmetric=False, array=[max(v) - m for v, m in zip(values, means)],
+                             arrayminus=[m - min(v) for v, m in zip(values, means)]),
+                text=[f"{label}, size {size}, {len(v)} seed(s)" for size, v in zip(sizes, values)],
+                hovertemplate="%{text}<br>%{x:.3g} active parameters, loss %{y:.3f}<extra></extra>"), row=1, col=col)
+        figure.update_xaxes(type="log", title_text="active parameters", row=1, col=col)
+    figure.update_yaxes(title_text=f"{metric.replace('_', ' ')} (nats / token)", row=1, col=1)
+    figure.update_layout(title="Iso-FLOP curves: loss against model size at each budget (bars: seed range)",
                          template="plotly_white", legend_title_text="FFN")
     return figure
