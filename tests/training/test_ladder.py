@@ -298,7 +298,7 @@ def test_ladder_sweep_end_to_end_as_concurrent_processes(tmp_path):
     assert main(argv) == 0
     results = check_sweep(out, ["peer", "sgatlin-gelu"], [0])
     assert all((out / "runs" / f"{run['name']}.log").exists() for run in results["runs"])
-    assert "| sgatlin + GELU (ablation) | 1 | 128 x 2 | 784 |" in (out / TABLE_FILE).read_text()
+    assert "| sgatlin + GELU (ablation) | 1 | 1 | 128 x 2 | 784 |" in (out / TABLE_FILE).read_text()
 
 
 def test_the_claims_rows_carry_the_gap_at_the_largest_budget_with_its_interval(tmp_path):
