@@ -6,8 +6,10 @@ from __future__ import annotations
 
 from typing import Any
 
-# seed 000's Table 1 ablation on the ladder: sgatlin with a GELU on each neuron (base design, config changes)
-LADDER_ABLATIONS = {"sgatlin-gelu": ("sgatlin", {"activation": "gelu"})}
+# seed 000's Table 1 ablations on the ladder (base design, config changes): sgatlin with a GELU on each neuron,
+# and sgatlin with PEER's router in place of its gating network
+LADDER_ABLATIONS = {"sgatlin-gelu": ("sgatlin", {"activation": "gelu"}),
+                    "sgatlin-peer-router": ("sgatlin", {"router": "peer"})}
 
 _STORIES = dict(d_vocab=4096, d_model=256, n_layers=4, n_heads=4, d_head=64, n_ctx=512)
 _TINY = dict(d_vocab=512, d_model=64, n_layers=2, n_heads=2, d_head=32, n_ctx=128)

@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
 # The iso-FLOP ladder of seed 000 (Figure 3) at the largest budgets the shipped stories support: mlp, swiglu,
 # sgatlin, peer and moe, each at two FLOP budgets (ladder budget scales 1 and 2) with three model sizes per
-# budget (ladder scales 1, 2, 3: d_model 128 to 384, 2 to 6 layers) and three seeds, seed 000's nonlinearity
-# ablation (sgatlin with a GELU on each neuron) at the smallest budget, and a learning-rate grid (3e-4, 1e-3,
-# 3e-3) at the smallest budget. BUDGET_SCALE=max picks the budgets at which no run sees a natural story more
-# than twice (with the shipped mixture, 5.25e13 and 2.1e14 FLOPs: about 480 to 110,000 times below seed 000's 1e17 to
-# 6e18). 129 runs, JOBS at a time on each GPU.
+# budget (ladder scales 1, 2, 3: d_model 128 to 384, 2 to 6 layers) and three seeds, seed 000's two Table 1
+# ablations (sgatlin with a GELU on each neuron; sgatlin with PEER's router in place of its gating network) at
+# the smallest budget, and a learning-rate grid (3e-4, 1e-3, 3e-3) at the smallest budget. BUDGET_SCALE=max
+# picks the budgets at which no run sees a natural story more than twice (with the shipped mixture, 5.25e13 and
+# 2.1e14 FLOPs: about 480 to 110,000 times below seed 000's 1e17 to 6e18). 138 runs, JOBS at a time per GPU.
 #
 #   RESULTS=results/ladder bash scripts/gpu_ladder.sh                  # one H200
 #   RESULTS=results/ladder SIZES="" SEEDS="0 1" LR_GRID="" BUDGET_SCALE=1 bash scripts/gpu_ladder.sh  # one size a budget
@@ -32,7 +32,7 @@ LR_GRID="${LR_GRID-3e-4 3e-3}"
 MAX_NATURAL_PASSES="${MAX_NATURAL_PASSES:-2}"
 ARCHS="${ARCHS:-mlp swiglu sgatlin peer moe}"
 SEEDS="${SEEDS:-0 1 2}"
-ABLATIONS="${ABLATIONS-sgatlin-gelu}"
+ABLATIONS="${ABLATIONS-sgatlin-gelu sgatlin-peer-router}"
 JOBS="${JOBS:-12}"
 MAX_MINUTES="${MAX_MINUTES:-12}"  # per run: MoE at size 1 of the larger budget took over 5 minutes with 16 runs sharing one H200
 COMPILE="${COMPILE:-0}"

@@ -53,8 +53,9 @@ def ladder_scale(results: dict[str, Any], archs: tuple[str, ...]) -> tuple[tuple
 
 
 def ladder_verdict(context: Context, index: int, archs: tuple[str, ...]) -> Outcome | None:
-    """Verdict `index` of ladder_report.verdicts (0: sgatlin vs dense, 1: PEER, 2: nonlinearity) on the iso-FLOP
-    ladder's results, read against the paper's budgets; None when no ladder has been run. The estimate is the
+    """Verdict `index` of ladder_report.verdicts (0: sgatlin vs dense, 1: PEER layer, 2: nonlinearity, 3: PEER
+    router) on the iso-FLOP
+    ladder's results, read against the paper's budgets; None when no ladder has been run or it lacks the runs. The estimate is the
     gap at the largest budget (ours minus the best other design, each at its best size; nats/token) with its
     95% interval over seeds where the ladder ran several."""
     if context.ladder_results is None or not Path(context.ladder_results).is_file():
@@ -63,6 +64,8 @@ def ladder_verdict(context: Context, index: int, archs: tuple[str, ...]) -> Outc
 
     results = load_results(context.ladder_results)
     found = verdicts(results)[index]
+    if found.verdict == "not measured":
+        return None
     ours, detail, passes = ladder_scale(results, archs)
     scale = scale_judgement(ours, PAPER_BUDGETS, "training FLOPs", repeats=passes)
     text = f"{found.verdict}: {found.detail} ({detail})"
@@ -74,9 +77,9 @@ def ladder_verdict(context: Context, index: int, archs: tuple[str, ...]) -> Outc
             f"at its best size) at the largest budget, {largest['budget']:.2g} FLOPs")
         return Outcome(text, scale.verdict, None if estimate is None else estimate.value, scale.reason + where, estimate)
     if estimate is not None and estimate.low is not None:
-        # PEER's claim is that it does not beat sgatlin (its gap, PEER minus sgatlin, above 0); the others, that
+        # PEER's claims are that it does not beat sgatlin (its gap, PEER minus sgatlin, above 0); the others, that
         # sgatlin is lower (a gap below 0)
-        return judged(text, estimate, 0.0, ">" if index == 1 else "<", note="95% interval over seeds at the largest budget")
+        return judged(text, estimate, 0.0, ">" if index in (1, 3) else "<", note="95% interval over seeds at the largest budget")
     return no_interval(text, None, found.verdict == "supported",
                        "the ladder ran one seed per size; an interval needs several")
 
@@ -86,8 +89,11 @@ def ladder_sgatlin_vs_dense(context: Context) -> Outcome:
 
 
 def peer_router_swap(context: Context) -> Outcome:
-    return Outcome("-", NOT_MEASURED, None, "no sgatlin model with PEER's router in place of its gating exists (seed "
-                   "000 swaps the router only); the ladder swaps the whole layer: row s000-peer-layer")
+    """Seed 000's router swap: the ladder's sgatlin + PEER router ablation (PEER's router, sgatlin's experts)
+    against sgatlin at the smallest budget."""
+    return ladder_verdict(context, 3, ("sgatlin", "sgatlin-peer-router")) or Outcome(
+        "-", NOT_MEASURED, None, "the committed ladder has no sgatlin + PEER router runs (the ablation "
+        "`sgatlin-peer-router` that scripts/gpu_ladder.sh trains); the ladder's whole-layer swap is row s000-peer-layer")
 
 
 def ladder_peer(context: Context) -> Outcome:

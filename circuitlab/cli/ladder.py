@@ -40,7 +40,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--archs", nargs="+", default=None,
                         help="FFN designs on the ladder: mlp, swiglu, sgatlin, peer, moe (default: all of them)")
     parser.add_argument("--ablations", nargs="*", default=None, choices=sorted(LADDER_ABLATIONS),
-                        help="ablations run at the smallest scale with every seed (default sgatlin-gelu: seed 000's "
+                        help="ablations run at the smallest scale with every seed (default both of seed 000's Table 1: "
+                        "sgatlin-peer-router, PEER's router in place of sgatlin's gating, and sgatlin-gelu: seed 000's "
                         "nonlinearity ablation, a GELU on each sgatlin neuron); --ablations alone runs none")
     parser.add_argument("--scales", nargs="+", type=int, default=None,
                         help="ladder scales (seed 000, appendix B.2: d_model 128 x scale, 2 x scale layers; default 1 2 3)")

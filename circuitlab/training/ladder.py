@@ -53,7 +53,7 @@ LADDER_FFN_TYPES = ladder_designs()
 ABLATIONS = LADDER_ABLATIONS  # run at the smallest scale, every seed
 ALL_ARCHS = (*LADDER_FFN_TYPES, *ABLATIONS)
 ARCH_LABELS = {name: registry.FEEDFORWARDS[name].label for name in LADDER_FFN_TYPES} | {
-    "sgatlin-gelu": "sgatlin + GELU (ablation)"}
+    "sgatlin-gelu": "sgatlin + GELU (ablation)", "sgatlin-peer-router": "sgatlin + PEER router (ablation)"}
 
 
 def arch_config(scale: int, arch: str, **overrides: Any) -> ModelConfig:

@@ -239,15 +239,17 @@ def _compare(results: dict[str, Any], claim: str, ours: str, others: list[str], 
 
 
 def verdicts(results: dict[str, Any], metric: str | None = None) -> list[Verdict]:
-    """Seed 000's comparative claims checked against the ladder's results (one Verdict each), on the natural
-    held-out loss when the sweep had it (else the generated one)."""
+    """Seed 000's comparative claims checked against the ladder's results, on the natural held-out loss when the
+    sweep had it (else the generated one), in this order: sgatlin against the dense designs, the whole PEER
+    layer against sgatlin, sgatlin against sgatlin + GELU, sgatlin + PEER router against sgatlin, and (when
+    the sweep has MoE runs) sgatlin against the MoE."""
     metric = metric or default_metric(results)
     found = {arch for arch, _ in losses_by(results, metric)}
     dense = [arch for arch in ("mlp", "swiglu") if arch in found]
     out = [_compare(results, "sgatlin reaches a lower loss than dense FFNs (GELU MLP, SwiGLU) at equal training FLOPs",
                     "sgatlin", dense or ["mlp", "swiglu"], True, metric)]
-    peer = _compare(results, "PEER's router does not beat sgatlin's gating (here: the whole PEER layer vs sgatlin at "
-                    "equal FLOPs, not seed 000's single router swap)", "peer", ["sgatlin"], False, metric)
+    peer = _compare(results, "the whole PEER layer does not beat sgatlin at equal FLOPs (seed 000 swaps only the "
+                    "router: the sgatlin + PEER router ablation below)", "peer", ["sgatlin"], False, metric)
     out.append(peer)
     claim = "adding a nonlinearity to sgatlin's neurons makes it worse (sgatlin vs sgatlin + GELU, same gates)"
     if "sgatlin-gelu" in found:
@@ -261,6 +263,11 @@ def verdicts(results: dict[str, Any], metric: str | None = None) -> list[Verdict
             indirect = _compare(results, "", "peer", ["sgatlin"], False, metric)
             nonlinear.detail += f"; indirect evidence, PEER (GELU experts) vs sgatlin (linear): {indirect.detail}"
         out.append(nonlinear)
+    claim = "PEER's router in place of sgatlin's gating network does not beat it (seed 000's router swap)"
+    if "sgatlin-peer-router" in found:
+        out.append(_compare(results, claim, "sgatlin-peer-router", ["sgatlin"], False, metric))
+    else:
+        out.append(Verdict(claim, "not measured", "the sweep ran no sgatlin + PEER router ablation"))
     if "moe" in found:
         out.append(_compare(results, "sgatlin reaches a lower loss than the MoE FFN at equal training FLOPs",
                             "sgatlin", ["moe"], True, metric))

@@ -215,6 +215,46 @@ def test_sgatlin_nonlinearity_ablation_applies_the_activation_to_each_neuron():
     assert layer.layout()["activation"] == "gelu" and "activation" not in CircuitTransformer(config).blocks[0].mlp.layout()
 
 
+def test_sgatlin_with_peers_router_equals_brute_force_routing():
+    """Seed 000's router swap: a query per channel, each half against its own subkeys, top-k over all n*n
+    neurons, softmax over the k chosen scores; the experts stay sgatlin's (linear, per channel)."""
+    config = ModelConfig.preset("tiny-sgatlin")
+    torch.manual_seed(6)
+    swapped = CircuitTransformer(config.replace(feedforward={**config.feedforward.model_dump(), "router": "peer"}))
+    layer = swapped.blocks[0].mlp
+    C, Q, n = layer.n_channels, layer.W_query.shape[-1], layer.n_keys
+    assert layer.W_query.shape == (swapped.config.d_model, C, Q) and layer.W_key.shape == (Q // 2, 2, C, n)
+    z = torch.randn(B, T, swapped.config.d_model)
+    with torch.no_grad():
+        out, _ = layer(z)
+        query = torch.einsum("btd,dcq->btcq", z, layer.W_query)
+        first = torch.einsum("btch,hcn->btcn", query[..., : Q // 2], layer.W_key[:, 0])
+        second = torch.einsum("btch,hcn->btcn", query[..., Q // 2 :], layer.W_key[:, 1])
+        scores = (first[..., :, None] + second[..., None, :]).flatten(-2)  # [B, T, C, n*n], i = i1 * n + i2
+        top, indices = scores.topk(layer.k, dim=-1)
+        gates = top.softmax(-1)
+        channel = torch.arange(C)[:, None]
+        w_in, w_out = layer.experts[0][channel, indices], layer.experts[1][channel, indices]
+        expected = torch.einsum("btck,btckd->btd", gates * torch.einsum("btd,btckd->btck", z, w_in), w_out)
+    torch.testing.assert_close(out, expected, rtol=1e-5, atol=1e-6)
+    # still linear given its gates: the circuit matrix reproduces one token's write
+    _, cache = swapped.run_with_cache(torch.randint(0, 512, (B, T)))
+    gate_values = cache["blocks.0.mlp.hook_gate_values"]
+    torch.testing.assert_close(gate_values.sum(-1), torch.ones_like(gate_values.sum(-1)))  # softmax gates
+    assert layer.layout()["router"] == "peer" and "router" not in CircuitTransformer(config).blocks[0].mlp.layout()
+    # the plain design is written and hashed as before the field existed; the swap costs PEER's router
+    assert "router" not in config.to_dict()["feedforward"] and config.hash() == ModelConfig.from_dict(config.to_dict()).hash()
+    plain, peer_routed = (ladder_config(1, "sgatlin"), ladder_config(1, "sgatlin", feedforward=dict(
+        ladder_config(1, "sgatlin").feedforward.model_dump(), router="peer")))
+    from circuitlab import count_flops
+
+    d, c, q, keys = 128, 16, 128, 28
+    extra = (d * c * q + (q // 2) * 2 * c * keys) - (d * q + q * 2 * c * keys)  # PEER's router minus sgatlin's, per layer
+    assert count_flops(peer_routed, 256).active_parameters - count_flops(plain, 256).active_parameters == 2 * extra
+    with pytest.raises(ConfigError, match="d_key must be even"):
+        ModelConfig.preset("tiny-sgatlin", feedforward=dict(type="sgatlin", d_ffw=64, k=4, d_key=9, router="peer"))
+
+
 def test_ladder_configs_follow_seed_000():
     peer, moe = ladder_config(2, "peer"), ladder_config(2, "moe")
     assert (peer.d_model, peer.n_layers, peer.feedforward.d_ffw) == (256, 4, (32 + 48) ** 2)

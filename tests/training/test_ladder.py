@@ -23,12 +23,14 @@ TOKENIZER = str(ROOT / "models" / "sgatlin-stories" / "tokenizer.json")
 def test_plan_gives_every_design_of_a_scale_the_same_budget():
     settings = LadderSettings(scales=(1, 2, 3), seeds=(0, 1), tokenizer=TOKENIZER, natural=None)
     runs = plan_runs(settings, d_vocab=8192)
-    assert len(runs) == 5 * 3 + 5 + 2  # the second seed and the sgatlin + GELU ablation at the smallest scale only
+    # the second seed and the two ablations (sgatlin + GELU, sgatlin + PEER router) at the smallest scale only
+    assert len(runs) == 5 * 3 + 5 + 2 * 2
     assert {(run.arch, run.seed) for run in runs if run.arch == "sgatlin-gelu"} == {("sgatlin-gelu", 0), ("sgatlin-gelu", 1)}
     assert all(run.scale == 1 and run.config["feedforward"]["activation"] == "gelu" for run in runs if run.arch == "sgatlin-gelu")
+    assert all(run.scale == 1 and run.config["feedforward"]["router"] == "peer" for run in runs if run.arch == "sgatlin-peer-router")
     assert [run.scale for run in runs] == sorted((run.scale for run in runs), reverse=True)  # longest first
     assert {(run.arch, run.seed) for run in runs if run.scale == 1} == {
-        (a, s) for a in (*settings.archs, "sgatlin-gelu") for s in (0, 1)}
+        (a, s) for a in (*settings.archs, "sgatlin-gelu", "sgatlin-peer-router") for s in (0, 1)}
     for run in runs:
         per_token = count_flops(arch_config(run.scale, run.arch, d_vocab=8192, n_ctx=256), 256).training_per_token
         assert run.training_flops_per_token == per_token and run.budget_flops == budget_for(run.scale)
@@ -55,7 +57,7 @@ def fake_results(losses: dict[tuple[str, int, int], float]) -> dict:
 
 def by_claim(results):
     found = verdicts(results)
-    assert [v.claim.split()[0] for v in found] == ["sgatlin", "PEER's", "adding"]
+    assert [v.claim.split()[0] for v in found] == ["sgatlin", "the", "adding", "PEER's"]
     return found
 
 
@@ -63,7 +65,7 @@ def test_verdicts_follow_the_numbers():
     base = {("mlp", 1, 0): 3.00, ("mlp", 1, 1): 3.02, ("swiglu", 1, 0): 2.95, ("swiglu", 1, 1): 2.97,
             ("peer", 1, 0): 3.10, ("peer", 1, 1): 3.12, ("sgatlin", 1, 0): 2.80, ("sgatlin", 1, 1): 2.82,
             ("mlp", 2, 0): 2.60, ("swiglu", 2, 0): 2.55, ("peer", 2, 0): 2.70, ("sgatlin", 2, 0): 2.40}
-    dense, peer, nonlinear = by_claim(fake_results(base))
+    dense, peer, nonlinear, _ = by_claim(fake_results(base))
     assert seed_spread(fake_results(base))["sgatlin"] == pytest.approx(0.01414, abs=1e-4)
     assert dense.verdict == "supported" and "scale 1: sgatlin -0.150 nats vs swiglu" in dense.detail
     assert peer.verdict == "supported"  # PEER is worse: its router does not help
@@ -84,6 +86,13 @@ def test_verdicts_follow_the_numbers():
     assert nonlinear.verdict == "supported" and "scale 1: sgatlin -0.150 [-0.170, -0.130] nats vs sgatlin-gelu" in nonlinear.detail
     helped = {**base, ("sgatlin-gelu", 1, 0): 2.60, ("sgatlin-gelu", 1, 1): 2.62}
     assert by_claim(fake_results(helped))[2].verdict == "contradicted"
+    # the router swap (PEER's router, sgatlin's experts) decides the fourth: it does not beat sgatlin
+    assert by_claim(fake_results(base))[3].verdict == "not measured"
+    swapped = {**base, ("sgatlin-peer-router", 1, 0): 2.90, ("sgatlin-peer-router", 1, 1): 2.92}
+    router = by_claim(fake_results(swapped))[3]
+    assert router.verdict == "supported" and "sgatlin-peer-router +0.100 [+0.080, +0.120] nats vs sgatlin" in router.detail
+    better = {**base, ("sgatlin-peer-router", 1, 0): 2.70, ("sgatlin-peer-router", 1, 1): 2.72}
+    assert by_claim(fake_results(better))[3].verdict == "contradicted"
 
 
 def test_iso_flop_curves_plan_every_size_and_seed_at_every_budget():
@@ -91,9 +100,9 @@ def test_iso_flop_curves_plan_every_size_and_seed_at_every_budget():
                               lr_grid=(3e-4, 1e-3, 3e-3), tokenizer=TOKENIZER, natural=None)
     runs = plan_runs(settings, d_vocab=8192)
     main = [run for run in runs if run.lr == 1e-3]
-    # 2 budgets x 3 sizes x 2 designs x 3 seeds, the ablation at the smallest budget (3 sizes x 3 seeds), and
-    # the two other learning rates at the smallest budget (3 sizes x 2 designs, first seed)
-    assert len(main) == 2 * 3 * 2 * 3 + 3 * 3 and len(runs) == len(main) + 2 * 3 * 2
+    # 2 budgets x 3 sizes x 2 designs x 3 seeds, the two ablations at the smallest budget (3 sizes x 3 seeds
+    # each), and the two other learning rates at the smallest budget (3 sizes x 2 designs, first seed)
+    assert len(main) == 2 * 3 * 2 * 3 + 2 * 3 * 3 and len(runs) == len(main) + 2 * 3 * 2
     assert len({run.name for run in runs}) == len(runs)
     assert {(run.lr, run.seed, run.scale) for run in runs if run.lr != 1e-3} == {(3e-4, 0, 1), (3e-3, 0, 1)}
     assert "mlp-b1-s3-seed0-lr3e-4" in {run.name for run in runs}
@@ -324,3 +333,22 @@ def test_the_claims_rows_carry_the_gap_at_the_largest_budget_with_its_interval(t
     assert "the estimate is sgatlin's natural held-out loss minus mlp's" in outcome.reason
     assert "at most 1.50 passes over the natural stories" in outcome.ours
     assert "2.4e+14 FLOPs: 1 size(s), 3 seed(s) per design and size" in outcome.ours
+
+
+def test_the_router_swap_row_reads_the_ablation_or_says_it_is_missing(tmp_path):
+    from types import SimpleNamespace
+
+    from circuitlab.claims.seed000 import peer_router_swap
+
+    losses = {("sgatlin", 1, 1, seed): 3.0 + 0.01 * seed for seed in range(3)}
+    (tmp_path / RESULTS_FILE).write_text(json.dumps(curve_results(losses)))
+    context = SimpleNamespace(ladder_results=tmp_path / RESULTS_FILE)
+    assert peer_router_swap(context).verdict == "not measured"
+    losses |= {("sgatlin-peer-router", 1, 1, seed): 3.05 + 0.01 * seed for seed in range(3)}
+    results = curve_results(losses)
+    for run in results["runs"]:
+        run["tokens"] = 1e6
+    (tmp_path / RESULTS_FILE).write_text(json.dumps(results))
+    outcome = peer_router_swap(context)
+    assert outcome.verdict == "not tested at the paper's scale" and outcome.value == pytest.approx(0.05)
+    assert "the estimate is sgatlin-peer-router's natural held-out loss minus sgatlin's" in outcome.reason

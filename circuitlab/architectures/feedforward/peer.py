@@ -32,19 +32,11 @@ from transformer_lens.hook_points import HookPoint
 import circuitlab.kernels as kernels
 from circuitlab.architectures.code_layer import Cache, CodeLayer, UnitWrites, code_hook_error
 from circuitlab.architectures.design import FeedForwardPart, LayerCost, ModelShape, PositiveInt
-from circuitlab.architectures.feedforward.sgatlin import check_product_keys
+from circuitlab.architectures.feedforward.sgatlin import check_product_keys, peer_subkey_scores
 from circuitlab.codes import SparseCode
 
 
 ACTIVATIONS: dict[str, Callable[[Tensor], Tensor]] = {"gelu": F.gelu, "relu": F.relu, "silu": F.silu}
-
-
-def peer_subkey_scores(
-    query_BxTxCxQ: Float[Tensor, "batch pos channel d_key"], W_key_Hx2xCxn: Float[Tensor, "half 2 channel n"]
-) -> Float[Tensor, "batch pos 2 channel n"]:
-    """Each head's query halves against its own subkeys: [B, T, 2, C, n] (the layout sgatlin's router takes)."""
-    halves_BxTxCx2xH = query_BxTxCxQ.unflatten(-1, (2, -1))
-    return torch.einsum("btcsh,hscn->btscn", halves_BxTxCx2xH, W_key_Hx2xCxn)
 
 
 class ExpertDot(torch.autograd.Function):

@@ -46,6 +46,14 @@ def check_product_keys(name: str, units: str, d_ffw: int, k: int) -> int:
     return n_keys
 
 
+def peer_subkey_scores(
+    query_BxTxCxQ: Float[Tensor, "batch pos channel d_key"], W_key_Hx2xCxn: Float[Tensor, "half 2 channel n"]
+) -> Float[Tensor, "batch pos 2 channel n"]:
+    """Each head's query halves against its own subkeys: [B, T, 2, C, n] (the layout sgatlin's router takes)."""
+    halves_BxTxCx2xH = query_BxTxCxQ.unflatten(-1, (2, -1))
+    return torch.einsum("btcsh,hscn->btscn", halves_BxTxCx2xH, W_key_Hx2xCxn)
+
+
 class SgatlinConfig(FeedForwardPart):
     """sgatlin (seed 000): `n_channels` channels of `d_ffw` neurons (a perfect square, for product keys),
     `k` gates per channel, router bottleneck `d_key`. Its code is the gates themselves."""
@@ -57,32 +65,44 @@ class SgatlinConfig(FeedForwardPart):
     d_key: PositiveInt = 128
     # seed 000's Table 1 ablation: a nonlinearity on each neuron, g * sigma(w_in . z) * w_out ("none": sgatlin)
     activation: Literal["none", "relu", "gelu", "silu"] = "none"
+    # seed 000's Table 1 router swap: "peer" replaces the gating network with PEER's router (a query projection
+    # per channel, each query half against its own subkeys, softmax over the k chosen scores); the experts stay
+    # sgatlin's (their own per channel, linear)
+    router: Literal["sgatlin", "peer"] = "sgatlin"
     label = "sgatlin"
 
     @model_validator(mode="after")
     def _product_keys(self) -> SgatlinConfig:
         check_product_keys("sgatlin", "neurons per channel", self.d_ffw, self.k)
+        if self.router == "peer" and self.d_key % 2:
+            raise ValueError(f"sgatlin with PEER's router splits each query in halves: d_key must be even, got {self.d_key}")
         return self
 
     def serialized(self) -> dict[str, Any]:
         data = super().serialized()
-        if data["activation"] == "none":
-            del data["activation"]  # plain sgatlin is written (and hashed) as before the ablation field
+        for field, plain in (("activation", "none"), ("router", "sgatlin")):
+            if data[field] == plain:
+                del data[field]  # plain sgatlin is written (and hashed) as before the ablation fields
         return data
 
     def build(self, config: ModelShape) -> Sgatlin:
         return Sgatlin(config)
 
     def cost(self, d_model: int) -> LayerCost:
-        """The router (shared query projection, every channel's subkeys) and the C*k chosen neurons' rows."""
+        """The router (shared query projection, every channel's subkeys; with PEER's router, a query projection
+        per channel and half-width subkeys) and the C*k chosen neurons' rows."""
         n_keys, channels = math.isqrt(self.d_ffw), self.n_channels
-        router = d_model * self.d_key + self.d_key * 2 * channels * n_keys
+        if self.router == "peer":
+            router = d_model * channels * self.d_key + (self.d_key // 2) * 2 * channels * n_keys
+        else:
+            router = d_model * self.d_key + self.d_key * 2 * channels * n_keys
         return LayerCost(matmul_weights=router + 2 * channels * self.k * d_model,
                          total_parameters=router + 2 * channels * self.d_ffw * d_model)
 
     def describe(self) -> str:
         return (f"sgatlin, {self.n_channels} channels x {self.d_ffw} neurons, k {self.k} per channel, d_key {self.d_key}"
-                + ("" if self.activation == "none" else f", {self.activation} on each neuron"))
+                + ("" if self.activation == "none" else f", {self.activation} on each neuron")
+                + ("" if self.router == "sgatlin" else ", PEER's router"))
 
     def hidden_units(self) -> int:
         return self.d_ffw * self.n_channels  # c * N + i
@@ -103,11 +123,16 @@ class Sgatlin(CodeLayer):
         self.n_channels, self.k, self.d_ffw = ffn.n_channels, ffn.k, ffn.d_ffw
         self.n_keys = math.isqrt(ffn.d_ffw)
         self.activation = ffn.activation  # "none" (sgatlin); else seed 000's nonlinearity ablation
-        self.W_query = nn.Parameter(torch.empty(config.d_model, ffn.d_key))
-        self.W_key = nn.Parameter(torch.empty(ffn.d_key, 2, ffn.n_channels, self.n_keys))
+        self.router = ffn.router  # "sgatlin"; "peer": seed 000's router swap
+        if self.router == "peer":
+            self.W_query = nn.Parameter(torch.empty(config.d_model, ffn.n_channels, ffn.d_key))
+            self.W_key = nn.Parameter(torch.empty(ffn.d_key // 2, 2, ffn.n_channels, self.n_keys))
+        else:
+            self.W_query = nn.Parameter(torch.empty(config.d_model, ffn.d_key))
+            self.W_key = nn.Parameter(torch.empty(ffn.d_key, 2, ffn.n_channels, self.n_keys))
         self.experts = nn.Parameter(torch.empty(2, ffn.n_channels, ffn.d_ffw, config.d_model))  # [w_in; w_out]
 
-        self.hook_query = HookPoint()  # [B, T, Q]
+        self.hook_query = HookPoint()  # [B, T, Q] ([B, T, C, Q] with PEER's router)
         self.hook_subkey_scores = HookPoint()  # [B, T, 2, C, n]
         self.hook_gate_indices = HookPoint()  # [B, T, C, K] neuron id within its channel
         self.hook_gate_values = HookPoint()  # [B, T, C, K]
@@ -115,10 +140,16 @@ class Sgatlin(CodeLayer):
         self.hook_neuron_post = HookPoint()  # [B, T, C, K] g * (w_in . z)
 
     def forward(self, z_BxTxD: Float[Tensor, "batch pos d_model"]) -> tuple[Tensor, None]:
-        query_BxTxQ = self.hook_query(z_BxTxD @ self.W_query)
-        subkey_BxTx2xCxn = self.hook_subkey_scores(torch.einsum("btq,qscn->btscn", query_BxTxQ, self.W_key))
+        if self.router == "peer":
+            query_BxTxCxQ = self.hook_query(torch.einsum("btd,dcq->btcq", z_BxTxD, self.W_query))
+            subkey_BxTx2xCxn = self.hook_subkey_scores(peer_subkey_scores(query_BxTxCxQ, self.W_key))
+        else:
+            query_BxTxQ = self.hook_query(z_BxTxD @ self.W_query)
+            subkey_BxTx2xCxn = self.hook_subkey_scores(torch.einsum("btq,qscn->btscn", query_BxTxQ, self.W_key))
         # product top-k (exact: each member of the top-k of the n*n sums has both parts in its half's top-k)
         indices_BxTxCxK, gates_BxTxCxK = kernels.sgatlin_route(subkey_BxTx2xCxn, self.k)
+        if self.router == "peer":  # PEER's gates: a softmax over each channel's k chosen scores
+            gates_BxTxCxK = gates_BxTxCxK.float().softmax(-1).to(gates_BxTxCxK.dtype)
         indices_BxTxCxK = self.hook_gate_indices(indices_BxTxCxK)
         gates_BxTxCxK = self.hook_gate_values(gates_BxTxCxK)
         if self.activation == "none" and not is_hooked(self.hook_neuron_pre, self.hook_neuron_post):
@@ -175,7 +206,8 @@ class Sgatlin(CodeLayer):
         return {
             "kind": self.kind, "n_channels": self.n_channels, "neurons_per_channel": self.d_ffw,
             "keys_per_half": self.n_keys, "k": self.k,
-        } | ({} if self.activation == "none" else {"activation": self.activation})
+        } | ({} if self.activation == "none" else {"activation": self.activation}) | (
+            {} if self.router == "sgatlin" else {"router": self.router})
 
     def unit_kinds(self) -> list[str]:
         return ["neuron"] * (self.n_channels * self.d_ffw)
