@@ -54,10 +54,9 @@ def ladder_scale(results: dict[str, Any], archs: tuple[str, ...]) -> tuple[tuple
 
 def ladder_verdict(context: Context, index: int, archs: tuple[str, ...]) -> Outcome | None:
     """Verdict `index` of ladder_report.verdicts (0: sgatlin vs dense, 1: PEER layer, 2: nonlinearity, 3: PEER
-    router) on the iso-FLOP
-    ladder's results, read against the paper's budgets; None when no ladder has been run or it lacks the runs. The estimate is the
-    gap at the largest budget (ours minus the best other design, each at its best size; nats/token) with its
-    95% interval over seeds where the ladder ran several."""
+    router) on the iso-FLOP ladder's results, read against the paper's budgets; None when no ladder has been
+    run or it lacks the runs. The estimate is the gap at the largest budget (ours minus the best other design,
+    each at its best size; nats/token) with its 95% interval over seeds where the ladder ran several."""
     if context.ladder_results is None or not Path(context.ladder_results).is_file():
         return None
     from circuitlab.training.ladder_report import load_results, verdicts

@@ -119,9 +119,10 @@ def seed_spread(results: dict[str, Any], metric: str | None = None) -> dict[str,
     return spread
 
 
-def _best_size(cell: dict[int, np.ndarray]) -> tuple[float, int]:
-    size = min(cell, key=lambda s: cell[s].mean())
-    return float(cell[size].mean()), size
+def _best_size(cell: dict[int, list[float]]) -> tuple[float, int]:
+    """(mean loss over seeds, size) of a design's best size at one budget; `cell`: {size: [loss of each seed]}."""
+    size = min(cell, key=lambda s: statistics.mean(cell[s]))
+    return statistics.mean(cell[size]), size
 
 
 def _gap_interval(mine: dict[int, list[float]], others: dict[str, dict[int, list[float]]],
@@ -129,9 +130,9 @@ def _gap_interval(mine: dict[int, list[float]], others: dict[str, dict[int, list
     """95% percentile interval of (ours at its best size) minus (the best other design at its best size),
     resampling each cell's seeds with replacement (a cell of one seed stays at its value); None when the best
     size of ours or of the best other design has a single seed."""
-    best_other = min(others, key=lambda a: _best_size({s: np.asarray(v) for s, v in others[a].items()})[0])
+    best_other = min(others, key=lambda a: _best_size(others[a])[0])
     for cell in (mine, others[best_other]):
-        if len(cell[_best_size({s: np.asarray(v) for s, v in cell.items()})[1]]) < 2:
+        if len(cell[_best_size(cell)[1]]) < 2:
             return None, None
     rng = np.random.default_rng(seed)
 
@@ -188,9 +189,9 @@ def _compare(results: dict[str, Any], claim: str, ours: str, others: list[str], 
     effects = []
     for scale in scales:
         archs = by_budget[scale]
-        mine_value, mine_size = _best_size({s: np.asarray(v) for s, v in archs[ours].items()})
-        best_arch = min((a for a in others if a in archs), key=lambda a: _best_size({s: np.asarray(v) for s, v in archs[a].items()})[0])
-        other_value, other_size = _best_size({s: np.asarray(v) for s, v in archs[best_arch].items()})
+        mine_value, mine_size = _best_size(archs[ours])
+        best_arch = min((a for a in others if a in archs), key=lambda a: _best_size(archs[a])[0])
+        other_value, other_size = _best_size(archs[best_arch])
         low, high = _gap_interval(archs[ours], {a: archs[a] for a in others if a in archs}, seed=scale)
         effects.append(dict(budget=budgets.get(scale), scale=scale, gap=mine_value - other_value, low=low, high=high,
                             ours=ours, ours_size=mine_size, other=best_arch, other_size=other_size))
