@@ -315,8 +315,37 @@ def write_outputs(out: Path, results: dict[str, Any]) -> None:
         print(f"ladder: no figure ({error})", file=sys.stderr)
 
 
+def coverage(results: dict[str, Any]) -> list[dict[str, Any]]:
+    """Per design and budget scale: how many runs the plan holds, and how many of them completed their budget,
+    stopped before it (the time limit; kept, but entering no verdict) or are missing (never trained, or killed)."""
+    rows: dict[tuple[str, int], dict[str, Any]] = {}
+    for run in results["runs"]:
+        row = rows.setdefault((run["arch"], run["scale"]), dict(arch=run["arch"], scale=run["scale"], budget=run["budget_flops"],
+                                                                planned=0, completed=0, stopped_early=0, missing=0))
+        row["planned"] += 1
+        if run["status"] == "missing":
+            row["missing"] += 1
+        elif run.get("stopped") == "completed":
+            row["completed"] += 1
+        else:
+            row["stopped_early"] += 1
+    return [rows[key] for key in sorted(rows, key=lambda key: (key[1], key[0]))]
+
+
+def coverage_markdown(results: dict[str, Any]) -> list[str]:
+    rows = coverage(results)
+    total = {name: sum(row[name] for row in rows) for name in ("planned", "completed", "stopped_early", "missing")}
+    lines = [(f"Runs: {total['completed']} of {total['planned']} planned completed their budget, "
+              f"{total['stopped_early']} stopped before it (no verdict reads them), {total['missing']} missing."),
+             "", "| design | budget | planned | completed | stopped early | missing |",
+             "|---|---:|---:|---:|---:|---:|"]
+    lines += [f"| {ARCH_LABELS.get(row['arch'], row['arch'])} | {row['budget']:.2g} | {row['planned']} | {row['completed']} | "
+              f"{row['stopped_early']} | {row['missing']} |" for row in rows]
+    return lines + [""]
+
+
 def markdown_table(results: dict[str, Any]) -> str:
-    lines = [
+    lines = coverage_markdown(results) + [
         ("| design | budget scale | size | d_model x layers | FFN width | parameters | active / token | "
          "train FLOPs / token | budget | tokens | natural passes | lr | seed | natural loss | generated loss | stopped |"),
         "|---|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|",

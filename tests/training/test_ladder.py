@@ -13,7 +13,7 @@ from circuitlab.training.ladder import (
     natural_passes, plan_runs, reusable, run_record,
 )
 from circuitlab.training.ladder_report import (
-    isoflop_curves_figure, load_results, lr_grid, markdown_table, seed_spread, verdicts,
+    coverage, coverage_markdown, isoflop_curves_figure, load_results, lr_grid, markdown_table, seed_spread, verdicts,
 )
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -214,6 +214,23 @@ def test_runs_stopped_by_the_time_limit_are_not_compared():
     results = fake_results({("mlp", 1, 0): 3.0, ("sgatlin", 1, 0): 2.0})
     results["runs"][1]["stopped"] = "time limit"
     assert by_claim(results)[0].verdict == "not measured"
+
+
+def test_the_coverage_table_counts_each_designs_runs_by_how_they_ended():
+    results = fake_results({("mlp", 1, 0): 3.0, ("mlp", 1, 1): 3.1, ("mlp", 2, 0): 2.5, ("moe", 1, 0): 2.9, ("moe", 1, 1): 2.8})
+    for run in results["runs"]:
+        run["budget_flops"] = 6e13 * 4 ** (run["scale"] - 1)
+    results["runs"][1]["stopped"] = "time limit"
+    results["runs"][3].update(status="missing", stopped=None, natural_loss=None)
+    results["runs"][4].update(status="missing", stopped=None, natural_loss=None)
+    assert coverage(results) == [
+        dict(arch="mlp", scale=1, budget=6e13, planned=2, completed=1, stopped_early=1, missing=0),
+        dict(arch="moe", scale=1, budget=6e13, planned=2, completed=0, stopped_early=0, missing=2),
+        dict(arch="mlp", scale=2, budget=2.4e14, planned=1, completed=1, stopped_early=0, missing=0),
+    ]
+    table = "\n".join(coverage_markdown(results))
+    assert table.startswith("Runs: 2 of 5 planned completed their budget, 1 stopped before it (no verdict reads them), 2 missing.")
+    assert "| MoE (top-2 of 16) | 6e+13 | 2 | 0 | 0 | 2 |" in table
 
 
 def check_sweep(out, archs, seeds):
