@@ -51,19 +51,26 @@ def write_figure(figure: Any, path: str | os.PathLike) -> Path:
     return path
 
 
+PNG_ATTEMPTS = 2  # a render can fail once on a loaded machine (the browser starting too slowly); a second try
+# then succeeds, while a machine without kaleido or a browser fails both at once
+
+
 def write_png(figure: Any, path: str | os.PathLike) -> Path | None:
     """Write a PNG of a plotly figure with kaleido (plotly's own export), which drives a Chrome or Chromium
-    installed on the machine; None when no browser is found or rendering fails (the caller keeps its HTML)."""
+    installed on the machine; None when no browser is found or rendering fails twice (the caller keeps its
+    HTML)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     temporary = path.with_suffix(".png.tmp")
-    try:
-        figure.write_image(temporary, format="png", scale=2)
-    except Exception:  # kaleido absent, no browser, or a failed render: kaleido raises several types
-        temporary.unlink(missing_ok=True)
-        return None
-    os.replace(temporary, path)
-    return path
+    for _ in range(PNG_ATTEMPTS):
+        try:
+            figure.write_image(temporary, format="png", scale=2)
+        except Exception:  # kaleido absent, no browser, or a failed render: kaleido raises several types
+            temporary.unlink(missing_ok=True)
+            continue
+        os.replace(temporary, path)
+        return path
+    return None
 
 
 def write_plotly_js(folder: str | os.PathLike) -> Path:

@@ -334,6 +334,31 @@ def test_show_writes_html_and_png_and_embeds_the_png(tmp_path, monkeypatch):
         assert "image/png" not in bundle
 
 
+class _FlakyFigure:
+    """A figure whose export fails `failures` times (a render that timed out), then writes a file."""
+
+    def __init__(self, failures: int):
+        self.failures, self.calls = failures, 0
+
+    def write_image(self, path, format, scale):
+        self.calls += 1
+        Path(path).write_bytes(b"partial")
+        if self.calls <= self.failures:
+            raise RuntimeError("the browser did not start in time")
+        Path(path).write_bytes(b"png bytes")
+
+
+def test_a_png_render_that_fails_once_is_tried_again_and_one_that_keeps_failing_gives_none(tmp_path):
+    from circuitlab.figures import PNG_ATTEMPTS, write_png
+
+    once = _FlakyFigure(failures=1)
+    assert write_png(once, tmp_path / "once.png") == tmp_path / "once.png"
+    assert once.calls == 2 and (tmp_path / "once.png").read_bytes() == b"png bytes"
+    always = _FlakyFigure(failures=PNG_ATTEMPTS)
+    assert write_png(always, tmp_path / "never.png") is None and always.calls == PNG_ATTEMPTS
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["once.png"]  # no partial file left behind
+
+
 def test_runner_uses_this_interpreter_and_passes_the_environment(tmp_path):
     import nbformat
 
