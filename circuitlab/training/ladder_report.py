@@ -243,7 +243,7 @@ def verdicts(results: dict[str, Any], metric: str | None = None) -> list[Verdict
     """Seed 000's comparative claims checked against the ladder's results, on the natural held-out loss when the
     sweep had it (else the generated one), in this order: sgatlin against the dense designs, the whole PEER
     layer against sgatlin, sgatlin against sgatlin + GELU, sgatlin + PEER router against sgatlin, and (when
-    the sweep has MoE runs) sgatlin against the MoE."""
+    the sweep planned MoE runs) sgatlin against the MoE, "not measured" while none has completed."""
     metric = metric or default_metric(results)
     found = {arch for arch, _ in losses_by(results, metric)}
     dense = [arch for arch in ("mlp", "swiglu") if arch in found]
@@ -269,9 +269,14 @@ def verdicts(results: dict[str, Any], metric: str | None = None) -> list[Verdict
         out.append(_compare(results, claim, "sgatlin-peer-router", ["sgatlin"], False, metric))
     else:
         out.append(Verdict(claim, "not measured", "the sweep ran no sgatlin + PEER router ablation"))
+    claim = "sgatlin reaches a lower loss than the MoE FFN at equal training FLOPs"
     if "moe" in found:
-        out.append(_compare(results, "sgatlin reaches a lower loss than the MoE FFN at equal training FLOPs",
-                            "sgatlin", ["moe"], True, metric))
+        out.append(_compare(results, claim, "sgatlin", ["moe"], True, metric))
+    elif any(run["arch"] == "moe" for run in results["runs"]):
+        planned = [row for row in coverage(results) if row["arch"] == "moe"]
+        out.append(Verdict(claim, "not measured", "no MoE run completed its budget (" + "; ".join(
+            f"{row['budget']:.2g} FLOPs: {row['planned']} planned, {row['stopped_early']} stopped early, "
+            f"{row['missing']} missing" for row in planned) + ")"))
     return out
 
 

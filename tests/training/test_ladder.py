@@ -352,6 +352,37 @@ def test_the_claims_rows_carry_the_gap_at_the_largest_budget_with_its_interval(t
     assert "2.4e+14 FLOPs: 1 size(s), 3 seed(s) per design and size" in outcome.ours
 
 
+def test_the_isoflop_row_says_whether_the_moe_half_of_the_claim_was_measured(tmp_path):
+    from types import SimpleNamespace
+
+    from circuitlab.claims.seed000 import ladder_sgatlin_vs_dense
+
+    losses = {}
+    for seed, jitter in enumerate((0.0, 0.01, 0.02)):
+        losses |= {("mlp", 1, 1, seed): 3.0 + jitter, ("sgatlin", 1, 1, seed): 2.8 + jitter,
+                   ("moe", 1, 1, seed): 2.7 + jitter}
+    results = curve_results(losses)
+    for run in results["runs"]:
+        run.update(tokens=1e6, natural_passes=0.5)
+        if run["arch"] == "moe" and run["seed"] > 0:
+            run.update(status="missing", stopped=None, natural_loss=None)
+        elif run["arch"] == "moe":
+            run["stopped"] = "time limit"
+    context = SimpleNamespace(ladder_results=tmp_path / RESULTS_FILE)
+    (tmp_path / RESULTS_FILE).write_text(json.dumps(results))
+    moe = verdicts(results)[4]
+    assert moe.verdict == "not measured" and "6e+13 FLOPs: 3 planned, 1 stopped early, 2 missing" in moe.detail
+    outcome = ladder_sgatlin_vs_dense(context)
+    assert outcome.value == pytest.approx(-0.2)  # the dense half decides the row
+    assert "against the MoE: not measured, no MoE run completed its budget" in outcome.ours
+    for run in results["runs"]:
+        if run["arch"] == "moe":
+            run.update(status="done", stopped="completed", natural_loss=2.7 + 0.01 * run["seed"])
+    (tmp_path / RESULTS_FILE).write_text(json.dumps(results))
+    assert verdicts(results)[4].verdict == "contradicted"  # the MoE is 0.1 below sgatlin at every seed
+    assert "against the MoE: contradicted, 6e+13 FLOPs: sgatlin +0.100" in ladder_sgatlin_vs_dense(context).ours
+
+
 def test_the_router_swap_row_reads_the_ablation_or_says_it_is_missing(tmp_path):
     from types import SimpleNamespace
 
