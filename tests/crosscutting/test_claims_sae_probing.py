@@ -47,3 +47,21 @@ def test_missing_or_damaged_comparison(tmp_path):
     (tmp_path / "bad.json").write_text(json.dumps({"probe": {}, "layers": []}))
     with pytest.raises(UserError, match="test_tokens"):
         parity_probing(Context(sae_comparison=tmp_path / "bad.json"))
+
+
+def test_the_tax_row_gives_its_ratio_beside_both_scales(tmp_path):
+    from circuitlab.claims.rows import NOT_AT_SCALE
+    from circuitlab.claims.seed003 import parity_training_cost
+
+    for name, seconds, parameters in (("parity-stories", 30.0, 5_000_000), ("gelu-stories", 20.0, 4_000_000)):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "metrics.json").write_text(json.dumps(
+            {"train_seconds": seconds, "tokens_seen": 2_000_000, "parameters": parameters}))
+    outcome = parity_training_cost(Context(models_dir=tmp_path))
+    assert outcome.value == 1.5 and "parity 15.0 us" in outcome.ours and "GELU 10.0 us" in outcome.ours
+    assert outcome.verdict == NOT_AT_SCALE and "ours 5e+06-5e+06 parameters, the paper's 1.3e+09-1.3e+09" in outcome.reason
+    assert "not the paper's compute to matched capability" in outcome.reason
+    # a model at the paper's scale still gets no verdict: the ratio is not the paper's quantity
+    (tmp_path / "parity-stories" / "metrics.json").write_text(json.dumps(
+        {"train_seconds": 30.0, "tokens_seen": 2_000_000, "parameters": 1_300_000_000}))
+    assert parity_training_cost(Context(models_dir=tmp_path)).verdict == NOT_MEASURED
