@@ -10,6 +10,11 @@
 #   RESULTS=results/ladder bash scripts/gpu_ladder.sh                  # one H200
 #   RESULTS=results/ladder SIZES="" SEEDS="0 1" LR_GRID="" BUDGET_SCALE=1 bash scripts/gpu_ladder.sh  # one size a budget
 #   DEVICE=cpu SMOKE=1 RESULTS=/tmp/ladder bash scripts/gpu_ladder.sh   # CPU check of every code path
+#   RESULTS=results/ladder ARCHS=moe ABLATIONS= BUDGET_SCALE=0.875 JOBS=8 bash scripts/gpu_ladder.sh
+#                                  # one design's missing runs of the committed sweep (MoE trains slowest: fewer
+#                                  # at a time finish sooner); name the sweep's budget scale, since `max` is
+#                                  # computed from the designs in ARCHS, then write the results with
+#                                  # `circuitlab ladder --report-only` and the whole sweep's options
 # Settings (environment): RESULTS, DEVICE, BUDGET_SCALE, SCALES, SIZES, ARCHS, SEEDS, ABLATIONS, LR_GRID,
 # MAX_NATURAL_PASSES, JOBS (runs per GPU), MAX_MINUTES (per run), COMPILE (1: torch.compile each run),
 # N_STORIES, NATURAL, TOKENIZER, SMOKE, PYTHON, TIME_LIMIT (seconds: interrupt the sweep then).
