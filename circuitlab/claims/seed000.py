@@ -94,7 +94,8 @@ def ladder_sgatlin_vs_dense(context: Context) -> Outcome:
 
     found = verdicts(load_results(context.ladder_results))
     if len(found) > 4:
-        outcome = dataclasses.replace(outcome, ours=f"{outcome.ours}; against the MoE: {found[4].verdict}, {found[4].detail}")
+        moe = found[4]
+        outcome = dataclasses.replace(outcome, ours=f"{outcome.ours}; against the MoE: {moe.verdict}, {moe.detail}")
     return outcome
 
 

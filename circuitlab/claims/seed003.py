@@ -7,11 +7,10 @@ The reconstruction, ablation and encoder rows read the parity report (results/pa
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 from typing import Any
 
 from circuitlab.claims.context import Context
-from dataclasses import replace
-
 from circuitlab.claims.rows import NOT_MEASURED, Claim, Outcome, judged, no_interval, scale_judgement
 from circuitlab.errors import UserError
 from circuitlab.stats import Estimate

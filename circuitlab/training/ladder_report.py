@@ -325,8 +325,9 @@ def coverage(results: dict[str, Any]) -> list[dict[str, Any]]:
     stopped before it (the time limit; kept, but entering no verdict) or are missing (never trained, or killed)."""
     rows: dict[tuple[str, int], dict[str, Any]] = {}
     for run in results["runs"]:
-        row = rows.setdefault((run["arch"], run["scale"]), dict(arch=run["arch"], scale=run["scale"], budget=run["budget_flops"],
-                                                                planned=0, completed=0, stopped_early=0, missing=0))
+        row = rows.setdefault((run["arch"], run["scale"]), dict(
+            arch=run["arch"], scale=run["scale"], budget=run["budget_flops"], planned=0, completed=0, stopped_early=0,
+            missing=0))
         row["planned"] += 1
         if run["status"] == "missing":
             row["missing"] += 1
@@ -344,8 +345,8 @@ def coverage_markdown(results: dict[str, Any]) -> list[str]:
               f"{total['stopped_early']} stopped before it (no verdict reads them), {total['missing']} missing."),
              "", "| design | budget | planned | completed | stopped early | missing |",
              "|---|---:|---:|---:|---:|---:|"]
-    lines += [f"| {ARCH_LABELS.get(row['arch'], row['arch'])} | {row['budget']:.2g} | {row['planned']} | {row['completed']} | "
-              f"{row['stopped_early']} | {row['missing']} |" for row in rows]
+    lines += [f"| {ARCH_LABELS.get(row['arch'], row['arch'])} | {row['budget']:.2g} | {row['planned']} | "
+              f"{row['completed']} | {row['stopped_early']} | {row['missing']} |" for row in rows]
     return lines + [""]
 
 

@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from circuitlab import count_flops, ladder_config
+from circuitlab import count_flops
 from circuitlab.cli import main
 from circuitlab.errors import UserError
 from circuitlab.training.ladder import (
