@@ -247,8 +247,9 @@ def claims_section(rows: list[dict] | None = None) -> str:
         chosen = [row for row in paper if row["verdict"] == verdict]
         if not chosen:
             return "none"
+        # with_reason: the reason's first clause (the two scales); the row in claims.md has the rest
         return "; ".join(f"{_sentence_start(row['claim'])} (`{row['id']}`{_estimate(row)}"
-                         + (f": {row['reason']}" if with_reason else "") + ")" for row in chosen)
+                         + (f": {row['reason'].split('; ')[0]}" if with_reason else "") + ")" for row in chosen)
 
     ceiling = [row["id"] for row in paper if row["verdict"] == "inconclusive" and "metric at ceiling" in row["reason"]]
     deviations = [row for row in rows if row["config"] != "paper"]

@@ -125,7 +125,10 @@ def scale_judgement(ours: tuple[float, float], paper: tuple[float, float], unit:
                     repeats: float | None = None) -> Judgement | None:
     """"Not tested at the paper's scale" when our largest setting is more than 10x below the paper's smallest,
     or the run saw its training data more than once (`repeats` passes); None when the scale suffices."""
-    span = f"ours {ours[0]:.2g}-{ours[1]:.2g} {unit}, the paper's {paper[0]:.2g}-{paper[1]:.2g} {unit}"
+    def shown(low: float, high: float) -> str:  # one setting is one number, a range two
+        return f"{low:.2g}" if f"{low:.2g}" == f"{high:.2g}" else f"{low:.2g}-{high:.2g}"
+
+    span = f"ours {shown(*ours)} {unit}, the paper's {shown(*paper)} {unit}"
     if ours[1] * 10 < paper[0]:
         extra = "" if repeats is None else f"; up to {repeats:.1f} passes over the training data"
         return Judgement(NOT_AT_SCALE, f"more than 10x below the paper's smallest setting ({span}){extra}")

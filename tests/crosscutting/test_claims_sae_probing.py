@@ -59,7 +59,7 @@ def test_the_tax_row_gives_its_ratio_beside_both_scales(tmp_path):
             {"train_seconds": seconds, "tokens_seen": 2_000_000, "parameters": parameters}))
     outcome = parity_training_cost(Context(models_dir=tmp_path))
     assert outcome.value == 1.5 and "parity 15.0 us" in outcome.ours and "GELU 10.0 us" in outcome.ours
-    assert outcome.verdict == NOT_AT_SCALE and "ours 5e+06-5e+06 parameters, the paper's 1.3e+09-1.3e+09" in outcome.reason
+    assert outcome.verdict == NOT_AT_SCALE and "ours 5e+06 parameters, the paper's 1.3e+09 parameters" in outcome.reason
     assert "not the paper's compute to matched capability" in outcome.reason
     # a model at the paper's scale still gets no verdict: the ratio is not the paper's quantity
     (tmp_path / "parity-stories" / "metrics.json").write_text(json.dumps(

@@ -80,6 +80,8 @@ def test_scale_rule_names_both_settings():
     assert found.verdict == NOT_AT_SCALE
     assert all(text in found.reason for text in ("6e+13-9.6e+14", "1e+17-6e+18", "9.1 passes"))
     assert scale_judgement((2e16, 1e17), (1e17, 6e18), "FLOPs") is None  # within 10x of the smallest
+    one = scale_judgement((5.2e6, 5.2e6), (1.3e9, 1.3e9), "parameters")  # one setting each: one number each
+    assert "(ours 5.2e+06 parameters, the paper's 1.3e+09 parameters)" in one.reason
     assert scale_judgement((2e16, 1e17), (1e17, 6e18), "FLOPs", repeats=2.0).verdict == NOT_AT_SCALE
     assert percent_range(30, 35) == (25.0, 40.0) and percent_range(12) == (7.0, 17.0)
 

@@ -36,3 +36,18 @@ def test_the_readme_is_a_front_door_whose_links_resolve():
     for target in re.findall(r"\]\(([^)#]+)\)", text):
         if not target.startswith("http"):
             assert (ROOT / target).exists(), target
+
+
+def test_the_readme_claims_block_counts_the_papers_rows_and_keeps_each_scale_reason_short():
+    pages = _docs_pages()
+    row = {"claim": "a claim about scale", "paper": "x", "estimate": -0.1, "ci95": [-0.2, -0.05], "config": "paper",
+           "reason": "more than 10x below the paper's smallest setting (ours 1e+13 FLOPs, the paper's 1e+17 FLOPs); "
+                     "up to 2.0 passes over the training data"}
+    rows = [{**row, "id": "big", "verdict": "not tested at the paper's scale"},
+            {**row, "id": "held", "claim": "a claim that holds", "verdict": "reproduced", "reason": "clears the rule"},
+            {**row, "id": "ours", "verdict": "reproduced", "config": "a deviation", "reason": ""}]
+    text = pages.claims_section(rows)
+    assert ("of the 2 rows judged on the papers' configurations, 1 reproduced, 0 contradicted, 0 inconclusive, "
+            "1 not tested at the paper's scale, 0 not measured; 1 more rows measure") in text
+    assert "(ours 1e+13 FLOPs, the paper's 1e+17 FLOPs))" in text and "passes over the training data" not in text
+    assert "`held`" in text and "`ours`" not in text
