@@ -283,5 +283,7 @@ CLAIMS: tuple[Claim, ...] = (
     Claim("s003-steering", "003", "abstract",
           "ParityTransformer features beat SAEs on absorption, steering and fine-grained causal interventions",
           "better than SAEs", "each metric better than an SAE's",
-          blocked="circuitlab has an SAE baseline (`circuitlab report sae`) but no absorption or steering benchmark"),
+          blocked="our copy of seed 003 ends in its section 2, so it defines none of the three measurements; "
+                  "circuitlab has the SAE baseline (`circuitlab report sae`, its autoencoders trained on a GPU by "
+                  "scripts/gpu_parity_sae.sh) but no absorption, steering or intervention benchmark"),
 )
