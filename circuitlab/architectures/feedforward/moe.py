@@ -2,7 +2,14 @@
 
 Per token z: router logits r = z W_router [E]; the k largest pick experts e_1..e_k with weights
 w = softmax(r_e1..r_ek); out = sum_j w_j SwiGLU_ej(z), SwiGLU_e(z) = W_out[e] (SiLU(z W_gate[e]) * z W_in[e]).
-No biases. Only the chosen experts are computed (tokens are grouped by expert).
+No biases.
+
+Two dispatches give the same numbers (to float rounding; tested): "grouped" sorts the token-expert pairs by
+expert and runs one matmul per expert, computing only the chosen experts; "dense" runs every expert on every
+token as one matmul and keeps the chosen ones (E/k times the multiply-adds, no host sync). "auto", the
+default, picks dense on a GPU, where the grouped split's host sync per matmul stalls the launch queue (and
+stalls every run sharing the GPU), and grouped elsewhere. FLOP budgets count the chosen experts only, as in
+seed 000.
 
 Units: hidden unit f of expert e, id e * F + f, writes w_e * post_ef * W_out[e, f]. The code keeps the
 `code_k` chosen-expert units of largest |w * post| per token: sparse at the expert level by construction,
@@ -76,6 +83,7 @@ class MoE(CodeLayer):
         super().__init__()
         ffn = config.feedforward
         self.n_experts, self.k, self.d_ffw, self.code_k = ffn.n_experts, ffn.k, ffn.d_ffw, ffn.code_k
+        self.dispatch: Literal["auto", "grouped", "dense"] = "auto"  # see the module docstring
         d_model = config.d_model
         self.W_router = nn.Parameter(torch.empty(d_model, ffn.n_experts))
         self.W_gate = nn.Parameter(torch.empty(ffn.n_experts, d_model, ffn.d_ffw))
@@ -99,19 +107,38 @@ class MoE(CodeLayer):
         out_AxO = torch.empty(len(expert_A), weight_ExIxO.shape[-1], dtype=out_sorted.dtype, device=out_sorted.device)
         return out_AxO.index_copy(0, order_A, out_sorted)
 
+    def _dense(self, z_BxTxD: Tensor) -> bool:
+        if self.dispatch not in ("auto", "grouped", "dense"):
+            raise ValueError(f"moe dispatch must be 'auto', 'grouped' or 'dense', not {self.dispatch!r}")
+        return self.dispatch == "dense" or (self.dispatch == "auto" and z_BxTxD.is_cuda)
+
     def forward(self, z_BxTxD: Float[Tensor, "batch pos d_model"]) -> tuple[Tensor, None]:
         B, T, D = z_BxTxD.shape
         logits_BxTxE = self.hook_router_logits(z_BxTxD @ self.W_router)
         top_logits, indices_BxTxK = logits_BxTxE.topk(self.k, dim=-1)
         indices_BxTxK = self.hook_expert_indices(indices_BxTxK)
         weights_BxTxK = self.hook_expert_weights(top_logits.float().softmax(-1).to(top_logits.dtype))
-        expert_A = indices_BxTxK.reshape(-1)  # A = M * K assignments, token-major
-        rows_AxD = z_BxTxD.reshape(B * T, 1, D).expand(B * T, self.k, D).reshape(-1, D)
-        gate = self.hook_pre(self._per_expert(rows_AxD, self.W_gate, expert_A).view(B, T, self.k, -1))
-        linear = self.hook_pre_linear(self._per_expert(rows_AxD, self.W_in, expert_A).view(B, T, self.k, -1))
+        if self._dense(z_BxTxD):
+            z_MxD, chosen_MxKxF = z_BxTxD.reshape(B * T, D), indices_BxTxK.reshape(B * T, self.k, 1)
+            chosen_MxKxF = chosen_MxKxF.expand(-1, -1, self.d_ffw)
+
+            def chosen_of(weight_ExDxF: Tensor) -> Tensor:
+                return torch.einsum("md,edf->mef", z_MxD, weight_ExDxF).gather(1, chosen_MxKxF).view(B, T, self.k, -1)
+        else:
+            expert_A = indices_BxTxK.reshape(-1)  # A = M * K assignments, token-major
+            rows_AxD = z_BxTxD.reshape(B * T, 1, D).expand(B * T, self.k, D).reshape(-1, D)
+
+            def chosen_of(weight_ExDxF: Tensor) -> Tensor:
+                return self._per_expert(rows_AxD, weight_ExDxF, expert_A).view(B, T, self.k, -1)
+        gate = self.hook_pre(chosen_of(self.W_gate))
+        linear = self.hook_pre_linear(chosen_of(self.W_in))
         post_BxTxKxF = self.hook_post(F.silu(gate) * linear)
-        weighted_AxF = (post_BxTxKxF * weights_BxTxK[..., None]).reshape(-1, self.d_ffw)
-        out_AxD = self._per_expert(weighted_AxF, self.W_out, expert_A)
+        weighted_BxTxKxF = post_BxTxKxF * weights_BxTxK[..., None]
+        if self._dense(z_BxTxD):  # the chosen experts' rows in place (summed if an edited route repeats one), the rest 0
+            spread_MxExF = weighted_BxTxKxF.new_zeros(B * T, self.n_experts, self.d_ffw)
+            spread_MxExF = spread_MxExF.scatter_add(1, chosen_MxKxF, weighted_BxTxKxF.reshape(B * T, self.k, -1))
+            return torch.einsum("mef,efd->md", spread_MxExF, self.W_out).view(B, T, D), None
+        out_AxD = self._per_expert(weighted_BxTxKxF.reshape(-1, self.d_ffw), self.W_out, expert_A)
         return out_AxD.view(B, T, self.k, D).sum(2), None
 
     # --- its code and units (see CodeLayer) ---------------------------------------------------------------
