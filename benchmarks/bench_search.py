@@ -6,7 +6,8 @@ Codes are random with the shipped sgatlin-stories model's shape and skew: 64 non
 (8 of 1,024 neurons in each of 8 channels), each neuron's popularity log-normal with the spread that gives
 the real codes' expected number of shared units between two codes (`SKEW`, fitted by `--fit-skew` from a
 collection of models/sgatlin-stories over held-out stories), values log-normal with the real codes'
-log-mean, log-spread and fraction of negatives. Queries are fresh codes of the same law (not stored rows).
+log-mean, log-spread and fraction of negatives. Queries are fresh codes of the same law (not stored rows),
+favouring the same neurons as the stored codes.
 
 On the CPU the codes are written as a database (memory-mapped shards): the build is that write, "open" is
 `CircuitDB.open` in a fresh process (time and resident memory), exact search runs the posting lists and
@@ -21,6 +22,13 @@ block / 4 TB/s (an H200's memory bandwidth).
     torchrun --nproc_per_node=8 benchmarks/bench_search.py --device cuda --codes 1e8   # rows split over ranks
     python benchmarks/bench_search.py --smoke --out /tmp/search.json   # seconds: every path on small sizes
     python benchmarks/bench_search.py --fit-skew 300                   # measure SKEW from real codes again
+    python benchmarks/bench_search.py --device cuda --postings-probe   # also time the posting-list design
+
+`--postings-probe` times a design the GPU search does not use, to say whether it should: posting lists
+(codes grouped by unit) scored by a Triton kernel that adds each posting's product into a dense score row
+per query (float32 atomics), then torch.topk. It skips the float64 certification, so its rate is an upper
+bound of an exact engine built that way; its row also gives the postings a query reads (the scan reads every
+code's 64 entries per query).
 
 Writes benchmarks/results/search_<device>.json (--out elsewhere) and prints one table.
 """
@@ -109,10 +117,11 @@ def synchronize(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
-def chunks(n_rows: int, seed: int, device, chunk_rows: int = 1 << 16, first_chunk: int = 0, last_chunk: int | None = None):
+def chunks(n_rows: int, seed: int, device, chunk_rows: int = 1 << 16, first_chunk: int = 0, last_chunk: int | None = None,
+           layout_seed: int | None = None):
     for number, (indices, values) in enumerate(
         skewed_code_chunks(n_rows, seed=seed, chunk_rows=chunk_rows, first_chunk=first_chunk, device=device,
-                           **SKEW[SKEW_LAYER]),
+                           layout_seed=layout_seed, **SKEW[SKEW_LAYER]),
         start=first_chunk,
     ):
         if last_chunk is not None and number >= last_chunk:
@@ -121,7 +130,8 @@ def chunks(n_rows: int, seed: int, device, chunk_rows: int = 1 << 16, first_chun
 
 
 def queries_of(n_queries: int, seed: int) -> CodeMatrix:
-    parts = [(i.numpy(), v.numpy()) for _, i, v in chunks(n_queries, seed + 7919, "cpu")]
+    """Fresh codes favouring the same neurons as the stored set of `seed` (its layout), drawn apart from it."""
+    parts = [(i.numpy(), v.numpy()) for _, i, v in chunks(n_queries, seed + 7919, "cpu", layout_seed=seed)]
     return CodeMatrix(np.concatenate([p[0] for p in parts]), np.concatenate([p[1] for p in parts]), 8192)
 
 
@@ -384,6 +394,20 @@ def gpu_size(n_rows: int, args, context) -> list[dict]:
         **same_answer(ids[: len(checked)], distances[: len(checked)], *reference),
     }
     print_row(row, rank=context.rank)
+    probes = []
+    if args.postings_probe and not context.enabled:
+        needed = codes.n_rows * codes.nnz * POSTINGS_BUILD_BYTES
+        free = torch.cuda.mem_get_info(device)[0] if device.type == "cuda" else needed
+        if needed > free:
+            probes.append({"codes": n_rows, "device": row["device"], "ranks": 1, "search": "probe: posting lists",
+                           "not_measured": f"grouping the codes by unit takes about {needed / 1e9:.0f} GB of device "
+                                           f"memory, {free / 1e9:.0f} GB are free"})
+        else:
+            probe = postings_probe(codes, queries, reference[0])
+            probes.append({"codes": n_rows, "device": row["device"], "ranks": 1, **probe})
+            print_row(probes[-1], rank=context.rank)
+            print(f"  postings read per query {probe['postings_per_query']:,.0f} (the scan: "
+                  f"{probe['scan_entries_per_query']:,} entries)", flush=True)
     from circuitlab.analysis.codeindex import faiss_gpu_available
 
     reason = ("faiss-gpu is not installed here" if not faiss_gpu_available() else
@@ -393,7 +417,97 @@ def gpu_size(n_rows: int, args, context) -> list[dict]:
     del codes
     if device.type == "cuda":
         torch.cuda.empty_cache()
-    return [row, approximate]
+    return [row, *probes, approximate]
+
+
+# --- a design probe: posting lists with atomic accumulation -----------------------------------------------
+
+
+POSTINGS_BUILD_BYTES = 48  # device bytes per code entry while `postings_of` groups them (int64 units, order, rows)
+
+
+def postings_of(codes) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The device codes grouped by unit: (offsets [S + 1], rows [R * K] int32, values [R * K] float32)."""
+    n_tiles, nnz, tile = codes.indices.shape
+    units = codes.indices.permute(0, 2, 1).reshape(-1, nnz)[: codes.n_rows].long()
+    values = codes.values.permute(0, 2, 1).reshape(-1, nnz)[: codes.n_rows].float()
+    rows = torch.arange(codes.n_rows, device=units.device)[:, None].expand_as(units)
+    order = torch.argsort(units.reshape(-1), stable=True)
+    counts = torch.bincount(units.reshape(-1), minlength=codes.size)
+    offsets = torch.zeros(codes.size + 1, dtype=torch.int64, device=units.device)
+    offsets[1:] = counts.cumsum(0)
+    return offsets, rows.reshape(-1)[order].int().contiguous(), values.reshape(-1)[order].contiguous()
+
+
+def _postings_kernel():
+    import triton
+    import triton.language as tl
+
+    @triton.jit
+    def kernel(offsets_ptr, rows_ptr, values_ptr, units_ptr, weights_ptr, scores_ptr, n_rows,
+               NNZ: tl.constexpr, SEGMENT: tl.constexpr, BLOCK: tl.constexpr):
+        # one program: query q's entry j, one SEGMENT of that unit's posting list
+        pair = tl.program_id(0)
+        unit = tl.load(units_ptr + pair).to(tl.int64)
+        weight = tl.load(weights_ptr + pair)
+        first = tl.load(offsets_ptr + unit) + tl.program_id(1).to(tl.int64) * SEGMENT
+        stop = tl.minimum(tl.load(offsets_ptr + unit + 1), first + SEGMENT)
+        row_base = scores_ptr + (pair // NNZ).to(tl.int64) * n_rows
+        for start in range(first, stop, BLOCK):
+            at = start + tl.arange(0, BLOCK)
+            inside = at < stop
+            rows = tl.load(rows_ptr + at, mask=inside, other=0)
+            products = tl.load(values_ptr + at, mask=inside, other=0.0) * weight
+            tl.atomic_add(row_base + rows, products, mask=inside, sem="relaxed")
+
+    return kernel
+
+
+def postings_scores(postings, n_rows: int, query_units, query_values, segment: int = 4096) -> torch.Tensor:
+    """Dot products [Q, R] of each query with every row, summed posting by posting (float32, any order)."""
+    offsets, rows, values = postings
+    n_queries, nnz = query_units.shape
+    scores = torch.zeros((n_queries, n_rows), dtype=torch.float32, device=rows.device)
+    lengths = offsets[1:] - offsets[:-1]
+    segments = max(1, int(-(-int(lengths[query_units].max()) // segment)))
+    _postings_kernel()[(n_queries * nnz, segments)](
+        offsets, rows, values, query_units.reshape(-1).contiguous(), query_values.reshape(-1).float().contiguous(),
+        scores, n_rows, NNZ=nnz, SEGMENT=segment, BLOCK=min(segment, 1024))
+    return scores
+
+
+def postings_probe(codes, queries: CodeMatrix, reference_ids: np.ndarray, block: int | None = None,
+                   most_queries: int = 4096) -> dict:
+    """The posting-list design timed on `codes` (see the module docstring): q/s, postings read per query, and
+    the share of float64 brute force's ids that its float32 top 10 holds on the checked queries. Blocks of
+    queries keep the dense score rows within 1 GiB; at most `most_queries` queries are timed."""
+    device = codes.device
+    block = block or max(1, min(256, (1 << 30) // (4 * codes.n_rows)))
+    queries = queries.rows(np.arange(min(len(queries), max(most_queries, len(reference_ids)))))
+    postings = postings_of(codes)
+    lengths = (postings[0][1:] - postings[0][:-1]).double()
+    units = torch.from_numpy(np.ascontiguousarray(queries.indices)).to(device).long()
+    values = torch.from_numpy(np.ascontiguousarray(queries.values)).to(device)
+    inverse_norms = codes.inverse_norms[: codes.n_rows]
+
+    def answer(first: int, stop: int) -> torch.Tensor:
+        scores = postings_scores(postings, codes.n_rows, units[first:stop], values[first:stop])
+        return (scores * inverse_norms).topk(K, dim=1).indices
+
+    answer(0, min(block, len(queries)))  # compile
+    synchronize(device)
+    started = time.perf_counter()
+    found = [answer(first, min(first + block, len(queries))) for first in range(0, len(queries), block)]
+    synchronize(device)
+    seconds = time.perf_counter() - started
+    found_ids = codes.circuit_ids(torch.cat(found)).cpu().numpy()
+    checked = len(reference_ids)
+    return {"search": "probe: posting lists, atomic adds (no float64 certification)", "queries": len(queries),
+            "queries_per_second": round(len(queries) / seconds, 1),
+            "postings_per_query": round(float(lengths[units].sum(1).mean()), 1),
+            "scan_entries_per_query": codes.n_rows * codes.nnz,
+            "recall_at_10": round(float(np.mean([len(set(a) & set(b)) / K for a, b in zip(found_ids[:checked], reference_ids)])), 4),
+            "checked_queries": checked}
 
 
 def barrier(context) -> None:
@@ -508,6 +622,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--device-path-on-cpu", action="store_true", help="also run the accelerator path on the CPU")
     parser.add_argument("--scan", action="store_true", help="the GPU benchmark's path (codes drawn into the scan layout, "
                         "device search, ranks) on whatever device: on the CPU, a dry run of it")
+    parser.add_argument("--postings-probe", action="store_true", help="also time the posting-list design on the GPU "
+                        "path (one rank; see the docstring)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--smoke", action="store_true", help="small sizes, every path, seconds")
     parser.add_argument("--fit-skew", type=int, default=None, metavar="STORIES", help="measure SKEW and exit")

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # On CUDA GPUs: the exact-search kernel's tests compiled on the GPU (TRITON_INTERPRET unset), then
-# benchmarks/bench_search.py at 10^6, 10^7 and 10^8 codes on one GPU, then at 10^7 and 10^8 codes over every
+# benchmarks/bench_search.py at 10^6, 10^7 and 10^8 codes on one GPU (with the posting-list probe), then at 10^7 and 10^8 codes over every
 # visible GPU with torchrun (rows split over the ranks, answers merged). Everything goes to $OUT (default
 # runs/gpu_search): gpu.txt, tests.log, one log and one JSON per benchmark run.
 #   OUT=runs/gpu_search bash scripts/gpu_search.sh          # all three stages
@@ -41,7 +41,7 @@ for stage in $stages; do
     one)
       for codes in 1e6 1e7 1e8; do
         check=$([ "$codes" = 1e8 ] && echo 32 || echo 100)
-        timeout 420 "$PYTHON" benchmarks/bench_search.py --device cuda --codes "$codes" --check "$check" \
+        timeout 420 "$PYTHON" benchmarks/bench_search.py --device cuda --codes "$codes" --check "$check" --postings-probe \
           --out "$OUT/search_1gpu_$codes.json" 2>&1 | tee "$OUT/bench_1gpu_$codes.log"
         [ "${PIPESTATUS[0]}" = 0 ] || status=1
       done

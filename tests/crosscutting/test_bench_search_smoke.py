@@ -88,3 +88,46 @@ def test_the_gpu_path_runs_on_the_cpu_as_a_dry_run(tmp_path):
     assert layout_bytes == -(-3000 // 128) * 128 * (64 * (2 + 4) + 4)  # int16 units, float32 values, inverse norms
     assert exact["bytes_bound_queries_per_second"] == round(40 / (layout_bytes / 4.0e12), 1)
     assert "not_measured" in approximate
+
+
+def test_the_postings_probe_scores_every_row_as_the_dense_product():
+    """The design probe (`--postings-probe`): its posting lists hold each code entry once under its unit, its
+    kernel's scores are the dot products of every query with every row, and the postings it reports reading
+    are the query units' list lengths. Long lists are split into several segments here (segment 16)."""
+    import pytest
+
+    import circuitlab.kernels.dispatch as dispatch
+
+    if not (dispatch.triton_installed() and dispatch.triton_interpreting()):
+        pytest.skip("the probe's kernel runs on the CPU under TRITON_INTERPRET=1 only")
+    bench = _bench()
+    stored = structured_synthetic_codes(700, channels=4, k=4, neurons=32, seed=1)
+    queries = structured_synthetic_codes(9, channels=4, k=4, neurons=32, seed=2, prototypes_seed=1)
+    codes = DeviceCodes.from_matrices([(0, stored)], "cpu", tile=64)
+    offsets, rows, values = bench.postings_of(codes)
+    frequency = np.bincount(stored.indices.ravel(), minlength=stored.size)
+    np.testing.assert_array_equal(np.diff(offsets.numpy()), frequency)
+    assert rows.numel() == 700 * 16 and (np.diff(offsets.numpy()) > 16).any()  # some lists span segments
+    units, weights = torch.from_numpy(queries.indices).long(), torch.from_numpy(queries.values)
+    scores = bench.postings_scores((offsets, rows, values), codes.n_rows, units, weights, segment=16)
+    dense = stored.to_dense().astype(np.float64) @ queries.to_dense().astype(np.float64).T
+    np.testing.assert_allclose(scores.numpy().T, dense, rtol=1e-5, atol=1e-4)
+    reference_ids, _ = bench.brute_force_device(codes, queries, 10)
+    probe = bench.postings_probe(codes, queries, reference_ids, block=4)
+    assert probe["postings_per_query"] == round(float(frequency[queries.indices].sum(1).mean()), 1)
+    assert probe["scan_entries_per_query"] == 700 * 16 and probe["recall_at_10"] > 0.9
+
+
+def test_the_benchmarks_queries_favour_the_stored_codes_neurons():
+    """Queries are fresh draws of the stored set's law: the same popular neurons (as a real model's queries
+    would), not a reshuffled popularity."""
+    bench = _bench()
+    (_, stored, _), = bench.chunks(20000, seed=0, device="cpu", chunk_rows=20000)
+    queries = bench.queries_of(20000, seed=0)
+    assert not np.array_equal(queries.indices[:100], stored.numpy()[:100])  # drawn apart
+    frequency = np.bincount(stored.numpy().ravel(), minlength=8192) / 20000
+    query_frequency = np.bincount(queries.indices.ravel(), minlength=8192) / 20000
+    assert np.corrcoef(frequency, query_frequency)[0, 1] > 0.99
+    reshuffled = np.bincount(next(bench.chunks(20000, seed=7919, device="cpu", chunk_rows=20000))[1].numpy().ravel(),
+                             minlength=8192) / 20000
+    assert np.corrcoef(frequency, reshuffled)[0, 1] < 0.5  # another seed's layout favours other neurons

@@ -65,6 +65,7 @@ def skewed_code_chunks(
     chunk_rows: int = 1 << 16,
     first_chunk: int = 0,
     device="cpu",
+    layout_seed: int | None = None,
 ):
     """Random codes of the sgatlin shape with skewed unit frequencies, as (indices int32, values float32) torch
     chunks of `chunk_rows` rows on `device`.
@@ -72,7 +73,9 @@ def skewed_code_chunks(
     Every code holds `k` distinct neurons in each of `channels` channels of `neurons`. A neuron's popularity is
     log-normal: the neuron of rank r (ranks shuffled over each channel's neurons, seeded) is drawn with
     probability proportional to exp(popularity_spread * z_r), z_r the standard normal quantile at
-    1 - (r - 1/2) / neurons. Values have a log-normal(log_mean, log_std) magnitude and are negative with
+    1 - (r - 1/2) / neurons; the ranks are shuffled by `layout_seed` (default `seed`): draw queries with the
+    stored set's layout_seed and another seed, and they favour the same neurons as the stored codes, as a real
+    model's queries do. Values have a log-normal(log_mean, log_std) magnitude and are negative with
     probability `negative`. A duplicate within a channel is drawn again until the k differ. Chunk c comes from
     its own seed, so rows [c * chunk_rows, ...) are the same whichever process draws them (`first_chunk`
     starts there): the ranks of a distributed benchmark draw disjoint parts of one set.
@@ -80,7 +83,7 @@ def skewed_code_chunks(
     import torch
 
     device = torch.device(device)
-    layout = torch.Generator(device="cpu").manual_seed(seed)
+    layout = torch.Generator(device="cpu").manual_seed(seed if layout_seed is None else layout_seed)
     neuron_of_rank = torch.stack([torch.randperm(neurons, generator=layout) for _ in range(channels)]).to(device)
     quantiles = torch.special.ndtri(1 - (torch.arange(1, neurons + 1, dtype=torch.float64) - 0.5) / neurons)
     weights = torch.exp(popularity_spread * quantiles)
