@@ -12,8 +12,9 @@
 #   DEVICE=cpu SMOKE=1 RESULTS=/tmp/ladder bash scripts/gpu_ladder.sh   # CPU check of every code path
 #   RESULTS=results/ladder ARCHS=moe ABLATIONS= BUDGET_SCALE=0.875 JOBS=8 bash scripts/gpu_ladder.sh
 #                                  # one design's missing runs of the committed sweep; name the sweep's
-#                                  # budget scale, since `max` is computed from the designs in ARCHS, then write the results with
-#                                  # `circuitlab ladder --report-only` and the whole sweep's options
+#                                  # budget scale, since `max` is computed from the designs in ARCHS, then
+#                                  # write the results with `circuitlab ladder --report-only` and the whole
+#                                  # sweep's options
 # Settings (environment): RESULTS, DEVICE, BUDGET_SCALE, SCALES, SIZES, ARCHS, SEEDS, ABLATIONS, LR_GRID,
 # MAX_NATURAL_PASSES, JOBS (runs per GPU), MAX_MINUTES (per run), COMPILE (1: torch.compile each run),
 # N_STORIES, NATURAL, TOKENIZER, SMOKE, PYTHON, TIME_LIMIT (seconds: interrupt the sweep then).
@@ -38,7 +39,7 @@ ARCHS="${ARCHS:-mlp swiglu sgatlin peer moe}"
 SEEDS="${SEEDS:-0 1 2}"
 ABLATIONS="${ABLATIONS-sgatlin-gelu sgatlin-peer-router}"
 JOBS="${JOBS:-12}"
-MAX_MINUTES="${MAX_MINUTES:-12}"  # per run: the slowest run of the committed sweep trained 4.99 minutes (PEER, with 24 runs sharing one H200)
+MAX_MINUTES="${MAX_MINUTES:-12}"  # per run: the committed sweep's slowest trained 4.99 minutes (PEER, size 1, larger budget)
 COMPILE="${COMPILE:-0}"
 N_STORIES="${N_STORIES:-60000}"
 NATURAL="${NATURAL:-data/natural}"
