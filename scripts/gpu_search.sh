@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # On CUDA GPUs: the exact-search kernel's tests compiled on the GPU (TRITON_INTERPRET unset), then
 # benchmarks/bench_search.py at 10^6, 10^7 and 10^8 codes on one GPU (with the posting-list probe), then at
-# 10^7 and 10^8 codes over every visible GPU with torchrun (rows split over the ranks, answers merged). Everything goes to $OUT (default
-# runs/gpu_search): gpu.txt, tests.log, one log and one JSON per benchmark run.
+# 10^7 and 10^8 codes over every visible GPU with torchrun (rows split over the ranks, answers merged).
+# Everything goes to $OUT (default runs/gpu_search): gpu.txt, tests.log, one log and one JSON per benchmark run.
 #   OUT=runs/gpu_search bash scripts/gpu_search.sh          # all three stages
 #   OUT=... bash scripts/gpu_search.sh tests one            # chosen stages: tests, one, ranks
 # Time on one H200 (measured): tests 48 s with set-up, 10^6 codes 27 s, 10^7 codes 70 s; 10^8 codes more than
