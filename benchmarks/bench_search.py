@@ -36,6 +36,7 @@ Writes benchmarks/results/search_<device>.json (--out elsewhere) and prints one 
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import platform
@@ -439,6 +440,7 @@ def postings_of(codes) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     return offsets, rows.reshape(-1)[order].int().contiguous(), values.reshape(-1)[order].contiguous()
 
 
+@functools.cache
 def _postings_kernel():
     import triton
     import triton.language as tl
