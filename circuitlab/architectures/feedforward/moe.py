@@ -118,7 +118,8 @@ class MoE(CodeLayer):
         top_logits, indices_BxTxK = logits_BxTxE.topk(self.k, dim=-1)
         indices_BxTxK = self.hook_expert_indices(indices_BxTxK)
         weights_BxTxK = self.hook_expert_weights(top_logits.float().softmax(-1).to(top_logits.dtype))
-        if self._dense(z_BxTxD):
+        dense = self._dense(z_BxTxD)
+        if dense:
             z_MxD, chosen_MxKxF = z_BxTxD.reshape(B * T, D), indices_BxTxK.reshape(B * T, self.k, 1)
             chosen_MxKxF = chosen_MxKxF.expand(-1, -1, self.d_ffw)
 
@@ -134,7 +135,7 @@ class MoE(CodeLayer):
         linear = self.hook_pre_linear(chosen_of(self.W_in))
         post_BxTxKxF = self.hook_post(F.silu(gate) * linear)
         weighted_BxTxKxF = post_BxTxKxF * weights_BxTxK[..., None]
-        if self._dense(z_BxTxD):  # the chosen experts' rows in place (summed if an edited route repeats one), the rest 0
+        if dense:  # the chosen experts' rows in place (summed if an edited route repeats one), the rest 0
             spread_MxExF = weighted_BxTxKxF.new_zeros(B * T, self.n_experts, self.d_ffw)
             spread_MxExF = spread_MxExF.scatter_add(1, chosen_MxKxF, weighted_BxTxKxF.reshape(B * T, self.k, -1))
             return torch.einsum("mef,efd->md", spread_MxExF, self.W_out).view(B, T, D), None
