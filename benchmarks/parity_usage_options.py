@@ -6,6 +6,7 @@ Variants (all with the same dense GELU MLP under the bottleneck, the same data, 
     linear             seed 003's eq. 1 random code (bottleneck/parity_linear.py), no bias, no balance
     linear+bias        with the bias path (bottleneck/usage.py)
     linear+bias+bal    with the bias path and the usage-balancing term at --balance
+    linear+bias+bal+centred   the same with the reconstruction term relative to the writes' variation
 and, for the ablation share, the dense GELU model itself.
 
     python benchmarks/parity_usage_options.py --size tiny --steps 400 --out benchmarks/results/parity_usage_tiny.json
@@ -46,6 +47,7 @@ def variants(size: dict, balance: float, recon: float = 1.0) -> dict[str, dict |
         "linear": dict(linear, bias=False),
         "linear+bias": dict(linear, bias=True),
         "linear+bias+bal": dict(linear, bias=True, lambda_balance=balance),
+        "linear+bias+bal+centred": dict(linear, bias=True, lambda_balance=balance, recon_reference="centred"),
     }
 
 
@@ -96,21 +98,24 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{name}: trained in {seconds:.0f} s, held-out loss {measured['loss']:.4f}", flush=True)
     gelu = results["gelu"]["losses"]
     gelu_cost = gelu["loss_writes_mean_ablated"] - gelu["loss"]
-    print(f"\n{'variant':<17} {'loss':>7} {'recon':>7} {'eff. feat.':>10} {'top share':>9} {'dead':>6} {'PR':>6} "
-          f"{'mean-abl. share':>15} {'train s':>8}")
+    print(f"\n{'variant':<24} {'loss':>7} {'recon':>7} {'recon var.':>10} {'var. share':>10} {'eff. feat.':>10} "
+          f"{'top share':>9} {'dead':>6} {'PR':>6} {'mean-abl. share':>15} {'train s':>8}")
     for name, entry in results.items():
         layers, measured = entry["layers"], entry["losses"]
         share = (measured["loss_writes_mean_ablated"] - measured["loss"]) / gelu_cost if gelu_cost else float("nan")
         entry["mean_ablation_share"] = share
+        variation = min(row["variance_share"] for row in layers)
         if name == "gelu":
-            print(f"{name:<17} {measured['loss']:>7.4f} {'':>7} {'':>10} {'':>9} {'':>6} "
+            print(f"{name:<24} {measured['loss']:>7.4f} {'':>7} {'':>10} {variation:>10.4f} {'':>10} {'':>9} {'':>6} "
                   f"{min(row['participation_ratio'] for row in layers):>6.1f} {1.0:>15.3f} {entry['train_seconds']:>8.0f}")
             continue
-        print(f"{name:<17} {measured['loss']:>7.4f} {max(r['reconstruction'] for r in layers):>7.4f} "
+        print(f"{name:<24} {measured['loss']:>7.4f} {max(r['reconstruction'] for r in layers):>7.4f} "
+              f"{max(r['centred_reconstruction'] for r in layers):>10.4f} {variation:>10.4f} "
               f"{min(r['effective_features'] for r in layers):>10.1f} {max(r['top_feature_share'] for r in layers):>9.3f} "
               f"{max(r['dead_share'] for r in layers):>6.3f} {min(r['participation_ratio'] for r in layers):>6.1f} "
               f"{share:>15.3f} {entry['train_seconds']:>8.0f}")
-    print("(worst layer for recon, effective features, top share, dead share and PR)")
+    print("(worst layer for recon, recon of the variation, variation share, effective features, top share, dead "
+          "share and PR)")
     if args.out:
         Path(args.out).write_text(json.dumps({"size": args.size, "steps": args.steps, "balance": args.balance,
                                               "device": args.device, "results": results}, indent=1) + "\n")

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Train the parity-stories model (product-design bottleneck, architectures/feedforward/parity.py) with the
+# Train the parity-stories model (its preset: the linear design, architectures/bottleneck/parity_linear.py) with the
 # settings of the shipped models (scripts/train_shipped.sh), then measure it against the GELU model with
 # `circuitlab report parity` on held-out natural text.
 #
@@ -13,7 +13,8 @@
 # N_STORIES (60000), HELD_OUT_STORIES (2000), NATURAL (data/natural), NATURAL_UPSAMPLE (3), TOKENIZER
 # (models/sgatlin-stories/tokenizer.json), GELU (models/gelu-stories, the model compared with), DEVICE (cuda),
 # MAX_MINUTES (7), REPORT_TOKENS (65536), PYTHON (python); bottleneck overrides of the preset: BEAM,
-# PURSUIT_ROUNDS, LAMBDA_RECON, K (features per token; the card's text follows K).
+# PURSUIT_ROUNDS, LAMBDA_RECON, K (features per token; the card's text follows K), LAMBDA_BALANCE and
+# RECON_REFERENCE ("write" or "centred": what the reconstruction term is relative to; docs/decisions/parity-recon.md).
 # Writes $RESULTS/parity-stories (model folder: card, metrics.json, train_log.jsonl), $RESULTS/parity-stories.log,
 # $RESULTS/parity_report.json and $RESULTS/parity_report.md. Calling it again resumes a killed run and skips a
 # finished one.
@@ -38,13 +39,16 @@ mkdir -p "$RESULTS"
 MIX=(--natural "$NATURAL" --natural-upsample "$NATURAL_UPSAMPLE" --n-stories "$N_STORIES" --held-out-stories "$HELD_OUT_STORIES")
 
 # the preset, with the bottleneck overrides given in the environment
-BEAM="${BEAM:-}" PURSUIT_ROUNDS="${PURSUIT_ROUNDS:-}" LAMBDA_RECON="${LAMBDA_RECON:-}" K="${K:-}" "$PYTHON" - "$RESULTS/parity-stories.config.json" <<'EOF'
+BEAM="${BEAM:-}" PURSUIT_ROUNDS="${PURSUIT_ROUNDS:-}" LAMBDA_RECON="${LAMBDA_RECON:-}" K="${K:-}" \
+  LAMBDA_BALANCE="${LAMBDA_BALANCE:-}" RECON_REFERENCE="${RECON_REFERENCE:-}" \
+  "$PYTHON" - "$RESULTS/parity-stories.config.json" <<'EOF'
 import os, sys
 from circuitlab.config import ModelConfig
 
 config = ModelConfig.preset("parity-stories")
 bottleneck = config.bottleneck.model_dump()
-for key, cast in (("beam", int), ("pursuit_rounds", int), ("lambda_recon", float), ("k", int)):
+for key, cast in (("beam", int), ("pursuit_rounds", int), ("lambda_recon", float), ("k", int),
+                  ("lambda_balance", float), ("recon_reference", str)):
     if os.environ.get(key.upper()):
         bottleneck[key] = cast(os.environ[key.upper()])
 config.replace(bottleneck=bottleneck).to_json(sys.argv[1])

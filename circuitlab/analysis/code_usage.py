@@ -64,6 +64,14 @@ class WriteMoments:
     def mean(self) -> Tensor:
         return self.total / max(self.n, 1)
 
+    def spread(self) -> float:
+        """sum over tokens of ||x - mean||^2 (the writes' total variation around their mean)."""
+        return float(self.outer.trace() - self.n * self.mean.pow(2).sum())
+
+    def energy(self) -> float:
+        """sum over tokens of ||x||^2."""
+        return float(self.outer.trace())
+
     def participation_ratio(self) -> float:
         mean = self.mean
         covariance = self.outer / max(self.n, 1) - torch.outer(mean, mean)

@@ -24,8 +24,9 @@ MEAN_COLOUR = "#FEAF16"
 
 
 def layer_figure(report: dict[str, Any]) -> plotly.graph_objects.Figure:
-    """Per layer: reconstruction error, agreement and certified share, write / residual beside GELU's, and
-    feature usage; dotted lines are the issue's targets."""
+    """Per layer: reconstruction error (of the write, and of its variation around the mean where the report has
+    it), agreement and certified share, write / residual beside GELU's, and feature usage; dotted lines are the
+    issue's targets."""
     import plotly.graph_objects as go
     from plotly.subplots import make_subplots
 
@@ -37,6 +38,9 @@ def layer_figure(report: dict[str, Any]) -> plotly.graph_objects.Figure:
         "write norm / residual norm", "feature usage"])
     figure.add_trace(go.Bar(x=layers, y=[row["reconstruction"] for row in rows], name="reconstruction",
                             marker_color=PARITY_COLOUR, showlegend=False), row=1, col=1)
+    if all(row["reconstruction of the variation"] is not None for row in rows):  # reports since it was measured
+        figure.add_trace(go.Bar(x=layers, y=[row["reconstruction of the variation"] for row in rows],
+                                name="reconstruction of the write's variation", marker_color=MEAN_COLOUR), row=1, col=1)
     figure.add_hline(y=TARGETS["reconstruction"].threshold, line_dash="dot", line_color=TARGET_COLOUR, row=1, col=1)
     figure.add_trace(go.Bar(x=layers, y=[row["agreement"] for row in rows], name="agreement",
                             marker_color=PARITY_COLOUR), row=1, col=2)

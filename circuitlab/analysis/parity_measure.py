@@ -123,7 +123,7 @@ def layer_stats(model, windows: torch.Tensor, batch_size: int, device: torch.dev
     n_layers = model.config.n_layers
     d = model.config.d_model
     stats = [dict(error_sum=0.0, norm_sum=0.0, write_ratio_sum=0.0, tokens=0, sampled=[], usage=None,
-                  writes=WriteMoments(d), coded=WriteMoments(d), window_error=[], window_norm=[])
+                  writes=WriteMoments(d), coded=WriteMoments(d), window_error=[], window_norm=[], window_sum=[])
              for _ in range(n_layers)]
     wanted = ("hook_in", "hook_recon", "hook_code_indices", "hook_resid_mid", "hook_mlp_out")
     for batch in _batches(windows, batch_size, "bottleneck"):
@@ -145,6 +145,7 @@ def layer_stats(model, windows: torch.Tensor, batch_size: int, device: torch.dev
             window_norm = x.pow(2).sum(dim=(1, 2)).tolist()
             entry["window_error"] += window_error
             entry["window_norm"] += window_norm
+            entry["window_sum"].append(x.double().sum(dim=1).cpu())  # [windows, d]: for each window's spread below
             entry["error_sum"] += sum(window_error)
             entry["norm_sum"] += sum(window_norm)
             indices = cache[prefix + "bottleneck.hook_code_indices"].long().flatten()
@@ -157,10 +158,22 @@ def layer_stats(model, windows: torch.Tensor, batch_size: int, device: torch.dev
     for layer in range(n_layers):
         entry = stats[layer]
         row = {"layer": layer, "write_over_residual": entry["write_ratio_sum"] / max(entry["tokens"], 1),
-               "write_mean": entry["writes"].mean.tolist(), "participation_ratio": entry["writes"].participation_ratio()}
+               "write_mean": entry["writes"].mean.tolist(), "participation_ratio": entry["writes"].participation_ratio(),
+               "variance_share": entry["writes"].spread() / max(entry["writes"].energy(), 1e-30)}
         bottleneck = model.blocks[layer].bottleneck
         if bottleneck is not None:
             row["reconstruction"] = entry["error_sum"] / max(entry["norm_sum"], 1e-30)
+            # the same error over the writes' variation around their mean, and that variation's share of the
+            # writes: a write that is nearly constant reconstructs well on the first whatever the code keeps
+            row["centred_reconstruction"] = entry["error_sum"] / max(entry["coded"].spread(), 1e-30)
+            row["variance_share"] = entry["coded"].spread() / max(entry["coded"].energy(), 1e-30)  # before coding
+            # per window, sum ||x - mean||^2 about the mean of all tokens (so the windows' spreads add up to the
+            # layer's): sum ||x||^2 - 2 mean . sum x + n ||mean||^2
+            mean = entry["coded"].mean
+            sums = torch.cat(entry["window_sum"])
+            per_window = (windows.shape[1] - 1)
+            spread = torch.tensor(entry["window_norm"], dtype=torch.float64) - 2 * sums @ mean + per_window * mean.pow(2).sum()
+            row["window_spread"] = spread.tolist()
             row["window_error"], row["window_norm"] = entry["window_error"], entry["window_norm"]
             row["participation_ratio"] = entry["coded"].participation_ratio()  # of the writes before coding
             usage = entry["usage"]
@@ -262,6 +275,7 @@ def report(model_dir: str, gelu_dir: str | None, n_tokens: int, natural: Path | 
         result["gelu"] = {"model": str(gelu_dir), **losses(gelu, windows, batch_size, torch_device, "gelu", gelu_means)}
         result["gelu"]["write_over_residual"] = [row["write_over_residual"] for row in gelu_layers]
         result["gelu"]["participation_ratio"] = [row["participation_ratio"] for row in gelu_layers]
+        result["gelu"]["variance_share"] = [row["variance_share"] for row in gelu_layers]
         parity_cost = result["parity"]["loss_writes_zeroed"] - result["parity"]["loss"]
         gelu_cost = result["gelu"]["loss_writes_zeroed"] - result["gelu"]["loss"]
         result["ablation_share"] = parity_cost / gelu_cost if gelu_cost != 0 else None
@@ -295,6 +309,15 @@ def table(result: dict) -> str:
             f"| {row['layer']} | {row['reconstruction']:.3f} | {_number(row.get('reconstruction_exhaustive_sampled'), '.3f')} | "
             f"{row['agreement']:.3f} | {_number(row.get('certified'), '.3f')} | {row['write_over_residual']:.3f} | "
             f"{_number(gelu_ratios and gelu_ratios[row['layer']], '.3f')} | {_number(row.get('coherence'), '.3f')} |")
+    if any("centred_reconstruction" in row for row in result["layers"]):
+        gelu_shares = gelu.get("variance_share")
+        lines += ["", "| layer | write variation share | GELU write variation share | recon of the variation |",
+                  "|---|---|---|---|"]
+        lines += [f"| {row['layer']} | {_number(row.get('variance_share'), '.4f')} | "
+                  f"{_number(gelu_shares and gelu_shares[row['layer']], '.4f')} | "
+                  f"{_number(row.get('centred_reconstruction'), '.3f')} |" for row in result["layers"]]
+        lines.append("(variation share: sum ||x - mean||^2 / sum ||x||^2 of the FFN writes; recon of the variation: the "
+                     "reconstruction error over sum ||x - mean||^2 instead of sum ||x||^2)")
     lines += ["",
               "| layer | features used | effective features | top feature share | features > 10% | dead share | "
               "top-100 share | participation ratio | GELU participation ratio |",

@@ -14,11 +14,15 @@ The report, as the script writes it (fields read here; others are kept but unrea
   ||resid_mid||), `distinct_features`, `top100_share`, `coherence`; and the usage diagnostics of
   circuitlab.analysis.code_usage: `features` (m), `effective_features`, `top_feature_share`,
   `over_10_percent`, `dead_share`, `firing_histogram` {edges, counts, dead}, `participation_ratio` (of the
-  FFN writes before coding);
+  FFN writes before coding), `variance_share` (sum ||x - mean||^2 / sum ||x||^2 of those writes: the share
+  that varies from token to token) and `centred_reconstruction` (the reconstruction error over sum
+  ||x - mean||^2: the share of that variation the code misses); per held-out window `window_error`,
+  `window_norm` and `window_spread` (sums of ||x - x_hat||^2, ||x||^2 and ||x - mean||^2, the mean of all
+  tokens), which the claims file resamples;
 - `parity` and `gelu`: `loss`, `loss_writes_zeroed` and `loss_writes_mean_ablated` (nats/token, every FFN
   write zeroed / replaced by its layer's mean write), `zeroed_by_layer` and `mean_ablated_by_layer` (the cost,
   loss minus plain loss, of ablating one layer's write), and for the GELU model its `write_over_residual` and
-  `participation_ratio` per layer; `ablation_share` and `mean_ablation_share` = the parity model's cost of
+  `participation_ratio` and `variance_share` per layer; `ablation_share` and `mean_ablation_share` = the parity model's cost of
   ablating every write over the GELU model's; `loss_ratio` = parity loss / GELU loss; `perplexity_ratio` =
   exp(parity loss - GELU loss); `design` (the bottleneck config).
 Reports written before the usage diagnostics lack the usage fields, the mean ablations and the ratios: their
@@ -131,8 +135,11 @@ class _Layer(_Checked):
     dead_share: float | None = None
     firing_histogram: _Histogram | None = None
     participation_ratio: float | None = None
+    centred_reconstruction: float | None = None  # reports before these figures lack them
+    variance_share: float | None = None
     window_error: list[float] | None = None  # per held-out window: summed squared error of the write
     window_norm: list[float] | None = None  # and summed squared norm (reports before these kept totals only)
+    window_spread: list[float] | None = None  # and sum ||x - mean||^2, the mean of all tokens (since 2026-12)
 
 
 class _Losses(_Checked):
@@ -148,6 +155,7 @@ class _Gelu(_Losses):
     model: str
     write_over_residual: list[float]
     participation_ratio: list[float] | None = None
+    variance_share: list[float] | None = None
 
 
 class _Report(_Checked):
@@ -175,6 +183,8 @@ def _per_layer_lengths(checked: _Report) -> dict[str, int]:
         lengths["gelu.write_over_residual"] = len(checked.gelu.write_over_residual)
         if checked.gelu.participation_ratio is not None:
             lengths["gelu.participation_ratio"] = len(checked.gelu.participation_ratio)
+        if checked.gelu.variance_share is not None:
+            lengths["gelu.variance_share"] = len(checked.gelu.variance_share)
     return lengths
 
 
@@ -200,7 +210,7 @@ def check_parity_report(report: Any, where: str = "the report") -> dict[str, Any
             raise UserError(f"{where}: {name} has {length} layers, the parity model {len(checked.layers)} "
                             "(were the two models of different depth?)")
     windows = {f"layers.{layer.layer}.{field}": len(values) for layer in checked.layers
-               for field in ("window_error", "window_norm") if (values := getattr(layer, field)) is not None}
+               for field in ("window_error", "window_norm", "window_spread") if (values := getattr(layer, field)) is not None}
     for name, losses in (("parity", checked.parity), ("gelu", checked.gelu)):
         windows.update({f"{name}.window_losses.{key}": len(values)
                         for key, values in ((losses.window_losses or {}) if losses is not None else {}).items()})
@@ -245,14 +255,19 @@ def _with_target(row: dict[str, Any], key: str, label: str, measured: float | No
 
 def layer_table(report: dict[str, Any]) -> list[dict[str, Any]]:
     """One row per bottleneck layer: reconstruction and agreement, each beside its target with met / missed;
-    certified share, write norms and coherence."""
+    the reconstruction of the writes' variation and that variation's share of the writes (beside the GELU
+    model's); certified share, write norms and coherence."""
     gelu_ratios = (report.get("gelu") or {}).get("write_over_residual")
+    gelu_shares = (report.get("gelu") or {}).get("variance_share")
     rows = []
     for layer in report["layers"]:
         row: dict[str, Any] = {"layer": layer["layer"]}
         _with_target(row, "reconstruction", "reconstruction", layer["reconstruction"])
         _with_target(row, "agreement", "agreement", layer["agreement"])
         row.update({
+            "reconstruction of the variation": layer.get("centred_reconstruction"),
+            "write variation share": layer.get("variance_share"),
+            "GELU write variation share": None if gelu_shares is None else gelu_shares[layer["layer"]],
             "certified": layer.get("certified"),
             "write / residual": layer["write_over_residual"],
             "GELU write / residual": None if gelu_ratios is None else gelu_ratios[layer["layer"]],

@@ -242,6 +242,19 @@ def test_the_new_figures_draw_the_constructed_reports_numbers():
     report = constructed_report()
     traces = {trace.name: list(trace.y) for trace in layer_figure(report).data}
     assert traces["tokens using the top feature"] == [0.1, 0.25]
+    assert "reconstruction of the write's variation" not in traces  # not in a report before it was measured
+    assert [row["reconstruction of the variation"] for row in layer_table(report)] == [None, None]
+    for layer, (centred, share) in zip(report["layers"], [(0.4, 0.01), (0.08, 0.9)], strict=True):
+        layer.update(centred_reconstruction=centred, variance_share=share)
+    report["gelu"]["variance_share"] = [0.95, 0.85]
+    report = check_parity_report(report)
+    traces = {trace.name: list(trace.y) for trace in layer_figure(report).data}
+    assert traces["reconstruction of the write's variation"] == [0.4, 0.08]
+    rows = layer_table(report)
+    assert [(row["write variation share"], row["GELU write variation share"]) for row in rows] == [(0.01, 0.95), (0.9, 0.85)]
+    report["gelu"]["variance_share"] = [0.95]
+    with pytest.raises(UserError, match="gelu.variance_share has 1 layers, the parity model 2"):
+        check_parity_report(report)
     firing = report_firing_figure(report)
     assert len(firing.data) == 2 and firing.layout.xaxis.type == "log"
     for trace, layer in zip(firing.data, report["layers"], strict=True):

@@ -93,9 +93,9 @@ def first_format(config: ModelConfig) -> dict:
     data["selectivity"] = {key: data["selectivity"][key]
                            for key in ("attn_sparsity", "attn_crispness", "ffn_sparsity", "ffn_crispness")}
     if data.get("bottleneck") is not None:  # the parity section held the first parity design's fields, null,
-        # and not the fields added since (the bias path and the usage balance)
+        # and not the fields added since (the bias path, the usage balance, the reconstruction reference)
         data["bottleneck"] = {key: value for key, value in dict(data["bottleneck"], bits_per_level=None, beams=None).items()
-                              if key not in ("bias", "lambda_balance")}
+                              if key not in ("bias", "lambda_balance", "recon_reference")}
     return data
 
 

@@ -594,6 +594,38 @@ def test_reconstruction_aux_is_the_mean_relative_error_of_the_ffn_writes():
     assert model.blocks[0].mlp.W_out.grad.abs().sum() > 0
 
 
+@pytest.mark.parametrize("preset", ["tiny-parity", "tiny-parity-linear"])
+def test_centred_reconstruction_term_is_the_error_over_the_writes_variation(preset):
+    """recon_reference "centred": the training term divides by sum ||x - mean x||^2 (the mean over the batch's
+    tokens), so adding a constant to every write leaves it unchanged, while the plain term falls."""
+    config = ModelConfig.preset(preset)
+    model = CircuitTransformer(config.replace(bottleneck=dict(config.bottleneck.model_dump(), recon_reference="centred")))
+    model.reset_parameters(seed=3)
+    tokens = torch.randint(0, 512, (3, 10), generator=torch.Generator().manual_seed(9))
+    _, aux = model(tokens, return_aux=True)
+    _, cache = model.run_with_cache(tokens)
+    errors = []
+    for layer in range(model.config.n_layers):
+        x = cache[f"blocks.{layer}.bottleneck.hook_in"].double().reshape(-1, model.config.d_model)
+        x_hat = cache[f"blocks.{layer}.bottleneck.hook_recon"].double().reshape(-1, model.config.d_model)
+        errors.append((x - x_hat).pow(2).sum() / (x - x.mean(0)).pow(2).sum())
+    assert aux["reconstruction"].item() == pytest.approx(torch.stack(errors).mean().item(), rel=1e-5)
+    bottleneck = model.blocks[0].bottleneck
+    x = cache["blocks.0.bottleneck.hook_in"]
+    shifted = x + 5.0 * torch.randn(x.shape[-1], generator=torch.Generator().manual_seed(4))
+    with torch.no_grad():
+        before = bottleneck(x)
+        if bottleneck.bias is not None:  # the bias path takes the constant: the code sees the same x - b
+            bottleneck.bias += shifted[0, 0] - x[0, 0]
+        after = bottleneck(shifted)
+        plain = [relative_error(x, before).item(), relative_error(shifted, after).item()]
+        centred = [relative_error(x, before, centred=True).item(), relative_error(shifted, after, centred=True).item()]
+    if bottleneck.bias is not None:
+        assert centred[1] == pytest.approx(centred[0], rel=1e-4)
+        assert plain[1] < plain[0] / 10  # the plain term rewards the constant
+    assert all(0 < value for value in centred)
+
+
 def test_save_and_load_round_trip(tmp_path):
     model = CircuitTransformer(ModelConfig.preset("tiny-parity"))
     model.save(tmp_path / "model")

@@ -112,6 +112,20 @@ def test_report_figures_follow_their_definitions(tiny_models, tmp_path, capsys):
     writes = x.reshape(-1, x.shape[-1]).double()
     eigenvalues = torch.linalg.eigvalsh(torch.cov(writes.T, correction=0)).clamp_min(0)
     assert row["participation_ratio"] == pytest.approx((eigenvalues.sum() ** 2 / eigenvalues.pow(2).sum()).item(), rel=1e-4)
+    # the error over the writes' variation around their mean, and that variation's share of the writes
+    spread = (writes - writes.mean(0)).pow(2).sum()
+    assert row["centred_reconstruction"] == pytest.approx(((x - x_hat).pow(2).sum() / spread).item(), rel=1e-4)
+    assert row["variance_share"] == pytest.approx((spread / writes.pow(2).sum()).item(), rel=1e-6)
+    assert row["centred_reconstruction"] > row["reconstruction"]  # a share of a smaller sum
+    by_spread = (x.double() - writes.mean(0)).pow(2).sum(dim=(1, 2))  # per window, about the mean of all tokens
+    assert row["window_spread"] == pytest.approx(by_spread.tolist(), rel=1e-6)
+    assert sum(row["window_error"]) / sum(row["window_spread"]) == pytest.approx(row["centred_reconstruction"], rel=1e-6)
+    gelu_model = load_model(tiny_models["tiny-gelu"]).eval()
+    with torch.no_grad():
+        gelu_writes = gelu_model.run_with_cache(windows[:, :-1])[1]["blocks.0.hook_mlp_out"].reshape(-1, 64).double()
+    gelu_share = (gelu_writes - gelu_writes.mean(0)).pow(2).sum() / gelu_writes.pow(2).sum()
+    assert gelu["variance_share"][0] == pytest.approx(gelu_share.item(), rel=1e-6)
+    assert "| layer | write variation share |" in printed
 
     # mean ablation of layer 1: its write replaced by the mean write over these tokens, by hand
     mean_write = cache["blocks.1.hook_mlp_out"].reshape(-1, x.shape[-1]).double().mean(0).float()

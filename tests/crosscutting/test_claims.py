@@ -425,6 +425,35 @@ def test_parity_rows_draw_intervals_over_the_reports_windows(tmp_path):
     assert ablation.estimate.low < ablation.value < ablation.estimate.high and ablation.verdict != REPRODUCED
 
 
+def test_parity_reconstruction_is_judged_on_the_writes_variation_where_the_report_has_it(tmp_path):
+    """A nearly constant write: tiny error of the write, half its variation lost. The row judges the error of
+    the variation (bootstrap over windows against brute force) and sets the mean write's score beside the first."""
+    import numpy as np
+
+    from circuitlab.stats import N_RESAMPLES, _indices
+
+    rng = np.random.default_rng(5)
+    norm = rng.uniform(0.8, 1.2, size=(2, 30)) * 100.0
+    spread = norm * np.array([[0.9], [0.005]])  # layer 1 writes almost the same vector at every token
+    error = spread * np.array([[0.05], [0.5]]) * rng.uniform(0.8, 1.2, size=(2, 30))
+    layers = [dict(layer=i, reconstruction=float(error[i].sum() / norm[i].sum()),
+                   centred_reconstruction=float(error[i].sum() / spread[i].sum()),
+                   variance_share=float(spread[i].sum() / norm[i].sum()), agreement=1.0, certified=None,
+                   window_error=error[i].tolist(), window_norm=norm[i].tolist(), window_spread=spread[i].tolist())
+              for i in range(2)]
+    path = tmp_path / "parity_report.json"
+    path.write_text(json.dumps(dict(tokens=3000, design={}, layers=layers, parity=dict(loss=3.0, loss_writes_zeroed=4.0))))
+    found = claims_module.parity_reconstruction(Context(parity_report=path))
+    picked = _indices(30, N_RESAMPLES, 0)
+    worst = np.max([error[i][picked].sum(1) / spread[i][picked].sum(1) for i in range(2)], axis=0)
+    assert (found.estimate.low, found.estimate.high) == pytest.approx(tuple(np.percentile(worst, [2.5, 97.5])))
+    assert found.value == pytest.approx(round(float(error[1].sum() / spread[1].sum()), 3))
+    assert max(layer["reconstruction"] for layer in layers) < 0.1  # the plain error alone would pass the rule
+    assert found.verdict == CONTRADICTED and "predates" not in found.reason
+    assert list(found.nulls.values()) == [pytest.approx(max(layer["variance_share"] for layer in layers))]
+    assert "of the write's variation around its mean 0.0" in found.ours
+
+
 # --- analyses/claims.json: the schema, and that it carries the same rows as claims.md ---------------------
 
 

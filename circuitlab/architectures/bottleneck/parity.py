@@ -79,10 +79,13 @@ class ParityCommon(BottleneckPart):
     least squares (`ridge`) with `pursuit_rounds - 1` swap rounds, the reconstruction term `lambda_recon`;
     `bias`: a learned vector b taken off the write before it is coded and added back after, so the constant
     part of the writes needs no feature (circuitlab.architectures.bottleneck.usage); `lambda_balance`: the
-    weight of the usage-balancing term (ibid.)."""
+    weight of the usage-balancing term (ibid.); `recon_reference`: what the reconstruction term is relative to,
+    the write ("write": ||x - x_hat||^2 / ||x||^2) or its variation over the batch ("centred": over
+    ||x - mean x||^2; parity_code.relative_error). The first can be lowered by writing a large constant that
+    the bias path carries, whatever the code does with the rest; the second cannot (docs/decisions/parity-recon.md)."""
 
     # fields added after models were shipped: left out of the config hash at these values, so old hashes hold
-    LATER_DEFAULTS: ClassVar[dict[str, Any]] = {"bias": False, "lambda_balance": 0.0}
+    LATER_DEFAULTS: ClassVar[dict[str, Any]] = {"bias": False, "lambda_balance": 0.0, "recon_reference": "write"}
 
     design: str
     n_bits: PositiveInt = 16
@@ -93,10 +96,12 @@ class ParityCommon(BottleneckPart):
     lambda_recon: Annotated[Number, Field(ge=0)] = 1.0
     bias: StrictBool = False
     lambda_balance: Annotated[Number, Field(ge=0)] = 0.0
+    recon_reference: Literal["write", "centred"] = "write"
 
     def usage_notes(self) -> str:
         return (f", bias path {'on' if self.bias else 'off'}"
-                + (f", usage balance lambda {self.lambda_balance:g}" if self.lambda_balance else ""))
+                + (f", usage balance lambda {self.lambda_balance:g}" if self.lambda_balance else "")
+                + (", reconstruction term relative to the writes' variation" if self.recon_reference == "centred" else ""))
 
 
 class ParityConfig(ParityCommon):
@@ -174,6 +179,7 @@ class ParityBottleneck(FeatureCodeLayer):
         self.beam = bottleneck.beam
         self.pursuit_rounds = bottleneck.pursuit_rounds
         self.ridge = float(bottleneck.ridge)
+        self.recon_centred = bottleneck.recon_reference == "centred"  # what the training term is relative to
         self.grid_rows, self.grid_cols, self.row_bits, self.col_bits = product_layout(bottleneck, config.d_model)
         # recomputed from the seed on construction, never stored in checkpoints
         row_code = make_factor_code(self.grid_rows, self.row_bits, 2 * bottleneck.code_seed + 1).clone()
@@ -458,7 +464,7 @@ class ParityBottleneck(FeatureCodeLayer):
             x_hat_BxTxD = x_hat_BxTxD + self.bias.to(x_hat_BxTxD.dtype)
         x_hat_BxTxD = self.hook_recon(x_hat_BxTxD)
         balance = usage_balance(indices_BxTxK, values_BxTxK, self.n_features)
-        return x_hat_BxTxD, relative_error(written_BxTxD, x_hat_BxTxD), balance
+        return x_hat_BxTxD, relative_error(written_BxTxD, x_hat_BxTxD, self.recon_centred), balance
 
     # --- the dictionary, explicitly (tests, analyses) -------------------------------------------------------
 

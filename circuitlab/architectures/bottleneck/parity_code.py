@@ -80,10 +80,17 @@ def make_factor_code(length: int, n_bits: int, seed: int) -> Int[Tensor, "length
     return best
 
 
-def relative_error(x: Tensor, x_hat: Tensor) -> Tensor:
-    """||x - x_hat||^2 / ||x||^2 summed over all tokens (float32 scalar; 0 for an all-zero x)."""
+def relative_error(x: Tensor, x_hat: Tensor, centred: bool = False) -> Tensor:
+    """||x - x_hat||^2 / ||x||^2 summed over all tokens (float32 scalar; 0 for an all-zero x). `centred`:
+    over ||x - mean(x)||^2 instead, the mean taken over all tokens: the share of the writes' variation that
+    the reconstruction misses. A write that is nearly the same for every token scores well on the first (its
+    constant part is easy to code) however badly its varying part is kept; the second sees only that part."""
     x, x_hat = x.float(), x_hat.float()
-    return (x - x_hat).pow(2).sum() / x.pow(2).sum().clamp_min(torch.finfo(torch.float32).tiny)
+    if centred:
+        reference = x - x.reshape(-1, x.shape[-1]).mean(0)
+    else:
+        reference = x
+    return (x - x_hat).pow(2).sum() / reference.pow(2).sum().clamp_min(torch.finfo(torch.float32).tiny)
 
 
 def product_layout(bottleneck: Any, d_model: int) -> tuple[int, int, int, int]:

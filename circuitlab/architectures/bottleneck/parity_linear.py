@@ -105,6 +105,7 @@ class LinearParityBottleneck(FeatureCodeLayer):
         self.k = bottleneck.k
         self.pursuit_rounds = bottleneck.pursuit_rounds
         self.ridge = float(bottleneck.ridge)
+        self.recon_centred = bottleneck.recon_reference == "centred"  # what the training term is relative to
         # recomputed from the seed on construction, never stored in checkpoints
         # built on the CPU even under a meta default device (the CLI sizes models on meta before training them)
         code = make_code_matrix(config.d_model, self.n_bits, 2 * bottleneck.code_seed + 1)
@@ -269,4 +270,4 @@ class LinearParityBottleneck(FeatureCodeLayer):
                 x_hat_BxTxD = x_hat_BxTxD + self.bias.float()
         x_hat_BxTxD = self.hook_recon(x_hat_BxTxD.to(written_BxTxD.dtype))
         balance = usage_balance(indices_BxTxK, values_BxTxK, self.n_features)
-        return x_hat_BxTxD, relative_error(written_BxTxD, x_hat_BxTxD), balance
+        return x_hat_BxTxD, relative_error(written_BxTxD, x_hat_BxTxD, self.recon_centred), balance
