@@ -121,7 +121,8 @@ seed 003's eq. 1 design (circuitlab/architectures/bottleneck/parity_linear.py re
 features in d_model 256, feature u writing R(M bits(u)) / 16 for a seeded random 256 x 16 F2 code M (no
 dictionary stored); the k = 16 features of largest |score| per token, all 2^16 scores exact by one
 Walsh-Hadamard transform; least-squares coefficients; a learned bias path that carries the writes' common
-part; a reconstruction term (lambda 1) on the relative error of the FFN write and a usage-balancing term
+part; a reconstruction term (lambda 1) on the error of the FFN write relative to its variation around the
+batch's mean write (docs/decisions/parity-recon.md) and a usage-balancing term
 (circuitlab/architectures/bottleneck/usage.py). `circuitlab report parity` measures reconstruction, feature
 usage (effective features, dead features, the most used feature's share of tokens), the writes' participation
 ratio and mean- and zero-ablation costs on held-out natural text.

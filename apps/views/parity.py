@@ -81,13 +81,17 @@ st.dataframe(pd.DataFrame(targets), hide_index=True, column_config={"measured": 
 
 st.header("Layer by layer")
 st.caption(f"Reconstruction: ||x - x_hat||^2 / ||x||^2 of the FFN write, target {TARGETS['reconstruction'].text} in "
-           f"every layer. Agreement: share of the configured beam's top-k in the exhaustive top-k, target "
+           f"every layer. Reconstruction of the variation: the same error over ||x - mean||^2, the part of the write "
+           "that changes from token to token (never smaller; the mean write alone scores 1 on it); write variation "
+           "share: sum ||x - mean||^2 / sum ||x||^2, beside the GELU model's. A write that is nearly the same at every "
+           "token reconstructs well on the first whatever its code keeps. Agreement: share of the configured beam's top-k in the exhaustive top-k, target "
            f"{TARGETS['agreement'].text}; certified: share of tokens whose top-k is proven exact. Write / residual: "
            "mean ||FFN write|| / ||residual stream it joins||. Coherence: largest |cos| between two features of the "
            "dictionary.")
 st.dataframe(pd.DataFrame(layer_table(report)), hide_index=True, column_config={
-    name: SHARE for name in ("reconstruction", "agreement", "certified", "write / residual", "GELU write / residual",
-                             "coherence")})
+    name: SHARE for name in ("reconstruction", "reconstruction of the variation", "write variation share",
+                             "GELU write variation share", "agreement", "certified", "write / residual",
+                             "GELU write / residual", "coherence")})
 st.plotly_chart(layer_figure(report))
 
 st.header("Feature usage")

@@ -64,13 +64,16 @@ def parity_reconstruction(context: Context) -> Outcome:
         shares = [float(layer["variance_share"]) for layer in layers]
         ours += ("; of the write's variation around its mean " + ", ".join(f"{e:.3f}" for e in judged_errors)
                  + "; the mean write alone scores " + ", ".join(f"{v:.4f}" for v in shares) + " on the first")
-        nulls = {"each layer's mean write in place of the code, error of the write (worst layer)": max(shares)}
+        # the null: the layer the verdict rests on, its mean write put in place of its code, scored on the plain
+        # error (on the judged one it scores 1 by definition); beside the code's plain error, it says what that shows
+        at = judged_errors.index(max(judged_errors))
+        nulls = {f"layer {at}'s mean write in place of its code, error of the write (the code's {errors[at]:.3f})": shares[at]}
         denominator = "window_spread"
     else:
         judged_errors, denominator = errors, "window_norm"
     ours += f" ({report.get('tokens', '?')} held-out tokens)"
     old = "" if centred else "; the report predates the error of the writes' variation: judged on the write's"
-    worst = round(max(judged_errors), 3)
+    worst = max(judged_errors)
     if not all(layer.get("window_error") and layer.get(denominator) for layer in layers):
         return no_interval(ours, worst, worst < RECONSTRUCTION_LIMIT, "the report keeps one error per layer" + old,
                            nulls=nulls)
