@@ -84,7 +84,8 @@ st.caption(f"Reconstruction: ||x - x_hat||^2 / ||x||^2 of the FFN write, target 
            f"every layer. Reconstruction of the variation: the same error over ||x - mean||^2, the part of the write "
            "that changes from token to token (never smaller; the mean write alone scores 1 on it); write variation "
            "share: sum ||x - mean||^2 / sum ||x||^2, beside the GELU model's. A write that is nearly the same at every "
-           "token reconstructs well on the first whatever its code keeps. Agreement: share of the configured beam's top-k in the exhaustive top-k, target "
+           "token reconstructs well on the first whatever its code keeps. Agreement: share of the configured "
+           "beam's top-k in the exhaustive top-k, target "
            f"{TARGETS['agreement'].text}; certified: share of tokens whose top-k is proven exact. Write / residual: "
            "mean ||FFN write|| / ||residual stream it joins||. Coherence: largest |cos| between two features of the "
            "dictionary.")

@@ -169,11 +169,10 @@ def layer_stats(model, windows: torch.Tensor, batch_size: int, device: torch.dev
             row["variance_share"] = entry["coded"].spread() / max(entry["coded"].energy(), 1e-30)  # before coding
             # per window, sum ||x - mean||^2 about the mean of all tokens (so the windows' spreads add up to the
             # layer's): sum ||x||^2 - 2 mean . sum x + n ||mean||^2
-            mean = entry["coded"].mean
-            sums = torch.cat(entry["window_sum"])
-            per_window = (windows.shape[1] - 1)
-            spread = torch.tensor(entry["window_norm"], dtype=torch.float64) - 2 * sums @ mean + per_window * mean.pow(2).sum()
-            row["window_spread"] = spread.tolist()
+            mean, sums = entry["coded"].mean, torch.cat(entry["window_sum"])
+            tokens_per_window = windows.shape[1] - 1
+            norms = torch.tensor(entry["window_norm"], dtype=torch.float64)
+            row["window_spread"] = (norms - 2 * sums @ mean + tokens_per_window * mean.pow(2).sum()).tolist()
             row["window_error"], row["window_norm"] = entry["window_error"], entry["window_norm"]
             row["participation_ratio"] = entry["coded"].participation_ratio()  # of the writes before coding
             usage = entry["usage"]

@@ -43,8 +43,9 @@ def parity_reconstruction(context: Context) -> Outcome:
     """The worst layer's reconstruction error of the writes' variation, sum ||x - x_hat||^2 / sum ||x - mean||^2
     (the report's `centred_reconstruction`), with a bootstrap over held-out windows. The plain error over
     sum ||x||^2 is never larger, and a write that is nearly the same for every token makes it small whatever
-    the code keeps: its null, each layer's mean write put in place of the code, scores the layer's variation
-    share on it. A report written before the variation was measured is judged on the plain error, and says so."""
+    the code keeps: the null is the mean write of the layer the verdict rests on, put in place of its code and
+    scored on the plain error (its variation share). A report written before the variation was measured is
+    judged on the plain error, and says so."""
     import numpy as np
 
     from circuitlab.stats import N_RESAMPLES, _indices
