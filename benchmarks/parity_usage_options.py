@@ -58,6 +58,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--balance", type=float, default=1e-3, help="lambda of the usage-balancing variant")
     parser.add_argument("--recon", type=float, default=1.0, help="lambda of the reconstruction term of every variant")
     parser.add_argument("--tokens", type=int, default=16384, help="held-out natural tokens to measure on")
+    parser.add_argument("--seed", type=int, default=0, help="training seed of every variant (initialisation, batches)")
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--runs", default=None, help="folder for the runs (default: a temporary one)")
     parser.add_argument("--only", nargs="*", default=None, help="train only these variants")
@@ -77,7 +78,7 @@ def main(argv: list[str] | None = None) -> int:
     data = DataSpec(n_stories=size["n_stories"], natural_dir=str(natural_root()), vocab_size=size["vocab"])
     settings = TrainConfig(steps=args.steps, batch_size=size["batch"], seq_len=size["seq_len"], lr=3e-3 if args.size == "tiny" else 1e-3,
                            warmup=max(10, args.steps // 20), eval_every=max(1, args.steps // 4), ckpt_every=0,
-                           grad_clip=2.0, compile=args.device != "cpu")
+                           grad_clip=2.0, compile=args.device != "cpu", seed=args.seed)
     device = torch.device(args.device)
     results: dict[str, dict] = {}
     chosen = variants(size, args.balance, args.recon)
@@ -118,7 +119,8 @@ def main(argv: list[str] | None = None) -> int:
           "share and PR)")
     if args.out:
         Path(args.out).write_text(json.dumps({"size": args.size, "steps": args.steps, "balance": args.balance,
-                                              "device": args.device, "results": results}, indent=1) + "\n")
+                                              "seed": args.seed, "device": args.device, "results": results},
+                                             indent=1) + "\n")
         print(f"wrote {args.out}")
     return 0
 
